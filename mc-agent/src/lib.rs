@@ -1,0 +1,10 @@
+//! mc-agent: loads Strait's eBPF programs, attaches them to the Node's uplink with TCX, and keeps
+//! maps and links pinned under a versioned bpffs directory so that a restart (or an upgrade) of
+//! the agent replaces the programs atomically without detaching them or resetting any state.
+
+pub mod bpffs;
+pub mod counters;
+pub mod dataplane;
+
+/// The eBPF object built by `build.rs` from the `mc-ebpf` crate.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mc-ebpf"));

@@ -1,0 +1,138 @@
+//! The agent binary attaches to a veth in a fresh network namespace: real packets cross, counters
+//! move, a second start reuses the pinned maps and links, and bpftool prints named fields.
+//! Run as root.
+
+mod support;
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+use support::{Bpffs, NetNs, agent_bin, require_root, run};
+
+fn agent(ns: &NetNs, pin_root: &Path, args: &[&str]) -> String {
+    let mut cmd = ns.cmd(agent_bin());
+    cmd.arg("--pin-root").arg(pin_root).args(args);
+    let out = run(&mut cmd);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Packets of one counter, from `mc-agent counters --json`.
+fn agent_packets(pin_root: &Path, name: &str) -> u64 {
+    let out = run(Command::new(agent_bin())
+        .arg("--pin-root")
+        .arg(pin_root)
+        .args(["counters", "--json"]));
+    let readings: Value = serde_json::from_slice(&out.stdout).expect("counters JSON");
+    readings
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("counter {name} missing"))["packets"]
+        .as_u64()
+        .expect("packets")
+}
+
+/// `bpftool -j link show pinned PATH` -> (link id, program id).
+fn link_ids(path: &Path) -> (u64, u64) {
+    let out = run(Command::new("bpftool")
+        .args(["-j", "link", "show", "pinned"])
+        .arg(path));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("bpftool link JSON");
+    (
+        v["id"].as_u64().expect("link id"),
+        v["prog_id"].as_u64().expect("prog id"),
+    )
+}
+
+fn ping(ns: &NetNs, dst: &str, count: u32) {
+    run(ns
+        .cmd("ping")
+        .args(["-c", &count.to_string(), "-i", "0.05", "-W", "1", dst]));
+}
+
+#[test]
+fn traffic_moves_counters_and_a_restart_reuses_the_pins() {
+    require_root();
+    let a = NetNs::new("mc-uplink-a");
+    let b = NetNs::new("mc-uplink-b");
+    run(Command::new("ip").args([
+        "link", "add", "va", "netns", &a.name, "type", "veth", "peer", "vb", "netns", &b.name,
+    ]));
+    for (ns, dev, addr) in [(&a, "va", "198.18.250.1/30"), (&b, "vb", "198.18.250.2/30")] {
+        run(Command::new("ip").args(["-n", &ns.name, "addr", "add", addr, "dev", dev]));
+        run(Command::new("ip").args(["-n", &ns.name, "link", "set", dev, "up"]));
+    }
+    let fs = Bpffs::new("netns-uplink");
+    let pin_root = fs.pin_root();
+
+    let log = agent(&a, &pin_root, &["attach", "--uplink", "va"]);
+    assert!(log.contains("attached with TCX"), "first start log: {log}");
+    let ingress = pin_root.join("links/va_ingress");
+    let egress = pin_root.join("links/va_egress");
+    let (ingress_link, ingress_prog) = link_ids(&ingress);
+    let (egress_link, _) = link_ids(&egress);
+
+    ping(&a, "198.18.250.2", 5);
+    let after_first = agent_packets(&pin_root, "pass_ipv4");
+    // 5 echo requests leave through egress, 5 replies come in through ingress.
+    assert!(
+        after_first >= 10,
+        "expected >= 10 IPv4 packets counted, got {after_first}"
+    );
+
+    // Second start: same links (never detached), new program inside, counters kept.
+    let log = agent(&a, &pin_root, &["attach", "--uplink", "va"]);
+    assert!(log.contains("reused=true"), "second start log: {log}");
+    let (ingress_link2, ingress_prog2) = link_ids(&ingress);
+    assert_eq!(ingress_link2, ingress_link, "the ingress link must be kept");
+    assert_ne!(ingress_prog2, ingress_prog, "the program must be replaced");
+    assert_eq!(
+        link_ids(&egress).0,
+        egress_link,
+        "the egress link must be kept"
+    );
+    let after_restart = agent_packets(&pin_root, "pass_ipv4");
+    assert!(
+        after_restart >= after_first,
+        "counters were reset by the restart: {after_restart} < {after_first}"
+    );
+
+    // The replaced program is live and counts into the same map.
+    ping(&a, "198.18.250.2", 3);
+    let after_second = agent_packets(&pin_root, "pass_ipv4");
+    assert!(
+        after_second >= after_restart + 6,
+        "the new program did not count: {after_restart} -> {after_second}"
+    );
+
+    // bpftool prints the pinned map with named fields; its sums agree with the agent's.
+    let out = run(Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(pin_root.join("mc_counters")));
+    let dump: Value = serde_json::from_slice(&out.stdout).expect("bpftool map JSON");
+    let entry = dump
+        .as_array()
+        .expect("array of entries")
+        .iter()
+        .find(|e| e["formatted"]["key"] == 1)
+        .expect("entry for key 1 (pass_ipv4)");
+    let per_cpu = entry["formatted"]["values"].as_array().expect("values");
+    let mut sum = 0;
+    for v in per_cpu {
+        let value = &v["value"];
+        assert!(
+            value.get("packets").is_some() && value.get("bytes").is_some(),
+            "bpftool must print named fields (BTF): {value}"
+        );
+        sum += value["packets"].as_u64().unwrap();
+    }
+    assert_eq!(sum, agent_packets(&pin_root, "pass_ipv4"));
+
+    // Detach removes the hooks: traffic no longer moves the counters.
+    agent(&a, &pin_root, &["detach", "--uplink", "va"]);
+    assert!(!ingress.exists() && !egress.exists());
+    let before = agent_packets(&pin_root, "pass_ipv4");
+    ping(&a, "198.18.250.2", 2);
+    assert_eq!(agent_packets(&pin_root, "pass_ipv4"), before);
+}

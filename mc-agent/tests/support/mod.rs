@@ -1,0 +1,135 @@
+//! Shared fixtures for the kernel tests: a fresh network namespace per test and a private bpffs
+//! instance per test, both removed on drop (also when the test panics).
+#![allow(dead_code)] // each test file uses a subset
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "these tests load eBPF programs and create network namespaces: run them as root"
+    );
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn sh(line: &str) -> Output {
+    run(Command::new("sh").arg("-c").arg(line))
+}
+
+/// A network namespace created with `ip netns add`, deleted on drop.
+pub struct NetNs {
+    pub name: String,
+}
+
+impl NetNs {
+    pub fn new(prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        run(Command::new("ip").args(["netns", "add", &name]));
+        run(Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]));
+        Self { name }
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// A command run inside this namespace (network only; the mount namespace is shared, so a
+    /// bpffs mounted by the test is visible).
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", self.path())).arg(program);
+        cmd
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// A private bpffs instance mounted on a fresh directory, unmounted on drop.
+pub struct Bpffs {
+    pub mountpoint: PathBuf,
+}
+
+impl Bpffs {
+    pub fn new(name: &str) -> Self {
+        let mountpoint = PathBuf::from(format!("/run/strait-test/{name}-{}", std::process::id()));
+        let _ = Command::new("umount").arg(&mountpoint).output();
+        std::fs::create_dir_all(&mountpoint).expect("creating the bpffs mountpoint");
+        run(Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&mountpoint));
+        Self { mountpoint }
+    }
+
+    pub fn pin_root(&self) -> PathBuf {
+        self.mountpoint.join("mc/v1")
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mountpoint).output();
+        let _ = std::fs::remove_dir(&self.mountpoint);
+    }
+}
+
+/// Builds an Ethernet + IPv4 + UDP frame with a correct IPv4 header checksum.
+pub fn udp_frame(src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 2]); // dst MAC
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]); // src MAC
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let total = (20 + 8 + payload.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let csum = ipv4_checksum(&ip);
+    ip[10..12].copy_from_slice(&csum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&40000u16.to_be_bytes());
+    f.extend_from_slice(&6081u16.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]); // UDP checksum: none
+    f.extend_from_slice(payload);
+    f
+}
+
+pub fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+pub fn agent_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_mc-agent"))
+}
