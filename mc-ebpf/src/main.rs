@@ -4,6 +4,8 @@
 //! verdict or drop reason; the Geneve and NAT paths of DESIGN §4 build on this entry point.
 #![no_std]
 #![no_main]
+// The program macros expand to a `pub fn` taking the raw context pointer.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -11,10 +13,7 @@ use aya_ebpf::{
     macros::{btf_map, classifier},
     programs::TcContext,
 };
-use mc_common::{
-    Counter, CounterValue,
-    counters::COUNTER_SLOTS,
-};
+use mc_common::{Counter, CounterValue, counters::COUNTER_SLOTS};
 use network_types::{eth::EthHdr, ip::Ipv4Hdr};
 
 const ETH_P_IP: u16 = 0x0800;
@@ -22,7 +21,7 @@ const ETH_P_IP: u16 = 0x0800;
 /// Under TCX, "continue with the next program, then the kernel's default" (TCX_NEXT). Strait
 /// shares the hook with whatever CNI is on the Node, so "nothing for us" never ends the chain.
 const VERDICT_NEXT: i32 = TC_ACT_UNSPEC;
-const VERDICT_DROP: i32 = TC_ACT_SHOT as i32;
+const VERDICT_DROP: i32 = TC_ACT_SHOT;
 
 #[btf_map(name = "mc_counters")]
 static COUNTERS: PerCpuArray<CounterValue, { COUNTER_SLOTS as usize }> = PerCpuArray::new();

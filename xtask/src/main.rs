@@ -1,1 +1,35 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's own tasks.
+
+mod crdgen;
+mod paths;
+mod testbed;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Strait project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write the CRDs to deploy/ (with --check: fail if the committed files differ).
+    Crdgen {
+        #[arg(long)]
+        check: bool,
+    },
+    /// The local testbed: real kube-apiservers for north (leader), east and west.
+    Testbed {
+        #[command(subcommand)]
+        command: testbed::TestbedCommand,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Crdgen { check } => crdgen::run(check),
+        Command::Testbed { command } => testbed::run(command),
+    }
+}

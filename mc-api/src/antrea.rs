@@ -1,0 +1,87 @@
+//! The subset of `crd.antrea.io/v1beta1` needed to store, replicate and validate the Antrea
+//! ClusterNetworkPolicies (ACNPs) of the guides, for clusters that run Strait without Antrea.
+//! Rules and peers are kept as they are; the fields Strait reads are typed.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "crd.antrea.io",
+    version = "v1beta1",
+    kind = "ClusterNetworkPolicy",
+    plural = "clusternetworkpolicies",
+    shortname = "acnp",
+    status = "ClusterNetworkPolicyStatus",
+    printcolumn(name = "Tier", type_ = "string", json_path = ".spec.tier"),
+    printcolumn(name = "Priority", type_ = "number", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Desired Nodes",
+        type_ = "number",
+        json_path = ".status.desiredNodesRealized"
+    ),
+    printcolumn(
+        name = "Current Nodes",
+        type_ = "number",
+        json_path = ".status.currentNodesRealized"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetworkPolicySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// 1.0 to 10000.0; lower is evaluated first.
+    #[schemars(range(min = 1.0, max = 10000.0))]
+    pub priority: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::open_object_array")]
+    pub applied_to: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::open_object_array")]
+    pub ingress: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::open_object_array")]
+    pub egress: Vec<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetworkPolicyStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_nodes_realized: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_nodes_realized: Option<i32>,
+}
+
+#[derive(
+    CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema,
+)]
+#[kube(
+    group = "crd.antrea.io",
+    version = "v1beta1",
+    kind = "Tier",
+    plural = "tiers",
+    shortname = "tr",
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+pub struct TierSpec {
+    #[schemars(range(min = 0, max = 255))]
+    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}

@@ -1,0 +1,121 @@
+//! `MultiClusterConfig`: the controller's config file (ConfigMap `antrea-mc-controller-config`,
+//! key `controller_manager_config.yaml`). Invalid values are a startup error that says which.
+
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+pub const CONFIGMAP_NAME: &str = "antrea-mc-controller-config";
+pub const CONFIGMAP_KEY: &str = "controller_manager_config.yaml";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayIpPrecedence {
+    #[default]
+    Private,
+    Public,
+    Internal,
+    External,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndpointIpType {
+    #[default]
+    ClusterIP,
+    PodIP,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MultiClusterConfig {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    /// Empty: discovered from the cluster.
+    #[serde(rename = "serviceCIDR", default)]
+    pub service_cidr: String,
+    #[serde(rename = "podCIDRs", default)]
+    pub pod_cidrs: Vec<String>,
+    #[serde(rename = "gatewayIPPrecedence", default)]
+    pub gateway_ip_precedence: GatewayIpPrecedence,
+    #[serde(rename = "endpointIPType", default)]
+    pub endpoint_ip_type: EndpointIpType,
+    #[serde(default)]
+    pub enable_stretched_network_policy: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{CONFIGMAP_KEY}: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("{CONFIGMAP_KEY}: kind is {0:?}, expected MultiClusterConfig")]
+    Kind(String),
+    #[error("{CONFIGMAP_KEY}: {field} {value:?} is not an IPv4 CIDR (like 10.96.0.0/12)")]
+    Cidr { field: &'static str, value: String },
+}
+
+impl MultiClusterConfig {
+    /// Parses and checks the file. Unknown `gatewayIPPrecedence` or `endpointIPType` values are
+    /// refused by the parser with the list of accepted ones.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let mut config: MultiClusterConfig = serde_yaml::from_str(text)?;
+        // The shipped default is `podCIDRs: [""]`: an empty entry means "none".
+        config.pod_cidrs.retain(|c| !c.is_empty());
+        if !config.kind.is_empty() && config.kind != "MultiClusterConfig" {
+            return Err(ConfigError::Kind(config.kind));
+        }
+        if !config.service_cidr.is_empty() && !is_ipv4_cidr(&config.service_cidr) {
+            return Err(ConfigError::Cidr {
+                field: "serviceCIDR",
+                value: config.service_cidr,
+            });
+        }
+        if let Some(bad) = config.pod_cidrs.iter().find(|c| !is_ipv4_cidr(c)) {
+            return Err(ConfigError::Cidr {
+                field: "podCIDRs",
+                value: bad.clone(),
+            });
+        }
+        Ok(config)
+    }
+}
+
+fn is_ipv4_cidr(s: &str) -> bool {
+    let Some((addr, len)) = s.split_once('/') else {
+        return false;
+    };
+    addr.parse::<Ipv4Addr>().is_ok() && len.parse::<u8>().is_ok_and(|l| l <= 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_defaults_parse() {
+        let c = MultiClusterConfig::parse(
+            "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: MultiClusterConfig\nserviceCIDR: \"\"\npodCIDRs:\n  - \"\"\ngatewayIPPrecedence: \"private\"\nendpointIPType: \"ClusterIP\"\nenableStretchedNetworkPolicy: false\n",
+        );
+        let c = c.unwrap();
+        assert!(c.pod_cidrs.is_empty() && c.service_cidr.is_empty());
+        assert_eq!(c.gateway_ip_precedence, GatewayIpPrecedence::Private);
+        let c = MultiClusterConfig::parse(
+            "kind: MultiClusterConfig\nserviceCIDR: 10.96.0.0/12\npodCIDRs: [10.244.0.0/16]\ngatewayIPPrecedence: public\nendpointIPType: PodIP\n",
+        )
+        .unwrap();
+        assert_eq!(c.gateway_ip_precedence, GatewayIpPrecedence::Public);
+        assert_eq!(c.endpoint_ip_type, EndpointIpType::PodIP);
+        assert_eq!(c.pod_cidrs, ["10.244.0.0/16"]);
+    }
+
+    #[test]
+    fn bad_values_say_what_is_wrong() {
+        let e = MultiClusterConfig::parse("gatewayIPPrecedence: nearest\n").unwrap_err();
+        assert!(e.to_string().contains("nearest"), "{e}");
+        let e = MultiClusterConfig::parse("endpointIPType: NodeIP\n").unwrap_err();
+        assert!(e.to_string().contains("NodeIP"), "{e}");
+        let e = MultiClusterConfig::parse("serviceCIDR: 10.96.0.0/33\n").unwrap_err();
+        assert!(e.to_string().contains("serviceCIDR"), "{e}");
+    }
+}

@@ -1,0 +1,110 @@
+//! ResourceExport: what a member (or an admin, for ACNPs) exports into the leader's namespace.
+
+use k8s_openapi::api::core::v1::{EndpointSubset, ServiceSpec};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{clusterinfo::ClusterInfo, conditions::Condition};
+
+/// `spec.kind` values.
+pub mod kinds {
+    pub const SERVICE: &str = "Service";
+    pub const ENDPOINTS: &str = "Endpoints";
+    pub const CLUSTER_INFO: &str = "ClusterInfo";
+    pub const LABEL_IDENTITY: &str = "LabelIdentity";
+    pub const ACNP: &str = "AntreaClusterNetworkPolicy";
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceExport {
+    /// Only `ports` is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::open_object")]
+    pub service_spec: Option<ServiceSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EndpointsExport {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::open_object_array")]
+    pub subsets: Vec<EndpointSubset>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelIdentityExport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalized_label: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RawResource {
+    /// Base64 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntityExport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::open_object")]
+    pub external_entity_spec: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceExportStatus {
+    /// One condition: `Succeeded`/True, or `Failure`/False with reason `ConvergeFailure`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "multicluster.crd.antrea.io",
+    version = "v1alpha1",
+    kind = "ResourceExport",
+    plural = "resourceexports",
+    namespaced,
+    status = "ResourceExportStatus",
+    printcolumn(name = "Cluster ID", type_ = "string", json_path = ".spec.clusterID"),
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.kind"),
+    printcolumn(name = "Namespace", type_ = "string", json_path = ".spec.namespace"),
+    printcolumn(name = "Name", type_ = "string", json_path = ".spec.name"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceExportSpec {
+    /// The exporting member; empty for ACNPs an admin exports.
+    #[serde(rename = "clusterID", default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// One of [`kinds`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceExport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<EndpointsExport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_info: Option<ClusterInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_entity: Option<ExternalEntityExport>,
+    /// A `crd.antrea.io/v1beta1` ClusterNetworkPolicy spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::open_object")]
+    pub cluster_network_policy: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_identity: Option<LabelIdentityExport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<RawResource>,
+}

@@ -1,0 +1,111 @@
+//! Object names, annotations, labels and finalizers of the contract (reference §1.11).
+
+/// Prefix of imported Services, Endpoints and ACNPs.
+pub const IMPORTED_PREFIX: &str = "antrea-mc-";
+pub const MEMBER_ANNOUNCE_PREFIX: &str = "member-announce-from-";
+
+pub mod annotations {
+    /// On a Node: it is a gateway candidate (the key's presence is what counts).
+    pub const GATEWAY: &str = "multicluster.antrea.io/gateway";
+    /// On a Node: overrides the Gateway's gatewayIP.
+    pub const GATEWAY_IP: &str = "multicluster.antrea.io/gateway-ip";
+    pub const IMPORTED_SERVICE: &str = "multicluster.antrea.io/imported-service";
+    pub const IMPORTED_ACNP: &str = "multicluster.antrea.io/imported-acnp";
+    /// On a member's ServiceAccount in the leader: the cluster ID its token speaks for.
+    pub const CLUSTER_ID: &str = "multicluster.antrea.io/cluster-id";
+    pub const CREATED_BY_CLI: &str = "multicluster.antrea.io/created-by-antctl";
+    /// On a MemberClusterAnnounce: the heartbeat (RFC 3339).
+    pub const TOUCH_TS: &str = "touch-ts";
+}
+
+pub mod labels {
+    pub const SOURCE_NAME: &str = "sourceName";
+    pub const SOURCE_NAMESPACE: &str = "sourceNamespace";
+    pub const SOURCE_CLUSTER_ID: &str = "sourceClusterID";
+    pub const SOURCE_KIND: &str = "sourceKind";
+}
+
+pub mod finalizers {
+    pub const RESOURCE_EXPORT: &str = "resourceexport.antrea.io/finalizer";
+    /// Written by older versions; still honoured and removed.
+    pub const RESOURCE_EXPORT_LEGACY: &str = "resourceexport.finalizers.antrea.io";
+
+    pub fn member_announce(cluster_id: &str) -> String {
+        format!("memberclusterannounce.finalizer.antrea.io/{cluster_id}")
+    }
+}
+
+/// Well-known ClusterClaim names.
+pub mod claims {
+    pub const CLUSTER_ID: &str = "id.k8s.io";
+    pub const CLUSTERSET_ID: &str = "clusterset.k8s.io";
+}
+
+/// `<clusterID>-<ns>-<name>-service` or `-endpoints` (`kind` lowercased).
+pub fn resource_export(cluster_id: &str, namespace: &str, name: &str, kind: &str) -> String {
+    format!(
+        "{cluster_id}-{namespace}-{name}-{}",
+        kind.to_ascii_lowercase()
+    )
+}
+
+pub fn cluster_info_export(cluster_id: &str) -> String {
+    format!("{cluster_id}-clusterinfo")
+}
+
+/// `<ns>-<name>-<lowercase kind>`, or `<name>-<lowercase kind>` without a namespace.
+pub fn resource_import(namespace: &str, name: &str, kind: &str) -> String {
+    let kind = kind.to_ascii_lowercase();
+    if namespace.is_empty() {
+        format!("{name}-{kind}")
+    } else {
+        format!("{namespace}-{name}-{kind}")
+    }
+}
+
+pub fn member_announce(cluster_id: &str) -> String {
+    format!("{MEMBER_ANNOUNCE_PREFIX}{cluster_id}")
+}
+
+/// `antrea-mc-<name>`.
+pub fn imported(name: &str) -> String {
+    format!("{IMPORTED_PREFIX}{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_the_guides() {
+        assert_eq!(
+            resource_export("test-cluster-west", "default", "nginx", "Service"),
+            "test-cluster-west-default-nginx-service"
+        );
+        assert_eq!(
+            resource_export("test-cluster-west", "default", "nginx", "Endpoints"),
+            "test-cluster-west-default-nginx-endpoints"
+        );
+        assert_eq!(
+            cluster_info_export("test-cluster-east"),
+            "test-cluster-east-clusterinfo"
+        );
+        assert_eq!(
+            resource_import("default", "nginx", "Service"),
+            "default-nginx-service"
+        );
+        assert_eq!(
+            resource_import("", "strict-acnp", "AntreaClusterNetworkPolicy"),
+            "strict-acnp-antreaclusternetworkpolicy"
+        );
+        assert_eq!(
+            member_announce("test-cluster-east"),
+            "member-announce-from-test-cluster-east"
+        );
+        assert_eq!(imported("nginx"), "antrea-mc-nginx");
+        assert_eq!(
+            finalizers::member_announce("east"),
+            "memberclusterannounce.finalizer.antrea.io/east"
+        );
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The test command (README; .ci/run runs exactly this). As root, on a fresh machine:
+#   sudo bash scripts/test.sh
+# installs what is missing (scripts/setup.sh), then: rustfmt, clippy (user space and the eBPF
+# crate separately), unit tests, the CRD drift check, the eBPF kernel tests, and the tests
+# against the real testbed (which it brings up and takes down).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/env.sh
+
+total_start=$(date +%s)
+step() {
+  local name=$1; shift
+  local t0; t0=$(date +%s)
+  printf '\n=== %s\n' "$name"
+  "$@"
+  printf '=== %s: ok (%ss)\n' "$name" "$(( $(date +%s) - t0 ))"
+}
+
+step "setup" bash scripts/setup.sh
+step "rustfmt" cargo fmt --all -- --check
+step "clippy (user space)" cargo clippy --workspace --exclude mc-ebpf --all-targets -- -D warnings
+step "clippy (eBPF)" bash -c "cd mc-ebpf && cargo +$RUST_NIGHTLY clippy --release --target bpfel-unknown-none -Z build-std=core -- -D warnings"
+step "unit tests" cargo test --workspace --exclude mc-ebpf --exclude mc-integration --exclude mc-agent
+step "CRD drift" cargo xtask crdgen --check
+# Kernel tests share one kernel: one at a time.
+step "eBPF tests (root, netns)" cargo test -p mc-agent -- --test-threads=1
+
+cleanup() { cargo xtask testbed down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+step "testbed down (leftovers)" cargo xtask testbed down
+step "testbed up" cargo xtask testbed up
+step "testbed tests" cargo test -p mc-integration -- --test-threads=1
+step "testbed status (memory after the tests)" cargo xtask testbed status
+step "testbed down" cargo xtask testbed down
+trap - EXIT
+
+printf '\nall tests passed in %ss\n' "$(( $(date +%s) - total_start ))"

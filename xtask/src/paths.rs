@@ -1,0 +1,40 @@
+//! Where things are: the repository, the testbed state, the cached Kubernetes binaries.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// `target/testbed` in the repository (not CARGO_TARGET_DIR: users and tests look here).
+pub fn testbed_dir() -> PathBuf {
+    repo_root().join("target/testbed")
+}
+
+/// A value pinned in scripts/versions.env.
+pub fn pinned(key: &str) -> anyhow::Result<String> {
+    let path = repo_root().join("scripts/versions.env");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim().to_owned())
+        .ok_or_else(|| anyhow!("{key} is not set in {}", path.display()))
+}
+
+/// Directory of the Kubernetes and etcd binaries built by scripts/build-kube.sh.
+pub fn kube_bin_dir() -> anyhow::Result<PathBuf> {
+    let cache = std::env::var_os("STRAIT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"));
+    Ok(cache.join(format!(
+        "kube/{}-etcd-{}/bin",
+        pinned("KUBE_VERSION")?,
+        pinned("ETCD_VERSION")?
+    )))
+}

@@ -1,0 +1,394 @@
+//! `cargo xtask testbed up | down | status` — real Kubernetes control planes on one machine
+//! (DESIGN §5): one etcd and, per cluster, a kube-apiserver and a kube-controller-manager, all in
+//! the `strait-core` network namespace, reachable from the host over a veth on 198.18.0.0/24.
+
+mod pki;
+mod proc;
+pub mod topology;
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::Command as Cmd,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clap::Subcommand;
+
+use crate::paths::{kube_bin_dir, repo_root, testbed_dir};
+use proc::{Procs, run as exec};
+use topology::{CLUSTERS, CORE_NETNS, CORE_VETH, Cluster, ETCD_URL, HOST_VETH};
+
+#[derive(Subcommand)]
+pub enum TestbedCommand {
+    /// Start (or complete) the testbed; a no-op when it is already up.
+    Up,
+    /// Stop everything and remove the namespaces and state, also after a crash.
+    Down,
+    /// Show what runs, its memory, and whether each API server is ready.
+    Status,
+}
+
+pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
+    require_root()?;
+    match command {
+        TestbedCommand::Up => up(),
+        TestbedCommand::Down => down(),
+        TestbedCommand::Status => status(),
+    }
+}
+
+fn require_root() -> anyhow::Result<()> {
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the testbed creates network namespaces and runs API servers: run it as root");
+    }
+    Ok(())
+}
+
+fn say(msg: impl AsRef<str>) {
+    println!("[testbed] {}", msg.as_ref());
+}
+
+fn cluster_dir(cluster: &Cluster) -> PathBuf {
+    testbed_dir().join(cluster.name)
+}
+
+pub fn admin_kubeconfig(cluster: &Cluster) -> PathBuf {
+    cluster_dir(cluster).join("admin.kubeconfig")
+}
+
+fn up() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let build = repo_root().join("scripts/build-kube.sh");
+    exec(Cmd::new("bash").arg(&build)).context("building the Kubernetes binaries")?;
+    let bin = kube_bin_dir()?;
+    let dir = testbed_dir();
+    std::fs::create_dir_all(&dir)?;
+    ensure_network()?;
+    let procs = Procs::new(&dir)?;
+
+    let etcd_dir = dir.join("etcd");
+    if procs.ensure(
+        "etcd",
+        CORE_NETNS,
+        &bin.join("etcd"),
+        &[
+            "--name=strait-testbed".into(),
+            format!("--data-dir={}", etcd_dir.display()),
+            format!("--listen-client-urls={ETCD_URL}"),
+            format!("--advertise-client-urls={ETCD_URL}"),
+            "--listen-peer-urls=http://127.0.0.1:2380".into(),
+            "--initial-advertise-peer-urls=http://127.0.0.1:2380".into(),
+            "--initial-cluster=strait-testbed=http://127.0.0.1:2380".into(),
+            // Test data only: skipping fsync makes three API servers on two cores responsive.
+            "--unsafe-no-fsync".into(),
+            "--quota-backend-bytes=4294967296".into(),
+        ],
+    )? {
+        say("started etcd");
+    }
+
+    for cluster in &CLUSTERS {
+        let cdir = cluster_dir(cluster);
+        let pki = cdir.join("pki");
+        pki::ensure(&pki, cluster)?;
+        std::fs::write(
+            admin_kubeconfig(cluster),
+            pki::kubeconfig(&pki, cluster, "admin")?,
+        )?;
+        let kcm_kubeconfig = cdir.join("controller-manager.kubeconfig");
+        std::fs::write(
+            &kcm_kubeconfig,
+            pki::kubeconfig(&pki, cluster, "controller-manager")?,
+        )?;
+        std::fs::write(
+            cdir.join("kube-proxy.kubeconfig"),
+            pki::kubeconfig(&pki, cluster, "kube-proxy")?,
+        )?;
+        let p = |f: &str| pki.join(f).display().to_string();
+        let name = format!("{}-apiserver", cluster.name);
+        if procs.ensure(
+            &name,
+            CORE_NETNS,
+            &bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers={ETCD_URL}"),
+                format!("--etcd-prefix=/registry/{}", cluster.name),
+                format!("--bind-address={}", cluster.api_ip),
+                format!("--advertise-address={}", cluster.api_ip),
+                "--secure-port=6443".into(),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                format!("--client-ca-file={}", p("ca.crt")),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", p("sa.pub")),
+                format!("--service-account-signing-key-file={}", p("sa.key")),
+                format!("--service-cluster-ip-range={}", cluster.service_cidr),
+                "--authorization-mode=RBAC".into(),
+                "--allow-privileged=true".into(),
+                format!("--cert-dir={}", p("generated")),
+                "--profiling=false".into(),
+            ],
+        )? {
+            say(format!(
+                "started kube-apiserver for {} on {}",
+                cluster.name,
+                cluster.server()
+            ));
+        }
+        let name = format!("{}-controller-manager", cluster.name);
+        if procs.ensure(
+            &name,
+            CORE_NETNS,
+            &bin.join("kube-controller-manager"),
+            &[
+                format!("--kubeconfig={}", kcm_kubeconfig.display()),
+                format!("--service-account-private-key-file={}", p("sa.key")),
+                format!("--root-ca-file={}", p("ca.crt")),
+                "--use-service-account-credentials=true".into(),
+                // The testbed plays the kubelet and the CNI: no lifecycle eviction of its Nodes,
+                // no Pod CIDR allocation.
+                "--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-taint-eviction-controller".into(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                format!("--cluster-name={}", cluster.name),
+                format!("--service-cluster-ip-range={}", cluster.service_cidr),
+            ],
+        )? {
+            say(format!("started kube-controller-manager for {}", cluster.name));
+        }
+    }
+
+    let kubectl = bin.join("kubectl");
+    for cluster in &CLUSTERS {
+        wait_ready(&kubectl, cluster, &procs)?;
+    }
+    install_crds(&kubectl)?;
+    write_env(&kubectl)?;
+    say(format!(
+        "up in {:.0?}: {} (source {} for KUBECTL and the kubeconfigs)",
+        started.elapsed(),
+        CLUSTERS
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.server()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        dir.join("env").display()
+    ));
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<String> {
+    exec(Cmd::new("ip").args(args))
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+fn ensure_network() -> anyhow::Result<()> {
+    let host_link = Path::new("/sys/class/net").join(HOST_VETH).exists();
+    if netns_exists(CORE_NETNS) && host_link {
+        return Ok(());
+    }
+    // Half-made (an earlier crash): start over.
+    if netns_exists(CORE_NETNS) {
+        ip(&["netns", "del", CORE_NETNS])?;
+    }
+    if host_link {
+        ip(&["link", "del", HOST_VETH])?;
+    }
+    ip(&["netns", "add", CORE_NETNS])?;
+    ip(&["-n", CORE_NETNS, "link", "set", "lo", "up"])?;
+    ip(&[
+        "link", "add", HOST_VETH, "type", "veth", "peer", "name", CORE_VETH, "netns", CORE_NETNS,
+    ])?;
+    ip(&["addr", "add", topology::HOST_MGMT_ADDR, "dev", HOST_VETH])?;
+    ip(&["link", "set", HOST_VETH, "up"])?;
+    ip(&[
+        "-n",
+        CORE_NETNS,
+        "addr",
+        "add",
+        topology::CORE_MGMT_ADDR,
+        "dev",
+        CORE_VETH,
+    ])?;
+    for cluster in &CLUSTERS {
+        ip(&[
+            "-n",
+            CORE_NETNS,
+            "addr",
+            "add",
+            &format!("{}/24", cluster.api_ip),
+            "dev",
+            CORE_VETH,
+        ])?;
+    }
+    ip(&["-n", CORE_NETNS, "link", "set", CORE_VETH, "up"])?;
+    say(format!(
+        "network namespace {CORE_NETNS} with the management subnet 198.18.0.0/24 (host side {HOST_VETH})"
+    ));
+    Ok(())
+}
+
+fn kubectl_for(kubectl: &Path, cluster: &Cluster) -> Cmd {
+    let mut cmd = Cmd::new(kubectl);
+    cmd.arg("--kubeconfig").arg(admin_kubeconfig(cluster));
+    cmd
+}
+
+fn wait_ready(kubectl: &Path, cluster: &Cluster, procs: &Procs) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let name = format!("{}-apiserver", cluster.name);
+    loop {
+        let out = kubectl_for(kubectl, cluster)
+            .args(["get", "--raw", "/readyz"])
+            .output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        if procs.running(&name).is_none() {
+            bail!(
+                "kube-apiserver for {} exited; see {}",
+                cluster.name,
+                procs.log_path(&name).display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "kube-apiserver for {} not ready after 180 s: {}; see {}",
+                cluster.name,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                procs.log_path(&name).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn install_crds(kubectl: &Path) -> anyhow::Result<()> {
+    let deploy = repo_root().join("deploy");
+    for cluster in &CLUSTERS {
+        exec(
+            kubectl_for(kubectl, cluster)
+                .args(["apply", "--server-side", "--force-conflicts", "-f"])
+                .arg(deploy.join("crds"))
+                .arg("-f")
+                .arg(deploy.join("antrea-crds")),
+        )
+        .with_context(|| format!("installing the CRDs in {}", cluster.name))?;
+        exec(kubectl_for(kubectl, cluster).args([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ]))?;
+    }
+    say("CRDs installed and established in every cluster");
+    Ok(())
+}
+
+fn write_env(kubectl: &Path) -> anyhow::Result<()> {
+    let mut env =
+        String::from("# Written by `cargo xtask testbed up`. Source it: . target/testbed/env\n");
+    writeln!(env, "export KUBECTL={}", kubectl.display())?;
+    for cluster in &CLUSTERS {
+        writeln!(
+            env,
+            "export KUBECONFIG_{}={}",
+            cluster.name.to_uppercase(),
+            admin_kubeconfig(cluster).display()
+        )?;
+    }
+    let leader = CLUSTERS.iter().find(|c| c.leader).expect("one leader");
+    writeln!(env, "export LEADER_SERVER={}", leader.server())?;
+    std::fs::write(testbed_dir().join("env"), env)?;
+    Ok(())
+}
+
+fn down() -> anyhow::Result<()> {
+    let dir = testbed_dir();
+    let mut pids = proc::pids_in_netns(CORE_NETNS);
+    if let Ok(entries) = std::fs::read_dir(dir.join("pids")) {
+        for entry in entries.flatten() {
+            if let Some(pid) = std::fs::read_to_string(entry.path())
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                && proc::alive(pid)
+                && !pids.contains(&pid)
+            {
+                pids.push(pid);
+            }
+        }
+    }
+    if !pids.is_empty() {
+        say(format!("stopping {} processes", pids.len()));
+        proc::terminate(&pids, Duration::from_secs(10));
+    }
+    if netns_exists(CORE_NETNS) {
+        ip(&["netns", "del", CORE_NETNS])?;
+    }
+    if Path::new("/sys/class/net").join(HOST_VETH).exists() {
+        ip(&["link", "del", HOST_VETH])?;
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    say("down: processes stopped, namespaces and state removed");
+    Ok(())
+}
+
+fn status() -> anyhow::Result<()> {
+    let dir = testbed_dir();
+    if !netns_exists(CORE_NETNS) {
+        say("down (no network namespace)");
+        return Ok(());
+    }
+    let procs = Procs::new(&dir)?;
+    let kubectl = kube_bin_dir()?.join("kubectl");
+    let mut names = vec!["etcd".to_owned()];
+    for c in &CLUSTERS {
+        names.push(format!("{}-apiserver", c.name));
+        names.push(format!("{}-controller-manager", c.name));
+    }
+    println!(
+        "{:<28} {:>8} {:>10} {:>10}",
+        "COMPONENT", "PID", "RSS(MiB)", "PEAK(MiB)"
+    );
+    for name in &names {
+        match procs.running(name) {
+            Some(pid) => {
+                let (now, peak) = proc::rss_kib(pid);
+                println!("{name:<28} {pid:>8} {:>10} {:>10}", now / 1024, peak / 1024);
+            }
+            None => println!("{name:<28} {:>8} {:>10}", "-", "stopped"),
+        }
+    }
+    let (now, peak) = proc::pids_in_netns(CORE_NETNS)
+        .iter()
+        .map(|&p| proc::rss_kib(p))
+        .fold((0, 0), |(n, p), (n1, p1)| (n + n1, p + p1));
+    println!(
+        "testbed processes: {} MiB resident now, {} MiB at most (sum of each process's peak)",
+        now / 1024,
+        peak / 1024
+    );
+    for cluster in &CLUSTERS {
+        let ready = kubectl_for(&kubectl, cluster)
+            .args(["get", "--raw", "/readyz"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        println!(
+            "{:<6} {} {}",
+            cluster.name,
+            cluster.server(),
+            if ready { "ready" } else { "NOT READY" }
+        );
+    }
+    Ok(())
+}
