@@ -40,9 +40,23 @@ pub fn ours() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// The `crd.antrea.io` subset, for clusters without Antrea.
+/// The `crd.antrea.io` subset, for clusters without Antrea. Antrea serves these kinds in
+/// v1beta1 (storage) and still in v1alpha1 (the guides' ACNP examples use it); the schemas are
+/// the same, so conversion strategy None is exact.
 pub fn antrea() -> Vec<CustomResourceDefinition> {
-    vec![antrea::ClusterNetworkPolicy::crd(), antrea::Tier::crd()]
+    vec![
+        also_served_as(antrea::ClusterNetworkPolicy::crd(), "v1alpha1"),
+        also_served_as(antrea::Tier::crd(), "v1alpha1"),
+    ]
+}
+
+/// Adds a served, non-storage copy of the (single) version under another name.
+fn also_served_as(mut crd: CustomResourceDefinition, version: &str) -> CustomResourceDefinition {
+    let mut extra = crd.spec.versions[0].clone();
+    extra.name = version.to_owned();
+    extra.storage = false;
+    crd.spec.versions.insert(0, extra);
+    crd
 }
 
 fn file_name(crd: &CustomResourceDefinition) -> String {

@@ -103,8 +103,27 @@ pub struct ResourceExportSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
     pub cluster_network_policy: Option<serde_json::Value>,
+    /// The lowercase spelling used by the Markdown guide's ACNP example (Antrea's own type only
+    /// knows `clusterNetworkPolicy`); accepted so that YAML applies unchanged, and read as the
+    /// same thing (see [`ResourceExportSpec::acnp`]).
+    #[serde(
+        rename = "clusternetworkpolicy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(schema_with = "crate::schema::open_object")]
+    pub cluster_network_policy_lowercase: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_identity: Option<LabelIdentityExport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<RawResource>,
+}
+
+impl ResourceExportSpec {
+    /// The exported ACNP spec, whichever of the two spellings carried it.
+    pub fn acnp(&self) -> Option<&serde_json::Value> {
+        self.cluster_network_policy
+            .as_ref()
+            .or(self.cluster_network_policy_lowercase.as_ref())
+    }
 }
