@@ -6,6 +6,9 @@
 //! but their schema is left open (`x-kubernetes-preserve-unknown-fields`), as they are validated
 //! by the API of the object they describe, not by ours.
 
+// kube's `printcolumn(name = .., type_ = ..)` repeats keys across columns by design.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod antrea;
 pub mod clusterclaim;
 pub mod clusterinfo;

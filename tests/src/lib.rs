@@ -133,6 +133,18 @@ impl Testbed {
         serde_json::from_str(&self.ok(cluster, &all)).expect("kubectl JSON")
     }
 
+    /// Creates `name` unless it exists (a server-side dry run cannot create the namespace its
+    /// objects go into, and guide YAML names fixed namespaces).
+    pub fn ensure_namespace(&self, cluster: &str, name: &str) {
+        let yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n");
+        let out = self.with_stdin(cluster, &["apply", "-f", "-"], &yaml);
+        assert!(
+            out.status.success(),
+            "creating namespace {name} in {cluster}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// A fresh namespace, deleted (without waiting) when the guard drops.
     pub fn namespace(&self, cluster: &str, prefix: &str) -> Namespace<'_> {
         static N: AtomicU32 = AtomicU32::new(0);

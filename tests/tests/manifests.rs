@@ -22,21 +22,10 @@ fn dry_run(tb: &Testbed, cluster: &str, dir: &str) {
     );
 }
 
-fn ensure_namespace(tb: &Testbed, cluster: &str, name: &str) {
-    let yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n");
-    let out = tb.with_stdin(cluster, &["apply", "-f", "-"], &yaml);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn leader_manifests_validate_on_the_leader() {
     let tb = Testbed::from_env();
-    // A server-side dry run cannot create the namespace its objects go into.
-    ensure_namespace(&tb, "north", "antrea-multicluster");
+    tb.ensure_namespace("north", "antrea-multicluster");
     dry_run(&tb, "north", "deploy/leader");
 }
 
