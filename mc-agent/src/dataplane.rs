@@ -214,14 +214,24 @@ fn attach_one(
     }
 }
 
-/// Removes the pinned links of `interface` (which detaches the programs) and, with `maps`, the
+/// Detaches the programs from `interface` and removes their pinned links and, with `maps`, the
 /// pinned maps too. Missing pins are not an error: detaching twice is a no-op.
 pub fn detach(layout: &PinLayout, interface: &str, remove_maps: bool) -> io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
-    let mut paths: Vec<PathBuf> = Direction::BOTH
+    let links: Vec<PathBuf> = Direction::BOTH
         .iter()
         .map(|d| layout.link(interface, d.as_str()))
         .collect();
+    for link in &links {
+        // Dropping the last reference to a link detaches it only once the kernel releases the
+        // pin's inode; BPF_LINK_DETACH takes the program off the hook now.
+        match link_detach(link) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut paths = links;
     if remove_maps {
         paths.extend(maps::ALL.iter().map(|m| layout.map(m)));
     }
@@ -240,4 +250,45 @@ fn if_index(name: &str) -> Option<u32> {
     // SAFETY: NUL-terminated string we own.
     let index = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
     (index != 0).then_some(index)
+}
+
+/// `BPF_OBJ_GET` of a pinned link, then `BPF_LINK_DETACH` on it.
+fn link_detach(path: &std::path::Path) -> io::Result<()> {
+    use std::os::{fd::FromRawFd as _, unix::ffi::OsStrExt as _};
+    const BPF_OBJ_GET: libc::c_long = 7;
+    const BPF_LINK_DETACH: libc::c_long = 34;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // union bpf_attr, BPF_OBJ_GET member: { u64 pathname; u32 bpf_fd; u32 file_flags; ... }
+    let get_attr: [u64; 3] = [c_path.as_ptr() as u64, 0, 0];
+    // SAFETY: the attr buffer outlives the call; the kernel reads at most its size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            get_attr.as_ptr(),
+            std::mem::size_of_val(&get_attr),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new file descriptor that we now own.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    use std::os::fd::AsRawFd as _;
+    // BPF_LINK_DETACH member: { u32 link_fd; }
+    let detach_attr: [u32; 2] = [fd.as_raw_fd() as u32, 0];
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_DETACH,
+            detach_attr.as_ptr(),
+            std::mem::size_of_val(&detach_attr),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
