@@ -10,8 +10,10 @@ source scripts/env.sh
 keep=0
 [ "${1:-}" = "--keep" ] && keep=1
 
-say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; current_step="$*"; }
 logs="target/testbed/logs"
+current_step="start"
+trap 'echo "demo failed during: $current_step (exit $?). Logs: $logs/; clean up with: cargo xtask testbed down" >&2' ERR
 
 say "Installing what is missing (toolchains, bpf-linker, Kubernetes built from source; cached)"
 bash scripts/setup.sh
@@ -35,21 +37,12 @@ for c in north east west; do
     | grep -E 'CRD|antrea.io|x-k8s.io'
 done
 
-say "A ClusterSet from the user guide, accepted by north (the leader)"
+say "The leader's ClusterClaims and ClusterSet from the user guide, applied unchanged to north"
 "$KUBECTL" --kubeconfig "$KUBECONFIG_NORTH" create namespace antrea-multicluster --dry-run=client -o yaml \
   | "$KUBECTL" --kubeconfig "$KUBECONFIG_NORTH" apply -f - >/dev/null
-cat <<YAML | "$KUBECTL" --kubeconfig "$KUBECONFIG_NORTH" apply -f -
-apiVersion: multicluster.crd.antrea.io/v1alpha2
-kind: ClusterSet
-metadata:
-  name: test-clusterset
-  namespace: antrea-multicluster
-spec:
-  clusterID: test-cluster-north
-  leaders:
-    - clusterID: test-cluster-north
-YAML
-"$KUBECTL" --kubeconfig "$KUBECONFIG_NORTH" get clusterset -n antrea-multicluster
+"$KUBECTL" --kubeconfig "$KUBECONFIG_NORTH" apply -f tests/fixtures/guides/000-L249-clusterclaim-clusterclaim-clusterset.yaml
+"$KUBECTL" --kubeconfig "$KUBECONFIG_NORTH" get clusterclaim,clusterset -n antrea-multicluster
+echo "(the ClusterSet's totals stay empty until the controllers of the next milestone run)"
 
 say "The eBPF dataplane: mc-agent attaches its TC program (TCX) to a Node's uplink"
 ns_a=strait-demo-node ns_b=strait-demo-peer
@@ -72,8 +65,13 @@ echo "counters before traffic:"
 nsenter --net=/run/netns/"$ns_a" ping -c 5 -i 0.2 198.18.200.2 | tail -2
 echo "counters after 5 pings:"
 "$agent" --pin-root "$pin" counters
-echo "the same map, as bpftool shows it (named fields from BTF):"
-bpftool map dump pinned "$pin/mc_counters" | head -12
+moved=$("$agent" --pin-root "$pin" counters --json | jq '.[] | select(.name == "pass_ipv4") | .packets')
+if [ "${moved:-0}" -lt 10 ]; then
+  echo "the IPv4 counter should have counted 5 requests and 5 replies, it shows ${moved:-0}" >&2
+  exit 1
+fi
+echo "the same map, as bpftool shows it (named fields from BTF; keys 0-3, one value per CPU):"
+bpftool -j map dump pinned "$pin/mc_counters" | jq -c '.[] | select(.formatted.key < 4) | .formatted'
 
 if [ $keep = 1 ]; then
   cat <<MSG

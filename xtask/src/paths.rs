@@ -4,11 +4,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
 
+/// The checkout `cargo xtask` runs in: the nearest ancestor of the working directory holding
+/// `scripts/versions.env` (not the path baked in at compile time, which belongs to whichever
+/// checkout built this binary), else the checkout that built it.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_owned()
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            cwd.ancestors()
+                .find(|d| d.join("scripts/versions.env").is_file() && d.join("xtask").is_dir())
+                .map(Path::to_owned)
+        })
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("xtask lives in the workspace")
+                .to_owned()
+        })
 }
 
 /// `target/testbed` in the repository (not CARGO_TARGET_DIR: users and tests look here).
