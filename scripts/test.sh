@@ -32,7 +32,16 @@ step "testbed down (leftovers)" cargo xtask testbed down
 step "testbed up" cargo xtask testbed up
 step "testbed tests" cargo test -p mc-integration -- --test-threads=1
 step "testbed status (memory after the tests)" cargo xtask testbed status
-step "testbed down" cargo xtask testbed down
+crash_down() {
+  # As after a crash: the PID files are gone, the processes still run. `down` must still find
+  # and stop every process and remove the namespace.
+  rm -rf target/testbed/pids
+  cargo xtask testbed down
+  if ip netns list | grep -q '^strait-core'; then echo "strait-core netns left behind" >&2; return 1; fi
+  if pgrep -f 'kube-apiserver --etcd-servers' >/dev/null; then echo "kube-apiserver left running" >&2; return 1; fi
+  if pgrep -x etcd >/dev/null; then echo "etcd left running" >&2; return 1; fi
+}
+step "testbed down (after losing its PID files)" crash_down
 trap - EXIT
 
 printf '\nall tests passed in %ss\n' "$(( $(date +%s) - total_start ))"
