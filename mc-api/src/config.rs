@@ -43,6 +43,28 @@ pub struct MultiClusterConfig {
     pub endpoint_ip_type: EndpointIpType,
     #[serde(default)]
     pub enable_stretched_network_policy: bool,
+    #[serde(default)]
+    pub health: HealthConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthConfig {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served.
+    #[serde(default = "default_health_addr")]
+    pub health_probe_bind_address: String,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            health_probe_bind_address: default_health_addr(),
+        }
+    }
+}
+
+fn default_health_addr() -> String {
+    ":8080".into()
 }
 
 #[derive(Debug, thiserror::Error)]

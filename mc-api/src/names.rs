@@ -23,6 +23,11 @@ pub mod labels {
     pub const SOURCE_NAMESPACE: &str = "sourceNamespace";
     pub const SOURCE_CLUSTER_ID: &str = "sourceClusterID";
     pub const SOURCE_KIND: &str = "sourceKind";
+    /// On every object a Strait member controller creates in its own cluster (imported Services,
+    /// Endpoints, ServiceImports, ACNPs, ClusterInfoImports, Gateways): only objects carrying
+    /// it are ever updated or deleted by the controller.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    pub const MANAGED_BY_VALUE: &str = "strait-mc-controller";
 }
 
 pub mod finalizers {

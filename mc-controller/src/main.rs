@@ -1,6 +1,16 @@
 //! `mc-controller leader|member` — the multi-cluster control plane (see DESIGN §3).
 
-use clap::{Parser, Subcommand};
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use k8s_openapi::jiff::SignedDuration;
+use mc_api::config::MultiClusterConfig;
+use mc_controller::{
+    leader::{self, members::Liveness},
+    member,
+    metrics::Metrics,
+};
 
 #[derive(Parser)]
 #[command(version, about = "Strait multi-cluster controller")]
@@ -12,16 +22,140 @@ struct Cli {
 #[derive(Subcommand)]
 enum Role {
     /// Run the leader controllers in the Common Area namespace.
-    Leader,
+    Leader(Common),
     /// Run the member controllers.
-    Member,
+    Member {
+        #[command(flatten)]
+        common: Common,
+        /// Seconds between two heartbeats (MemberClusterAnnounce updates).
+        #[arg(long, default_value_t = 10)]
+        heartbeat_interval: u64,
+    },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let role = match cli.role {
-        Role::Leader => "leader",
-        Role::Member => "member",
+#[derive(Args)]
+struct Common {
+    /// Kubeconfig of this cluster; in-cluster configuration when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The controller's namespace (leader: the Common Area; member: where its ClusterSet,
+    /// Gateway and ClusterInfoImports live). Default: POD_NAMESPACE, else the documented one.
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// The MultiClusterConfig file (the ConfigMap key controller_manager_config.yaml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Overrides health.healthProbeBindAddress (where /healthz, /readyz and /metrics are served).
+    #[arg(long)]
+    health_addr: Option<String>,
+    /// Leader: seconds without a heartbeat after which a member is Disconnected.
+    #[arg(long, default_value_t = 25)]
+    member_timeout: i64,
+    /// Leader: seconds a member may stay Disconnected before its endpoints are withdrawn.
+    #[arg(long, default_value_t = 60)]
+    withdraw_after: i64,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
     };
-    anyhow::bail!("mc-controller {role}: the controllers are not implemented yet (issue 3)")
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn load_config(path: Option<&PathBuf>) -> anyhow::Result<MultiClusterConfig> {
+    match path {
+        None => Ok(MultiClusterConfig::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading the controller config {}", p.display()))?;
+            MultiClusterConfig::parse(&text).with_context(|| format!("in {}", p.display()))
+        }
+    }
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube_runtime=warn,kube_client=warn".into());
+    let b = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let (common, is_leader, heartbeat) = match &cli.role {
+        Role::Leader(c) => (c, true, 10),
+        Role::Member {
+            common,
+            heartbeat_interval,
+        } => (common, false, *heartbeat_interval),
+    };
+    init_logs(common.log_json);
+    let config = load_config(common.config.as_ref())?;
+    let client = client(common.kubeconfig.as_ref()).await?;
+    let metrics = Metrics::default();
+    let addr = common
+        .health_addr
+        .clone()
+        .unwrap_or_else(|| config.health.health_probe_bind_address.clone());
+    let serve = metrics.clone().serve(&addr);
+    let namespace = common.namespace.clone().unwrap_or_else(|| {
+        if is_leader {
+            "antrea-multicluster"
+        } else {
+            "kube-system"
+        }
+        .into()
+    });
+    let work = async {
+        if is_leader {
+            let liveness = Liveness {
+                timeout: SignedDuration::from_secs(common.member_timeout),
+                withdraw_after: SignedDuration::from_secs(common.withdraw_after),
+            };
+            leader::run(
+                client,
+                leader::LeaderOptions {
+                    namespace,
+                    liveness,
+                },
+                metrics,
+            )
+            .await
+        } else {
+            member::run(
+                client,
+                member::MemberOptions {
+                    namespace,
+                    config,
+                    heartbeat: Duration::from_secs(heartbeat.max(1)),
+                },
+                metrics,
+            )
+            .await
+        }
+    };
+    tokio::select! {
+        r = serve => r,
+        r = work => r,
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; exiting");
+            Ok(())
+        }
+    }
 }

@@ -1,0 +1,340 @@
+//! The two halves of every level-triggered loop in the controllers: watch-backed stores that wake
+//! the loop, and a writer that makes the API equal to a computed desired state.
+
+use std::{
+    collections::HashMap,
+    fmt::Debug,
+    hash::Hash,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt as _;
+use kube::{
+    Api, Resource, ResourceExt as _,
+    api::{DeleteParams, Patch, PatchParams},
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::metrics::Metrics;
+
+/// Field manager of every server-side apply the controllers make.
+pub const MANAGER: &str = "strait-mc-controller";
+
+/// Wakes a sync loop. Any number of events before the loop runs collapse into one wake-up.
+#[derive(Clone, Default)]
+pub struct Trigger(Arc<Notify>);
+
+impl Trigger {
+    pub fn fire(&self) {
+        self.0.notify_one();
+    }
+
+    pub async fn wait(&self) {
+        self.0.notified().await;
+    }
+}
+
+/// A reflector store kept up to date by a watch; every change fires the trigger. The store keeps
+/// its last content while the API server is unreachable (the watch retries with backoff).
+pub struct Watched<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    pub store: Store<K>,
+    ready: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<K: Resource + 'static> Drop for Watched<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl<K> Watched<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    pub fn new(api: Api<K>, config: watcher::Config, trigger: Trigger, what: &'static str) -> Self {
+        let (store, writer) = reflector::store();
+        let ready = Arc::new(AtomicBool::new(false));
+        let ready2 = ready.clone();
+        let task = tokio::spawn(async move {
+            let stream = watcher(api, config).default_backoff().reflect(writer);
+            futures::pin_mut!(stream);
+            let mut failing = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => {
+                        if matches!(event, watcher::Event::InitDone) {
+                            ready2.store(true, Ordering::Release);
+                        }
+                        if failing {
+                            tracing::info!(what, "watch recovered");
+                            failing = false;
+                        }
+                        trigger.fire();
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(what, error = %e, "watch failed; retrying with backoff");
+                            failing = true;
+                        }
+                    }
+                }
+            }
+        });
+        Self { store, ready, task }
+    }
+
+    /// True once the first full list has been received.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        let mut r = ObjectRef::new_with(name, K::DynamicType::default());
+        if let Some(ns) = namespace {
+            r = r.within(ns);
+        }
+        self.store.get(&r)
+    }
+
+    pub fn all(&self) -> Vec<Arc<K>> {
+        self.store.state()
+    }
+}
+
+/// True when every field set in `desired` has the same value in `actual` (objects compared key by
+/// key, arrays element by element): what a server-side apply of `desired` would not change. Fields
+/// the API server defaults (a port's targetPort, a clusterIP) do not count as differences.
+pub fn json_subset(desired: &Value, actual: &Value) -> bool {
+    match (desired, actual) {
+        (Value::Object(d), Value::Object(a)) => d
+            .iter()
+            .all(|(k, v)| a.get(k).is_some_and(|av| json_subset(v, av)) || v.is_null()),
+        (Value::Array(d), Value::Array(a)) => {
+            d.len() == a.len() && d.iter().zip(a).all(|(x, y)| json_subset(x, y))
+        }
+        _ => desired == actual,
+    }
+}
+
+/// Makes objects in the API equal to desired ones with server-side apply, skipping writes the
+/// store shows are not needed, and writes it has just made while the store catches up.
+#[derive(Clone)]
+pub struct Writer {
+    metrics: Metrics,
+    applied: Arc<Mutex<HashMap<String, (Value, Instant)>>>,
+}
+
+/// How long a write with no store to confirm it is trusted before it is made again.
+const UNCONFIRMED_TTL: Duration = Duration::from_secs(300);
+/// How long the store may lag behind a write before the write is made again.
+const STORE_LAG: Duration = Duration::from_secs(10);
+
+impl Writer {
+    pub fn new(metrics: Metrics) -> Self {
+        Self {
+            metrics,
+            applied: Default::default(),
+        }
+    }
+
+    fn cache_key<K: Resource>(obj: &K) -> String
+    where
+        K::DynamicType: Default,
+    {
+        format!(
+            "{}/{}/{}/{}",
+            K::api_version(&Default::default()),
+            K::kind(&Default::default()),
+            obj.namespace().unwrap_or_default(),
+            obj.name_any()
+        )
+    }
+
+    /// Whether `desired` must be applied, given what the store holds (`None` if there is no
+    /// store for this kind, `Some(None)` if the store has no such object).
+    pub fn needed<K>(&self, desired: &K, actual: Option<Option<&K>>) -> bool
+    where
+        K: Resource + Serialize,
+        K::DynamicType: Default,
+    {
+        let want = serde_json::to_value(desired).unwrap_or(Value::Null);
+        if let Some(Some(actual)) = actual
+            && json_subset(&want, &serde_json::to_value(actual).unwrap_or(Value::Null))
+        {
+            return false;
+        }
+        let ttl = if actual.is_some() {
+            STORE_LAG
+        } else {
+            UNCONFIRMED_TTL
+        };
+        let applied = self.applied.lock().expect("writer cache");
+        !matches!(applied.get(&Self::cache_key(desired)), Some((v, at)) if *v == want && at.elapsed() < ttl)
+    }
+
+    /// Server-side apply of `desired` (which carries apiVersion and kind).
+    pub async fn apply<K>(&self, api: &Api<K>, desired: &K) -> kube::Result<()>
+    where
+        K: Resource + Serialize + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let name = desired.name_any();
+        let kind = K::kind(&Default::default()).into_owned();
+        let mut obj = serde_json::to_value(desired).unwrap_or(Value::Null);
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            // Never send read-only metadata in an apply.
+            for f in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "managedFields",
+            ] {
+                meta.remove(f);
+            }
+        }
+        let result = api
+            .patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&obj),
+            )
+            .await;
+        self.metrics.write(&kind, "apply", result.is_ok());
+        result?;
+        self.applied.lock().expect("writer cache").insert(
+            Self::cache_key(desired),
+            (
+                serde_json::to_value(desired).unwrap_or(Value::Null),
+                Instant::now(),
+            ),
+        );
+        tracing::debug!(kind, name, "applied");
+        Ok(())
+    }
+
+    /// Deletes an object; one that is already gone is not an error.
+    pub async fn delete<K>(&self, api: &Api<K>, namespace: &str, name: &str) -> kube::Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let kind = K::kind(&Default::default()).into_owned();
+        let result = match api.delete(name, &DeleteParams::background()).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        };
+        self.metrics.write(&kind, "delete", result.is_ok());
+        result?;
+        let suffix = format!("/{kind}/{namespace}/{name}");
+        self.applied
+            .lock()
+            .expect("writer cache")
+            .retain(|k, _| !k.ends_with(&suffix));
+        tracing::debug!(kind, name, "deleted");
+        Ok(())
+    }
+
+    /// A merge patch of the status subresource.
+    pub async fn patch_status<K>(&self, api: &Api<K>, name: &str, status: Value) -> kube::Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let kind = K::kind(&Default::default()).into_owned();
+        let result = api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": status })),
+            )
+            .await;
+        self.metrics.write(&kind, "status", result.is_ok());
+        result.map(|_| ())
+    }
+
+    /// Forgets every write, so the next sync re-asserts everything (used after a reconnect).
+    pub fn forget(&self) {
+        self.applied.lock().expect("writer cache").clear();
+    }
+}
+
+/// Runs futures with bounded concurrency, logging and counting failures; returns how many failed.
+pub async fn run_all<F>(what: &str, ops: Vec<(String, F)>) -> usize
+where
+    F: Future<Output = kube::Result<()>>,
+{
+    let results: Vec<(String, kube::Result<()>)> = futures::stream::iter(
+        ops.into_iter()
+            .map(|(label, op)| async move { (label, op.await) }),
+    )
+    .buffer_unordered(16)
+    .collect()
+    .await;
+    let mut failed = 0;
+    for (label, result) in results {
+        if let Err(e) = result {
+            failed += 1;
+            tracing::warn!(what, object = label, error = %e, "write failed; will retry");
+        }
+    }
+    failed
+}
+
+/// Labels an object created by a member controller carries.
+pub fn managed_labels() -> std::collections::BTreeMap<String, String> {
+    [(
+        mc_api::names::labels::MANAGED_BY.to_owned(),
+        mc_api::names::labels::MANAGED_BY_VALUE.to_owned(),
+    )]
+    .into()
+}
+
+pub fn is_managed<K: Resource>(obj: &K) -> bool {
+    obj.labels()
+        .get(mc_api::names::labels::MANAGED_BY)
+        .map(String::as_str)
+        == Some(mc_api::names::labels::MANAGED_BY_VALUE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn subset_ignores_server_defaults_but_not_changes() {
+        let actual = json!({"spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}], "clusterIP": "10.0.0.1"}});
+        assert!(json_subset(
+            &json!({"spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}),
+            &actual
+        ));
+        assert!(!json_subset(
+            &json!({"spec": {"ports": [{"port": 81, "protocol": "TCP"}]}}),
+            &actual
+        ));
+        assert!(!json_subset(
+            &json!({"spec": {"ports": [{"port": 80}, {"port": 81}]}}),
+            &actual
+        ));
+        assert!(!json_subset(&json!({"x": 1}), &json!({})));
+    }
+}

@@ -1,0 +1,602 @@
+//! The leader's merge: every ResourceExport in the Common Area → the ResourceImports members
+//! import, and a verdict per export. Pure: the same exports always give the same imports, so the
+//! leader can recompute everything after a restart or a missed event.
+//!
+//! Rules (reference §3.2.3): Service exports of one `<ns>/<name>` must agree on their ports. The
+//! ports already imported stay while some exporter still has them; otherwise the oldest exporter's
+//! win. An exporter that disagrees gets a Failure and contributes no endpoints. Endpoints are the
+//! union over the clusters whose Service export succeeded (and whose endpoints are not withdrawn).
+//! A ClusterInfo is imported under the export's own name; an ACNP under `<name>-<kind>`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use k8s_openapi::api::core::v1::ServicePort;
+use kube::ResourceExt as _;
+use mc_api::{
+    exports::{EndpointsExport, ResourceExport, kinds as re_kinds},
+    imports::{ResourceImport, ResourceImportSpec, kinds as ri_kinds},
+    names,
+};
+use serde_json::{Value, json};
+
+/// What the leader says about one export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Succeeded,
+    Failure(String),
+}
+
+#[derive(Debug, Default)]
+pub struct Merged {
+    /// Desired ResourceImports by name.
+    pub imports: BTreeMap<String, ResourceImportSpec>,
+    /// Verdict per ResourceExport name (live exports only).
+    pub verdicts: BTreeMap<String, Verdict>,
+}
+
+/// `(name, port, protocol)` of a Service port: what importers need to agree on.
+type PortKey = (String, i32, String);
+
+fn port_keys(ports: &[ServicePort]) -> Vec<PortKey> {
+    let mut keys: Vec<PortKey> = ports
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone().unwrap_or_default(),
+                p.port,
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            )
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn describe(keys: &[PortKey]) -> String {
+    let parts: Vec<String> = keys
+        .iter()
+        .map(|(n, p, proto)| {
+            if n.is_empty() {
+                format!("{p}/{proto}")
+            } else {
+                format!("{n}:{p}/{proto}")
+            }
+        })
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// The ports of an imported ServiceImport, as the RI stores them.
+fn imported_port_keys(ri: &ResourceImport) -> Option<Vec<PortKey>> {
+    let ports = ri.spec.service_import.as_ref()?.pointer("/spec/ports")?;
+    let ports: Vec<ServicePort> = serde_json::from_value(ports.clone()).ok()?;
+    Some(port_keys(&ports))
+}
+
+struct Tuple<'a> {
+    namespace: String,
+    name: String,
+    exports: Vec<&'a ResourceExport>,
+}
+
+fn spec_or_label(value: &Option<String>, re: &ResourceExport, label: &str) -> String {
+    value
+        .clone()
+        .filter(|v| !v.is_empty())
+        .or_else(|| re.labels().get(label).cloned())
+        .unwrap_or_default()
+}
+
+fn cluster_of(re: &ResourceExport) -> String {
+    spec_or_label(&re.spec.cluster_id, re, names::labels::SOURCE_CLUSTER_ID)
+}
+
+/// Oldest first; the name breaks ties, so the order is the same on every run.
+fn by_age(a: &&ResourceExport, b: &&ResourceExport) -> std::cmp::Ordering {
+    let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    ta.cmp(&tb).then_with(|| a.name_any().cmp(&b.name_any()))
+}
+
+pub fn merge(
+    leader_namespace: &str,
+    exports: &[Arc<ResourceExport>],
+    existing: &[Arc<ResourceImport>],
+    withdrawn: &BTreeSet<String>,
+) -> Merged {
+    let mut out = Merged::default();
+    let live: Vec<&ResourceExport> = exports
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|re| re.metadata.deletion_timestamp.is_none())
+        .collect();
+    let existing: BTreeMap<String, &ResourceImport> = existing
+        .iter()
+        .map(|ri| (ri.name_any(), ri.as_ref()))
+        .collect();
+
+    // Group by kind and source object.
+    let mut groups: BTreeMap<(String, String, String), Tuple> = BTreeMap::new();
+    for re in &live {
+        let kind = re.spec.kind.clone().unwrap_or_default();
+        let namespace = spec_or_label(&re.spec.namespace, re, names::labels::SOURCE_NAMESPACE);
+        let name = spec_or_label(&re.spec.name, re, names::labels::SOURCE_NAME);
+        match kind.as_str() {
+            re_kinds::SERVICE | re_kinds::ENDPOINTS | re_kinds::ACNP => {}
+            re_kinds::CLUSTER_INFO => {
+                clusterinfo(leader_namespace, re, &mut out);
+                continue;
+            }
+            _ => {
+                out.verdicts.insert(
+                    re.name_any(),
+                    Verdict::Failure(format!("kind {kind:?} is not supported by this leader")),
+                );
+                continue;
+            }
+        }
+        if name.is_empty() {
+            out.verdicts
+                .insert(re.name_any(), Verdict::Failure("spec.name is empty".into()));
+            continue;
+        }
+        groups
+            .entry((kind, namespace.clone(), name.clone()))
+            .or_insert_with(|| Tuple {
+                namespace,
+                name,
+                exports: Vec::new(),
+            })
+            .exports
+            .push(re);
+    }
+
+    // Which tuple claimed which import name: `-` joins are ambiguous (ns `a-b`/name `c` and
+    // ns `a`/name `b-c` give the same name); the first tuple keeps it.
+    let mut claimed: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut service_ok: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut serviced: BTreeSet<(String, String)> = BTreeSet::new();
+    for ((kind, _, _), tuple) in groups.iter_mut() {
+        tuple.exports.sort_by(by_age);
+        let ri_kind = if kind == re_kinds::SERVICE {
+            ri_kinds::SERVICE_IMPORT
+        } else {
+            kind.as_str()
+        };
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
+        let owner = claimed
+            .entry(ri_name.clone())
+            .or_insert((tuple.namespace.clone(), tuple.name.clone()));
+        if *owner != (tuple.namespace.clone(), tuple.name.clone()) {
+            for re in &tuple.exports {
+                out.verdicts.insert(
+                    re.name_any(),
+                    Verdict::Failure(format!(
+                        "ResourceImport {ri_name} already imports {}/{}",
+                        owner.0, owner.1
+                    )),
+                );
+            }
+            continue;
+        }
+        let mut spec = ResourceImportSpec {
+            name: Some(tuple.name.clone()),
+            namespace: (!tuple.namespace.is_empty()).then(|| tuple.namespace.clone()),
+            kind: Some(ri_kind.to_owned()),
+            ..Default::default()
+        };
+        match kind.as_str() {
+            re_kinds::SERVICE => {
+                let with_ports: Vec<(&ResourceExport, &Vec<ServicePort>)> = tuple
+                    .exports
+                    .iter()
+                    .filter_map(|re| {
+                        let ports = re
+                            .spec
+                            .service
+                            .as_ref()
+                            .and_then(|s| s.service_spec.as_ref())
+                            .and_then(|s| s.ports.as_ref());
+                        if ports.is_none() {
+                            out.verdicts.insert(
+                                re.name_any(),
+                                Verdict::Failure(
+                                    "a Service export needs spec.service.serviceSpec.ports".into(),
+                                ),
+                            );
+                        }
+                        Some((*re, ports?))
+                    })
+                    .collect();
+                let Some(&(_, oldest)) = with_ports.first() else {
+                    continue;
+                };
+                let imported = existing
+                    .get(&ri_name)
+                    .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::SERVICE_IMPORT))
+                    .and_then(|ri| imported_port_keys(ri))
+                    .filter(|keys| with_ports.iter().any(|(_, p)| port_keys(p) == *keys));
+                let reference = imported.unwrap_or_else(|| port_keys(oldest));
+                let mut chosen: Option<&Vec<ServicePort>> = None;
+                for (re, ports) in &with_ports {
+                    let keys = port_keys(ports);
+                    if keys == reference {
+                        chosen.get_or_insert(ports);
+                        service_ok.insert((
+                            tuple.namespace.clone(),
+                            tuple.name.clone(),
+                            cluster_of(re),
+                        ));
+                        out.verdicts.insert(re.name_any(), Verdict::Succeeded);
+                    } else {
+                        out.verdicts.insert(
+                            re.name_any(),
+                            Verdict::Failure(format!(
+                                "ResourceExport can't be converged to ResourceImport: ports {} differ from the ports {} already exported for {}/{}",
+                                describe(&keys),
+                                describe(&reference),
+                                tuple.namespace,
+                                tuple.name
+                            )),
+                        );
+                    }
+                }
+                let ports: Vec<Value> = chosen
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        let mut port = json!({
+                            "port": p.port,
+                            "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                        });
+                        if let Some(n) = p.name.as_ref().filter(|n| !n.is_empty()) {
+                            port["name"] = json!(n);
+                        }
+                        port
+                    })
+                    .collect();
+                spec.service_import = Some(json!({
+                    "metadata": {"name": tuple.name, "namespace": tuple.namespace},
+                    "spec": {"ports": ports, "type": "ClusterSetIP"},
+                }));
+                serviced.insert((tuple.namespace.clone(), tuple.name.clone()));
+            }
+            re_kinds::ACNP => {
+                let oldest = tuple.exports[0];
+                let Some(policy) = oldest.spec.acnp() else {
+                    for re in &tuple.exports {
+                        out.verdicts.insert(
+                            re.name_any(),
+                            Verdict::Failure(
+                                "an ACNP export needs spec.clusterNetworkPolicy".into(),
+                            ),
+                        );
+                    }
+                    continue;
+                };
+                for re in &tuple.exports {
+                    let verdict = if re.spec.acnp() == Some(policy) {
+                        Verdict::Succeeded
+                    } else {
+                        Verdict::Failure(format!(
+                            "ResourceExport {} already exports ACNP {} with another spec",
+                            oldest.name_any(),
+                            tuple.name
+                        ))
+                    };
+                    out.verdicts.insert(re.name_any(), verdict);
+                }
+                spec.cluster_network_policy = Some(policy.clone());
+            }
+            _ => continue, // Endpoints: below, once every Service verdict is known.
+        }
+        out.imports.insert(ri_name, spec);
+    }
+
+    for ((kind, _, _), tuple) in groups.iter() {
+        if kind != re_kinds::ENDPOINTS {
+            continue;
+        }
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
+        if claimed.get(&ri_name) != Some(&(tuple.namespace.clone(), tuple.name.clone())) {
+            continue;
+        }
+        let mut subsets = BTreeMap::new();
+        for re in &tuple.exports {
+            let cluster = cluster_of(re);
+            let verdict = match &re.spec.endpoints {
+                None => Verdict::Failure("an Endpoints export needs spec.endpoints".into()),
+                Some(_)
+                    if !service_ok.contains(&(
+                        tuple.namespace.clone(),
+                        tuple.name.clone(),
+                        cluster.clone(),
+                    )) =>
+                {
+                    Verdict::Failure(format!(
+                        "the Service export of cluster {cluster:?} for {}/{} has not converged",
+                        tuple.namespace, tuple.name
+                    ))
+                }
+                Some(eps) => {
+                    if !withdrawn.contains(&cluster) {
+                        // One contribution per cluster: the oldest export wins.
+                        subsets
+                            .entry(cluster)
+                            .or_insert_with(|| eps.subsets.clone());
+                    }
+                    Verdict::Succeeded
+                }
+            };
+            out.verdicts.insert(re.name_any(), verdict);
+        }
+        if !serviced.contains(&(tuple.namespace.clone(), tuple.name.clone())) {
+            continue;
+        }
+        out.imports.insert(
+            ri_name,
+            ResourceImportSpec {
+                name: Some(tuple.name.clone()),
+                namespace: Some(tuple.namespace.clone()),
+                kind: Some(ri_kinds::ENDPOINTS.into()),
+                endpoints: Some(EndpointsExport {
+                    subsets: subsets.into_values().flatten().collect(),
+                }),
+                ..Default::default()
+            },
+        );
+    }
+    out
+}
+
+fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
+    let name = re.name_any();
+    let Some(info) = &re.spec.cluster_info else {
+        out.verdicts.insert(
+            name,
+            Verdict::Failure("a ClusterInfo export needs spec.clusterInfo".into()),
+        );
+        return;
+    };
+    out.imports.insert(
+        name.clone(),
+        ResourceImportSpec {
+            name: Some(name.clone()),
+            namespace: Some(leader_namespace.to_owned()),
+            kind: Some(ri_kinds::CLUSTER_INFO.into()),
+            cluster_info: Some(info.clone()),
+            ..Default::default()
+        },
+    );
+    out.verdicts.insert(name, Verdict::Succeeded);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::{
+        api::core::v1::{EndpointAddress, EndpointSubset, ServiceSpec},
+        apimachinery::pkg::apis::meta::v1::Time,
+        jiff::Timestamp,
+    };
+    use mc_api::{
+        clusterinfo::{ClusterInfo, GatewayInfo},
+        exports::{ResourceExportSpec, ServiceExport},
+    };
+
+    const NS: &str = "antrea-multicluster";
+
+    fn port(name: &str, port: i32) -> ServicePort {
+        ServicePort {
+            name: Some(name.into()),
+            port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }
+    }
+
+    fn re(cluster: &str, kind: &str, age: i64, spec: ResourceExportSpec) -> Arc<ResourceExport> {
+        let name = names::resource_export(cluster, "default", "nginx", kind);
+        let mut re = ResourceExport::new(
+            &name,
+            ResourceExportSpec {
+                cluster_id: Some(cluster.into()),
+                name: Some("nginx".into()),
+                namespace: Some("default".into()),
+                kind: Some(kind.into()),
+                ..spec
+            },
+        );
+        re.metadata.creation_timestamp =
+            Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
+        Arc::new(re)
+    }
+
+    fn svc(cluster: &str, age: i64, ports: Vec<ServicePort>) -> Arc<ResourceExport> {
+        re(
+            cluster,
+            "Service",
+            age,
+            ResourceExportSpec {
+                service: Some(ServiceExport {
+                    service_spec: Some(ServiceSpec {
+                        ports: Some(ports),
+                        ..Default::default()
+                    }),
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn eps(cluster: &str, ip: &str) -> Arc<ResourceExport> {
+        re(
+            cluster,
+            "Endpoints",
+            0,
+            ResourceExportSpec {
+                endpoints: Some(EndpointsExport {
+                    subsets: vec![EndpointSubset {
+                        addresses: Some(vec![EndpointAddress {
+                            ip: ip.into(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }],
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn ips(m: &Merged) -> Vec<String> {
+        m.imports["default-nginx-endpoints"]
+            .endpoints
+            .as_ref()
+            .unwrap()
+            .subsets
+            .iter()
+            .flat_map(|s| s.addresses.clone().unwrap_or_default())
+            .map(|a| a.ip)
+            .collect()
+    }
+
+    #[test]
+    fn one_exporter_gives_a_service_import_and_endpoints() {
+        let exports = vec![
+            svc("west", 0, vec![port("http", 80)]),
+            eps("west", "10.98.0.7"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let si = &m.imports["default-nginx-service"];
+        assert_eq!(si.kind.as_deref(), Some("ServiceImport"));
+        assert_eq!(
+            si.service_import.as_ref().unwrap()["spec"],
+            json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "type": "ClusterSetIP"})
+        );
+        assert_eq!(ips(&m), ["10.98.0.7"]);
+        assert!(m.verdicts.values().all(|v| *v == Verdict::Succeeded));
+    }
+
+    #[test]
+    fn endpoints_are_merged_and_a_conflicting_exporter_is_refused() {
+        let mut exports = vec![
+            svc("west", 0, vec![port("http", 80)]),
+            eps("west", "10.98.0.7"),
+            svc("east", 5, vec![port("http", 80)]),
+            eps("east", "10.97.0.9"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        assert_eq!(ips(&m), ["10.97.0.9", "10.98.0.7"]);
+
+        exports[2] = svc("east", 5, vec![port("http", 8080)]);
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        assert_eq!(ips(&m), ["10.98.0.7"]);
+        assert!(
+            matches!(&m.verdicts["east-default-nginx-service"], Verdict::Failure(msg) if msg.contains("8080"))
+        );
+        assert!(matches!(
+            &m.verdicts["east-default-nginx-endpoints"],
+            Verdict::Failure(_)
+        ));
+        assert_eq!(m.verdicts["west-default-nginx-service"], Verdict::Succeeded);
+    }
+
+    #[test]
+    fn imported_ports_stay_while_an_exporter_has_them() {
+        // West (oldest) changes its ports while east still exports the imported ones: west is
+        // the one refused, imports do not flap.
+        let exports = vec![
+            svc("west", 0, vec![port("http", 8080)]),
+            svc("east", 5, vec![port("http", 80)]),
+        ];
+        let first = merge(
+            NS,
+            &[svc("west", 0, vec![port("http", 80)]), exports[1].clone()],
+            &[],
+            &BTreeSet::new(),
+        );
+        let existing = vec![Arc::new(ResourceImport::new(
+            "default-nginx-service",
+            first.imports["default-nginx-service"].clone(),
+        ))];
+        let m = merge(NS, &exports, &existing, &BTreeSet::new());
+        assert!(matches!(
+            m.verdicts["west-default-nginx-service"],
+            Verdict::Failure(_)
+        ));
+        assert_eq!(m.verdicts["east-default-nginx-service"], Verdict::Succeeded);
+        // The sole exporter may change its ports.
+        let m = merge(NS, &exports[..1], &existing, &BTreeSet::new());
+        assert_eq!(m.verdicts["west-default-nginx-service"], Verdict::Succeeded);
+    }
+
+    #[test]
+    fn withdrawn_and_deleting_exports_contribute_nothing() {
+        let mut deleting = (*svc("east", 5, vec![port("http", 80)])).clone();
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        let exports = vec![
+            svc("west", 0, vec![port("http", 80)]),
+            eps("west", "10.98.0.7"),
+            Arc::new(deleting),
+            eps("east", "10.97.0.9"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::from(["west".to_owned()]));
+        assert!(ips(&m).is_empty());
+        assert!(
+            merge(NS, &exports[..1], &[], &BTreeSet::new())
+                .imports
+                .get("default-nginx-endpoints")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn clusterinfo_keeps_the_export_name() {
+        let mut re = ResourceExport::new(
+            "east-clusterinfo",
+            ResourceExportSpec {
+                cluster_id: Some("east".into()),
+                kind: Some("ClusterInfo".into()),
+                cluster_info: Some(ClusterInfo {
+                    cluster_id: Some("east".into()),
+                    service_cidr: Some("10.97.0.0/16".into()),
+                    gateway_infos: vec![GatewayInfo {
+                        gateway_ip: Some("198.18.1.2".into()),
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        re.metadata.creation_timestamp = Some(Time(Timestamp::now()));
+        let m = merge(NS, &[Arc::new(re)], &[], &BTreeSet::new());
+        let ri = &m.imports["east-clusterinfo"];
+        assert_eq!(ri.kind.as_deref(), Some("ClusterInfo"));
+        assert_eq!(ri.namespace.as_deref(), Some(NS));
+        assert_eq!(
+            ri.cluster_info.as_ref().unwrap().service_cidr.as_deref(),
+            Some("10.97.0.0/16")
+        );
+    }
+
+    #[test]
+    fn missing_payloads_fail_without_panicking() {
+        let exports = vec![
+            re("west", "Service", 0, Default::default()),
+            re("west", "Endpoints", 0, Default::default()),
+            re("west", "Frobnicator", 0, Default::default()),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        assert!(m.imports.is_empty());
+        assert_eq!(m.verdicts.len(), 3);
+        assert!(
+            m.verdicts
+                .values()
+                .all(|v| matches!(v, Verdict::Failure(_)))
+        );
+    }
+}

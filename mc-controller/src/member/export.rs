@@ -1,0 +1,374 @@
+//! What a member exports for one ServiceExport (reference §3.4.1), decided without I/O.
+
+use k8s_openapi::api::{
+    core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Service, ServicePort, ServiceSpec},
+    discovery::v1::EndpointSlice,
+};
+use kube::ResourceExt as _;
+use mc_api::{
+    config::EndpointIpType,
+    exports::{
+        EndpointsExport, ResourceExport, ResourceExportSpec, ServiceExport as ServicePayload, kinds,
+    },
+    names::{self, annotations, labels},
+};
+
+/// Why a ServiceExport cannot be exported: `Valid=False` with this reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+fn invalid(reason: &'static str, message: &str) -> Invalid {
+    Invalid {
+        reason,
+        message: message.to_owned(),
+    }
+}
+
+/// The Service's ports and the endpoint subsets to export.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exported {
+    pub ports: Vec<ServicePort>,
+    pub subsets: Vec<EndpointSubset>,
+}
+
+fn is_ipv4(ip: &str) -> bool {
+    ip.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+/// Decides the export of a Service given its EndpointSlices (those labelled with its name).
+pub fn decide(
+    service: Option<&Service>,
+    slices: &[&EndpointSlice],
+    ip_type: EndpointIpType,
+) -> Result<Exported, Invalid> {
+    let Some(svc) = service else {
+        return Err(invalid("ServiceNotFound", "Service does not exist"));
+    };
+    let spec = svc.spec.clone().unwrap_or_default();
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Err(invalid(
+            "ServiceTypeNotSupported",
+            "Service of ExternalName type is not supported",
+        ));
+    }
+    if svc
+        .annotations()
+        .contains_key(annotations::IMPORTED_SERVICE)
+    {
+        return Err(invalid(
+            "ImportedService",
+            "The Service is imported, not allowed to export",
+        ));
+    }
+    let cluster_ips: Vec<String> = spec
+        .cluster_ips
+        .clone()
+        .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|ip| is_ipv4(ip))
+        .collect();
+    if cluster_ips.is_empty() {
+        return Err(invalid(
+            "ServiceNoClusterIP",
+            "Service does not have a valid ClusterIP (headless Services are not exported)",
+        ));
+    }
+    // Ready endpoints, per slice. A missing `ready` means ready (EndpointSlice API semantics).
+    let mut ready: Vec<(Vec<String>, Vec<EndpointPort>)> = Vec::new();
+    for slice in slices {
+        if slice.address_type != "IPv4" {
+            continue;
+        }
+        let mut ips: Vec<String> = slice
+            .endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        if ips.is_empty() {
+            continue;
+        }
+        ips.sort();
+        ips.dedup();
+        let ports = slice
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| EndpointPort {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                port: p.port.unwrap_or_default(),
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                app_protocol: p.app_protocol.clone(),
+            })
+            .collect();
+        ready.push((ips, ports));
+    }
+    if ready.is_empty() {
+        return Err(invalid(
+            "ServiceWithoutEndpoints",
+            "Service has no Endpoints",
+        ));
+    }
+    let ports = spec.ports.clone().unwrap_or_default();
+    let subsets = match ip_type {
+        EndpointIpType::ClusterIP => vec![EndpointSubset {
+            addresses: Some(
+                cluster_ips
+                    .iter()
+                    .map(|ip| EndpointAddress {
+                        ip: ip.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|p| EndpointPort {
+                        name: p.name.clone().filter(|n| !n.is_empty()),
+                        port: p.port,
+                        protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                        app_protocol: None,
+                    })
+                    .collect(),
+            ),
+            not_ready_addresses: None,
+        }],
+        EndpointIpType::PodIP => {
+            ready.sort_by(|a, b| a.0.cmp(&b.0));
+            ready
+                .into_iter()
+                .map(|(ips, ports)| EndpointSubset {
+                    addresses: Some(
+                        ips.into_iter()
+                            .map(|ip| EndpointAddress {
+                                ip,
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    ports: Some(ports),
+                    not_ready_addresses: None,
+                })
+                .collect()
+        }
+    };
+    Ok(Exported { ports, subsets })
+}
+
+fn export_object(
+    cluster_id: &str,
+    leader_ns: &str,
+    namespace: &str,
+    name: &str,
+    kind: &str,
+    spec: ResourceExportSpec,
+) -> ResourceExport {
+    let mut re = ResourceExport::new(
+        &names::resource_export(cluster_id, namespace, name, kind),
+        ResourceExportSpec {
+            cluster_id: Some(cluster_id.to_owned()),
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            kind: Some(kind.to_owned()),
+            ..spec
+        },
+    );
+    re.metadata.namespace = Some(leader_ns.to_owned());
+    re.metadata.labels = Some(
+        [
+            (labels::SOURCE_NAME, name),
+            (labels::SOURCE_NAMESPACE, namespace),
+            (labels::SOURCE_CLUSTER_ID, cluster_id),
+            (labels::SOURCE_KIND, kind),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    re
+}
+
+/// The Service and Endpoints ResourceExports of one exported Service.
+pub fn exports_for(
+    cluster_id: &str,
+    leader_ns: &str,
+    namespace: &str,
+    name: &str,
+    exported: &Exported,
+) -> [ResourceExport; 2] {
+    [
+        export_object(
+            cluster_id,
+            leader_ns,
+            namespace,
+            name,
+            kinds::SERVICE,
+            ResourceExportSpec {
+                service: Some(ServicePayload {
+                    service_spec: Some(ServiceSpec {
+                        ports: Some(exported.ports.clone()),
+                        ..Default::default()
+                    }),
+                }),
+                ..Default::default()
+            },
+        ),
+        export_object(
+            cluster_id,
+            leader_ns,
+            namespace,
+            name,
+            kinds::ENDPOINTS,
+            ResourceExportSpec {
+                endpoints: Some(EndpointsExport {
+                    subsets: exported.subsets.clone(),
+                }),
+                ..Default::default()
+            },
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+
+    fn service(cluster_ip: &str) -> Service {
+        Service {
+            metadata: kube::api::ObjectMeta {
+                name: Some("nginx".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some(cluster_ip.into()),
+                cluster_ips: Some(vec![cluster_ip.into()]),
+                ports: Some(vec![ServicePort {
+                    name: Some("http".into()),
+                    port: 80,
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn slice(endpoints: &[(&str, Option<bool>)]) -> EndpointSlice {
+        EndpointSlice {
+            address_type: "IPv4".into(),
+            endpoints: Some(
+                endpoints
+                    .iter()
+                    .map(|(ip, ready)| Endpoint {
+                        addresses: vec![(*ip).into()],
+                        conditions: Some(EndpointConditions {
+                            ready: *ready,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: Some(vec![k8s_openapi::api::discovery::v1::EndpointPort {
+                name: Some("http".into()),
+                port: Some(8080),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            metadata: Default::default(),
+        }
+    }
+
+    fn ips(e: &Exported) -> Vec<String> {
+        e.subsets
+            .iter()
+            .flat_map(|s| s.addresses.clone().unwrap_or_default())
+            .map(|a| a.ip)
+            .collect()
+    }
+
+    #[test]
+    fn cluster_ip_mode_exports_the_cluster_ip_with_service_ports() {
+        let s = slice(&[("10.244.1.5", Some(true)), ("10.244.1.6", Some(false))]);
+        let e = decide(
+            Some(&service("10.98.0.20")),
+            &[&s],
+            EndpointIpType::ClusterIP,
+        )
+        .unwrap();
+        assert_eq!(ips(&e), ["10.98.0.20"]);
+        assert_eq!(e.subsets[0].ports.as_ref().unwrap()[0].port, 80);
+        let [svc_re, eps_re] = exports_for("west", "antrea-multicluster", "default", "nginx", &e);
+        assert_eq!(
+            svc_re.metadata.name.as_deref(),
+            Some("west-default-nginx-service")
+        );
+        assert_eq!(
+            eps_re.metadata.name.as_deref(),
+            Some("west-default-nginx-endpoints")
+        );
+        assert_eq!(
+            eps_re.labels().get("sourceKind").map(String::as_str),
+            Some("Endpoints")
+        );
+    }
+
+    #[test]
+    fn pod_ip_mode_exports_ready_pod_ips_with_target_ports() {
+        let s = slice(&[
+            ("10.244.1.6", None),
+            ("10.244.1.5", Some(true)),
+            ("10.244.1.7", Some(false)),
+        ]);
+        let e = decide(Some(&service("10.98.0.20")), &[&s], EndpointIpType::PodIP).unwrap();
+        assert_eq!(ips(&e), ["10.244.1.5", "10.244.1.6"]);
+        assert_eq!(e.subsets[0].ports.as_ref().unwrap()[0].port, 8080);
+    }
+
+    #[test]
+    fn invalid_services_say_why() {
+        let ready = slice(&[("10.244.1.5", Some(true))]);
+        let cases: Vec<(Option<Service>, Vec<&EndpointSlice>, &str)> = vec![
+            (None, vec![&ready], "ServiceNotFound"),
+            (Some(service("None")), vec![&ready], "ServiceNoClusterIP"),
+            (
+                Some(service("10.98.0.20")),
+                vec![],
+                "ServiceWithoutEndpoints",
+            ),
+            (
+                Some({
+                    let mut s = service("10.98.0.20");
+                    s.spec.as_mut().unwrap().type_ = Some("ExternalName".into());
+                    s
+                }),
+                vec![&ready],
+                "ServiceTypeNotSupported",
+            ),
+            (
+                Some({
+                    let mut s = service("10.98.0.20");
+                    s.metadata.annotations = Some(
+                        [(annotations::IMPORTED_SERVICE.to_owned(), "true".to_owned())].into(),
+                    );
+                    s
+                }),
+                vec![&ready],
+                "ImportedService",
+            ),
+        ];
+        for (svc, slices, reason) in cases {
+            let e = decide(svc.as_ref(), &slices, EndpointIpType::ClusterIP).unwrap_err();
+            assert_eq!(e.reason, reason);
+        }
+    }
+}
