@@ -87,7 +87,10 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<MultiClusterConfig> {
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,kube_runtime=warn,kube_client=warn".into());
-    let b = tracing_subscriber::fmt().with_env_filter(filter);
+    use std::io::IsTerminal as _;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     if json {
         b.json().init();
     } else {

@@ -198,9 +198,18 @@ impl Connection {
             self.identity.cluster_id
         ));
         let dp = kube::api::DeleteParams::background();
-        re.delete_collection(&dp, &lp)
+        // One by one: the member Role grants delete, not deletecollection.
+        let ours = re
+            .list(&lp)
             .await
             .map_err(|e| describe(&e, &self.identity))?;
+        for export in ours {
+            match re.delete(&export.name_any(), &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(describe(&e, &self.identity)),
+            }
+        }
         let mca: Api<MemberClusterAnnounce> = Api::namespaced(self.client.clone(), ns);
         match mca
             .delete(&names::member_announce(&self.identity.cluster_id), &dp)

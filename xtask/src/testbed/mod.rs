@@ -2,6 +2,7 @@
 //! (DESIGN §5): one etcd and, per cluster, a kube-apiserver and a kube-controller-manager, all in
 //! the `strait-core` network namespace, reachable from the host over a veth on 198.18.0.0/24.
 
+mod controllers;
 mod pki;
 mod proc;
 pub mod topology;
@@ -22,8 +23,13 @@ use topology::{CLUSTERS, CORE_NETNS, CORE_VETH, Cluster, ETCD_URL, HOST_VETH};
 
 #[derive(Subcommand)]
 pub enum TestbedCommand {
-    /// Start (or complete) the testbed; a no-op when it is already up.
-    Up,
+    /// Start (or complete) the testbed, controllers included; a no-op when it is already up
+    /// (controllers are restarted when mc-controller was rebuilt).
+    Up {
+        /// Also join east and west to north's ClusterSet `test-clusterset`, as the guides do.
+        #[arg(long)]
+        join: bool,
+    },
     /// Stop everything and remove the namespaces and state, also after a crash.
     Down,
     /// Show what runs, its memory, and whether each API server is ready.
@@ -33,7 +39,7 @@ pub enum TestbedCommand {
 pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
     require_root()?;
     match command {
-        TestbedCommand::Up => up(),
+        TestbedCommand::Up { join } => up(join),
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
     }
@@ -59,7 +65,7 @@ pub fn admin_kubeconfig(cluster: &Cluster) -> PathBuf {
     cluster_dir(cluster).join("admin.kubeconfig")
 }
 
-fn up() -> anyhow::Result<()> {
+fn up(join: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let build = repo_root().join("scripts/build-kube.sh");
     exec(Cmd::new("bash").arg(&build)).context("building the Kubernetes binaries")?;
@@ -167,6 +173,10 @@ fn up() -> anyhow::Result<()> {
     }
     install_crds(&kubectl)?;
     write_env(&kubectl)?;
+    controllers::start(&procs, &kubectl)?;
+    if join {
+        controllers::join(&kubectl)?;
+    }
     say(format!(
         "up in {:.0?}: {} (source {} for KUBECTL and the kubeconfigs)",
         started.elapsed(),
@@ -354,6 +364,7 @@ fn status() -> anyhow::Result<()> {
     for c in &CLUSTERS {
         names.push(format!("{}-apiserver", c.name));
         names.push(format!("{}-controller-manager", c.name));
+        names.push(controllers::process_name(c));
     }
     println!(
         "{:<28} {:>8} {:>10} {:>10}",

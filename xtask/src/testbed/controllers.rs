@@ -1,0 +1,284 @@
+//! The multi-cluster controllers on the testbed: the leader in north (Common Area
+//! `antrea-multicluster`), members in east and west (namespace `kube-system`), each a process in
+//! the testbed's core namespace with its admin kubeconfig, its MultiClusterConfig file, and
+//! `/healthz` `/readyz` `/metrics` on `<API address>:8080`. `--join` then performs the guides'
+//! join (member ServiceAccounts, token Secrets, RoleBindings, ClusterSets).
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Command as Cmd, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::{
+    admin_kubeconfig, cluster_dir, kubectl_for,
+    proc::{self, Procs, run as exec},
+    say,
+    topology::{CLUSTERS, CORE_NETNS, Cluster},
+};
+use crate::paths::{repo_root, testbed_dir};
+
+pub const LEADER_NS: &str = "antrea-multicluster";
+pub const MEMBER_NS: &str = "kube-system";
+pub const CLUSTERSET: &str = "test-clusterset";
+
+pub fn process_name(cluster: &Cluster) -> String {
+    format!("{}-mc-controller", cluster.name)
+}
+
+pub fn health_addr(cluster: &Cluster) -> String {
+    format!("{}:8080", cluster.api_ip)
+}
+
+/// Builds mc-controller and returns the path cargo reports for it.
+fn build() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Cmd::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "mc-controller",
+            "--bin",
+            "mc-controller",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(repo_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    if !out.status.success() {
+        bail!("building mc-controller failed");
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["target"]["name"] == "mc-controller")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo did not report the mc-controller executable")
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.len() == y.len() && x.modified().ok() == y.modified().ok(),
+        _ => false,
+    }
+}
+
+fn config_file(cluster: &Cluster) -> anyhow::Result<PathBuf> {
+    let path = cluster_dir(cluster).join("controller_manager_config.yaml");
+    // The documented defaults: serviceCIDR empty, so members discover it.
+    std::fs::write(
+        &path,
+        "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: MultiClusterConfig\nserviceCIDR: \"\"\npodCIDRs:\n  - \"\"\ngatewayIPPrecedence: \"private\"\nendpointIPType: \"ClusterIP\"\nenableStretchedNetworkPolicy: false\n",
+    )?;
+    Ok(path)
+}
+
+/// Builds, installs and starts the controllers (restarting them when the binary changed), then
+/// waits until each reports ready.
+pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
+    let built = build()?;
+    let bin_dir = testbed_dir().join("bin");
+    std::fs::create_dir_all(&bin_dir)?;
+    let installed = bin_dir.join("mc-controller");
+    if !same_file(&built, &installed) {
+        let running: Vec<i32> = CLUSTERS
+            .iter()
+            .filter_map(|c| procs.running(&process_name(c)))
+            .collect();
+        if !running.is_empty() {
+            say("mc-controller changed: restarting the controllers");
+            proc::terminate(&running, Duration::from_secs(10));
+        }
+        // Copy to a temporary name, then rename: a running binary is never overwritten.
+        let tmp = bin_dir.join("mc-controller.new");
+        std::fs::copy(&built, &tmp)?;
+        let mtime = std::fs::metadata(&built)?.modified()?;
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)?
+            .set_modified(mtime)?;
+        std::fs::rename(&tmp, &installed)?;
+    }
+    let leader = CLUSTERS.iter().find(|c| c.leader).expect("one leader");
+    exec(
+        kubectl_for(kubectl, leader)
+            .args(["apply", "-f"])
+            .arg(repo_root().join("deploy/leader/namespace.yaml"))
+            .arg("-f")
+            .arg(repo_root().join("deploy/leader/member-cluster-role.yaml")),
+    )
+    .context("creating the Common Area and the member Role in the leader")?;
+    for cluster in &CLUSTERS {
+        let (role, ns) = if cluster.leader {
+            ("leader", LEADER_NS)
+        } else {
+            ("member", MEMBER_NS)
+        };
+        let args = vec![
+            role.to_owned(),
+            format!("--kubeconfig={}", admin_kubeconfig(cluster).display()),
+            format!("--namespace={ns}"),
+            format!("--config={}", config_file(cluster)?.display()),
+            format!("--health-addr={}", health_addr(cluster)),
+        ];
+        if procs.ensure(&process_name(cluster), CORE_NETNS, &installed, &args)? {
+            say(format!(
+                "started the {role} controller for {}",
+                cluster.name
+            ));
+        }
+    }
+    for cluster in &CLUSTERS {
+        wait_ready(procs, cluster)?;
+    }
+    Ok(())
+}
+
+/// A plain HTTP/1.0 GET: (status code, body).
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((code, body))
+}
+
+fn wait_ready(procs: &Procs, cluster: &Cluster) -> anyhow::Result<()> {
+    let name = process_name(cluster);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = http_get(&health_addr(cluster), "/readyz");
+        if matches!(answer, Some((200, _))) {
+            return Ok(());
+        }
+        if procs.running(&name).is_none() {
+            bail!(
+                "the controller for {} exited; see {}",
+                cluster.name,
+                procs.log_path(&name).display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the controller for {} is not ready after 60 s ({:?}); see {}",
+                cluster.name,
+                answer.map(|(_, b)| b),
+                procs.log_path(&name).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn apply(kubectl: &Path, cluster: &Cluster, yaml: &str) -> anyhow::Result<()> {
+    let mut child = kubectl_for(kubectl, cluster)
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("kubectl stdin")?
+        .write_all(yaml.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "kubectl apply in {} refused:\n{yaml}\n{}",
+            cluster.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The guides' join, with cluster IDs = cluster names and ClusterSet `test-clusterset`.
+pub fn join(kubectl: &Path) -> anyhow::Result<()> {
+    let leader = CLUSTERS.iter().find(|c| c.leader).expect("one leader");
+    apply(
+        kubectl,
+        leader,
+        &format!(
+            "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {LEADER_NS}\nspec:\n  clusterID: {id}\n  leaders:\n    - clusterID: {id}\n",
+            id = leader.name
+        ),
+    )?;
+    for member in CLUSTERS.iter().filter(|c| !c.leader) {
+        let m = member.name;
+        apply(
+            kubectl,
+            leader,
+            &format!(
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: member-{m}\n  namespace: {LEADER_NS}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: member-{m}-token\n  namespace: {LEADER_NS}\n  annotations:\n    kubernetes.io/service-account.name: member-{m}\ntype: kubernetes.io/service-account-token\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: member-{m}\n  namespace: {LEADER_NS}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: antrea-mc-member-cluster-role\nsubjects:\n  - kind: ServiceAccount\n    name: member-{m}\n    namespace: {LEADER_NS}\n"
+            ),
+        )?;
+        // The token controller fills the Secret in.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (ca, token) = loop {
+            let out = exec(kubectl_for(kubectl, leader).args([
+                "get",
+                "secret",
+                "-n",
+                LEADER_NS,
+                &format!("member-{m}-token"),
+                "-o",
+                "jsonpath={.data.ca\\.crt} {.data.token}",
+            ]))?;
+            let mut parts = out.split_whitespace();
+            if let (Some(ca), Some(token)) = (parts.next(), parts.next()) {
+                break (ca.to_owned(), token.to_owned());
+            }
+            if Instant::now() > deadline {
+                bail!("the token Secret member-{m}-token in north was not filled in within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        apply(
+            kubectl,
+            member,
+            &format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: member-{m}-token\n  namespace: {MEMBER_NS}\ntype: Opaque\ndata:\n  ca.crt: {ca}\n  token: {token}\n---\napiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {MEMBER_NS}\nspec:\n  clusterID: {m}\n  leaders:\n    - clusterID: {leader}\n      secret: member-{m}-token\n      server: {server}\n  namespace: {LEADER_NS}\n",
+                leader = leader.name,
+                server = leader.server(),
+            ),
+        )?;
+    }
+    let members = CLUSTERS.iter().filter(|c| !c.leader).count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = exec(kubectl_for(kubectl, leader).args([
+            "get",
+            "clusterset",
+            "-n",
+            LEADER_NS,
+            CLUSTERSET,
+            "-o",
+            "jsonpath={.status.readyClusters}",
+        ]))?;
+        if ready.trim() == members.to_string() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the leader reports {} of {members} members ready after 60 s; see {}",
+                ready.trim(),
+                testbed_dir().join("logs").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    say(format!(
+        "ClusterSet {CLUSTERSET} is ready: east and west joined north"
+    ));
+    Ok(())
+}
