@@ -189,3 +189,196 @@ pub fn header_columns(table: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// Polls `check` every 300 ms until it returns `Some`, or panics after `timeout` with `what`
+/// and the last observation.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(last) if std::time::Instant::now() > deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}")
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(300)),
+        }
+    }
+}
+
+impl Testbed {
+    /// `kubectl get ... -o json`, or None when kubectl fails (for example NotFound).
+    pub fn try_json(&self, cluster: &str, args: &[&str]) -> Option<Value> {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.kubectl(cluster).args(&all).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// `kubectl delete --ignore-not-found ...`.
+    pub fn delete(&self, cluster: &str, args: &[&str]) {
+        let mut all = vec!["delete", "--ignore-not-found", "--wait=false"];
+        all.extend(args);
+        self.ok(cluster, &all);
+    }
+
+    /// PID of a testbed process (`target/testbed/pids/<name>.pid`).
+    pub fn pid(&self, name: &str) -> Option<i32> {
+        std::fs::read_to_string(repo_root().join(format!("target/testbed/pids/{name}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+/// The join of the guides, shared by the control-plane tests.
+pub mod join {
+    use super::*;
+    use std::time::Duration;
+
+    pub const LEADER_NS: &str = "antrea-multicluster";
+    pub const MEMBER_NS: &str = "kube-system";
+    pub const CLUSTERSET: &str = "test-clusterset";
+    pub const MEMBERS: [&str; 2] = ["east", "west"];
+
+    pub fn id(cluster: &str) -> String {
+        format!("test-cluster-{cluster}")
+    }
+
+    /// The guide's member access objects in the leader, for `member` (the guide shows east).
+    pub fn access_yaml(member: &str) -> String {
+        std::fs::read_to_string(fixture(
+            "guides/000-L122-serviceaccount-secret-rolebinding.yaml",
+        ))
+        .expect("fixture")
+        .replace("member-east", &format!("member-{member}"))
+    }
+
+    /// Creates the member's access objects in the leader and copies its token Secret (as type
+    /// Opaque, as the guides' grep/sed does) into the member's namespace.
+    pub fn grant_access(tb: &Testbed, member: &str) {
+        tb.apply("north", LEADER_NS, &access_yaml(member));
+        let secret = format!("member-{member}-access-token");
+        let data = wait_for(
+            &format!("the token of {secret} in north"),
+            Duration::from_secs(30),
+            || {
+                let s = tb
+                    .try_json("north", &["get", "secret", "-n", LEADER_NS, &secret])
+                    .ok_or("no Secret")?;
+                let d = &s["data"];
+                if d["token"].is_string() && d["ca.crt"].is_string() {
+                    Ok(d.clone())
+                } else {
+                    Err(s.to_string())
+                }
+            },
+        );
+        let yaml = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {secret}\n  namespace: {MEMBER_NS}\ntype: Opaque\ndata:\n  ca.crt: {}\n  token: {}\n",
+            data["ca.crt"].as_str().unwrap(),
+            data["token"].as_str().unwrap()
+        );
+        tb.apply(member, MEMBER_NS, &yaml);
+    }
+
+    /// The newer guides' v1alpha2 ClusterSets.
+    pub fn join_v1alpha2(tb: &Testbed) {
+        tb.apply(
+            "north",
+            LEADER_NS,
+            &format!(
+                "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {LEADER_NS}\nspec:\n  clusterID: {}\n  leaders:\n    - clusterID: {}\n",
+                id("north"),
+                id("north")
+            ),
+        );
+        for m in MEMBERS {
+            grant_access(tb, m);
+            tb.apply(
+                m,
+                MEMBER_NS,
+                &format!(
+                    "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {MEMBER_NS}\nspec:\n  clusterID: {}\n  leaders:\n    - clusterID: {}\n      secret: \"member-{m}-access-token\"\n      server: \"{}\"\n  namespace: {LEADER_NS}\n",
+                    id(m),
+                    id("north"),
+                    tb.leader_server
+                ),
+            );
+        }
+    }
+
+    /// Leader status: (total, ready).
+    pub fn leader_counts(tb: &Testbed) -> Option<(i64, i64)> {
+        let s = tb.try_json("north", &["get", "clusterset", "-n", LEADER_NS, CLUSTERSET])?;
+        Some((
+            s["status"]["totalClusters"].as_i64()?,
+            s["status"]["readyClusters"].as_i64()?,
+        ))
+    }
+
+    pub fn wait_ready(tb: &Testbed) {
+        wait_for(
+            "both members Ready in the leader",
+            Duration::from_secs(60),
+            || match leader_counts(tb) {
+                Some((2, 2)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+    }
+
+    /// Everything joined and ready, joining with the v1alpha2 forms if needed.
+    pub fn ensure_joined(tb: &Testbed) {
+        let members_present = MEMBERS.iter().all(|m| {
+            tb.try_json(m, &["get", "clusterset", "-n", MEMBER_NS, CLUSTERSET])
+                .is_some()
+        });
+        if members_present && leader_counts(tb) == Some((2, 2)) {
+            return;
+        }
+        leave_all(tb);
+        join_v1alpha2(tb);
+        wait_ready(tb);
+    }
+
+    /// Members leave (their announces go), then the leader's ClusterSet and claims go.
+    pub fn leave_all(tb: &Testbed) {
+        for m in MEMBERS {
+            tb.delete(m, &["clusterset", "--all", "-n", MEMBER_NS]);
+        }
+        // Members remove their own announces; one whose controller could not (it was stopped,
+        // or never connected) is removed by hand, as an admin would.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let list = tb.get_json("north", &["get", "memberclusterannounce", "-n", LEADER_NS]);
+            if list["items"].as_array().is_none_or(Vec::is_empty) {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                tb.delete(
+                    "north",
+                    &["memberclusterannounce", "--all", "-n", LEADER_NS],
+                );
+                tb.delete("north", &["resourceexport", "--all", "-n", LEADER_NS]);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        tb.delete("north", &["clusterset", "--all", "-n", LEADER_NS]);
+        for (c, ns) in [
+            ("north", LEADER_NS),
+            ("east", MEMBER_NS),
+            ("west", MEMBER_NS),
+        ] {
+            tb.delete(c, &["clusterclaim", "--all", "-n", ns]);
+        }
+    }
+}

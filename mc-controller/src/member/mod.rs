@@ -355,8 +355,10 @@ impl Member {
         let identity = self.identity(&set).await;
         let (beat, problem) = match identity {
             Err(p) => {
-                if let Some(conn) = self.conn.take() {
-                    self.leave(conn).await;
+                // Stop talking to the leader, but do not leave it: a Secret being rotated
+                // must not withdraw this cluster's exports. Imports stay as they are.
+                if self.conn.take().is_some() {
+                    tracing::warn!(reason = p.0, message = p.1, "disconnected from the leader");
                 }
                 (None, Some(p))
             }

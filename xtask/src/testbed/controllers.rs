@@ -202,14 +202,16 @@ fn apply(kubectl: &Path, cluster: &Cluster, yaml: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The guides' join, with cluster IDs = cluster names and ClusterSet `test-clusterset`.
+/// The guides' join (v1alpha2 forms): cluster IDs `test-cluster-<name>`, ClusterSet
+/// `test-clusterset`, per member a ServiceAccount `member-<name>-access-sa`, token Secret
+/// `member-<name>-access-token` and RoleBinding in the leader.
 pub fn join(kubectl: &Path) -> anyhow::Result<()> {
     let leader = CLUSTERS.iter().find(|c| c.leader).expect("one leader");
     apply(
         kubectl,
         leader,
         &format!(
-            "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {LEADER_NS}\nspec:\n  clusterID: {id}\n  leaders:\n    - clusterID: {id}\n",
+            "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {LEADER_NS}\nspec:\n  clusterID: test-cluster-{id}\n  leaders:\n    - clusterID: test-cluster-{id}\n",
             id = leader.name
         ),
     )?;
@@ -219,7 +221,7 @@ pub fn join(kubectl: &Path) -> anyhow::Result<()> {
             kubectl,
             leader,
             &format!(
-                "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: member-{m}\n  namespace: {LEADER_NS}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: member-{m}-token\n  namespace: {LEADER_NS}\n  annotations:\n    kubernetes.io/service-account.name: member-{m}\ntype: kubernetes.io/service-account-token\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: member-{m}\n  namespace: {LEADER_NS}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: antrea-mc-member-cluster-role\nsubjects:\n  - kind: ServiceAccount\n    name: member-{m}\n    namespace: {LEADER_NS}\n"
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: member-{m}-access-sa\n  namespace: {LEADER_NS}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: member-{m}-access-token\n  namespace: {LEADER_NS}\n  annotations:\n    kubernetes.io/service-account.name: member-{m}-access-sa\ntype: kubernetes.io/service-account-token\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: member-{m}-access-rolebinding\n  namespace: {LEADER_NS}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: antrea-mc-member-cluster-role\nsubjects:\n  - kind: ServiceAccount\n    name: member-{m}-access-sa\n    namespace: {LEADER_NS}\n"
             ),
         )?;
         // The token controller fills the Secret in.
@@ -230,7 +232,7 @@ pub fn join(kubectl: &Path) -> anyhow::Result<()> {
                 "secret",
                 "-n",
                 LEADER_NS,
-                &format!("member-{m}-token"),
+                &format!("member-{m}-access-token"),
                 "-o",
                 "jsonpath={.data.ca\\.crt} {.data.token}",
             ]))?;
@@ -239,7 +241,9 @@ pub fn join(kubectl: &Path) -> anyhow::Result<()> {
                 break (ca.to_owned(), token.to_owned());
             }
             if Instant::now() > deadline {
-                bail!("the token Secret member-{m}-token in north was not filled in within 30 s");
+                bail!(
+                    "the token Secret member-{m}-access-token in north was not filled in within 30 s"
+                );
             }
             std::thread::sleep(Duration::from_millis(300));
         };
@@ -247,7 +251,7 @@ pub fn join(kubectl: &Path) -> anyhow::Result<()> {
             kubectl,
             member,
             &format!(
-                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: member-{m}-token\n  namespace: {MEMBER_NS}\ntype: Opaque\ndata:\n  ca.crt: {ca}\n  token: {token}\n---\napiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {MEMBER_NS}\nspec:\n  clusterID: {m}\n  leaders:\n    - clusterID: {leader}\n      secret: member-{m}-token\n      server: {server}\n  namespace: {LEADER_NS}\n",
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: member-{m}-access-token\n  namespace: {MEMBER_NS}\ntype: Opaque\ndata:\n  ca.crt: {ca}\n  token: {token}\n---\napiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {MEMBER_NS}\nspec:\n  clusterID: test-cluster-{m}\n  leaders:\n    - clusterID: test-cluster-{leader}\n      secret: member-{m}-access-token\n      server: {server}\n  namespace: {LEADER_NS}\n",
                 leader = leader.name,
                 server = leader.server(),
             ),
