@@ -317,7 +317,7 @@ fn an_exported_service_is_imported_everywhere() {
         let ips = wait_for(&format!("Endpoints antrea-mc-nginx in {m}"), T, || {
             endpoint_ips(&tb, m, ns, "antrea-mc-nginx")
         });
-        assert_eq!(ips, [west_ip.clone()], "in {m}");
+        assert_eq!(ips, std::slice::from_ref(&west_ip), "in {m}");
         let svc = tb.get_json(m, &["get", "service", "-n", ns, "antrea-mc-nginx"]);
         assert_eq!(
             svc["metadata"]["annotations"]["multicluster.antrea.io/imported-service"],
@@ -453,7 +453,7 @@ fn exports_from_two_clusters_merge_and_a_port_conflict_is_refused_until_fixed() 
     );
     assert_eq!(
         endpoint_ips(&tb, "west", ns, "antrea-mc-web").unwrap(),
-        [west_ip.clone()]
+        std::slice::from_ref(&west_ip)
     );
     let si = tb.get_json("west", &["get", "service", "-n", ns, "antrea-mc-web"]);
     assert_eq!(
