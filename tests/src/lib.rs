@@ -227,15 +227,6 @@ impl Testbed {
         all.extend(args);
         self.ok(cluster, &all);
     }
-
-    /// PID of a testbed process (`target/testbed/pids/<name>.pid`).
-    pub fn pid(&self, name: &str) -> Option<i32> {
-        std::fs::read_to_string(repo_root().join(format!("target/testbed/pids/{name}.pid")))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
 }
 
 /// The join of the guides, shared by the control-plane tests.
@@ -379,6 +370,124 @@ pub mod join {
             ("west", MEMBER_NS),
         ] {
             tb.delete(c, &["clusterclaim", "--all", "-n", ns]);
+        }
+    }
+}
+
+/// Testbed processes (`target/testbed/pids/<name>.pid`), as a crash would treat them.
+pub mod procs {
+    use super::*;
+    use std::{os::unix::process::CommandExt as _, time::Duration};
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    }
+
+    fn signal(pid: i32, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig} {pid}");
+    }
+
+    fn pid(name: &str) -> i32 {
+        std::fs::read_to_string(repo_root().join(format!("target/testbed/pids/{name}.pid")))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no PID file for {name}: is the testbed up?"))
+    }
+
+    /// Freezes a process (SIGSTOP): it holds its connections but does nothing.
+    pub fn pause(name: &str) {
+        signal(pid(name), "STOP");
+    }
+
+    pub fn resume(name: &str) {
+        signal(pid(name), "CONT");
+    }
+
+    /// SIGKILLs a testbed process and returns its command line, to start it again.
+    pub fn kill(name: &str) -> Vec<String> {
+        let pid = pid(name);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        signal(pid, "KILL");
+        wait_for(&format!("{name} to exit"), Duration::from_secs(10), || {
+            if alive(pid) {
+                Err("alive".into())
+            } else {
+                Ok(())
+            }
+        });
+        args
+    }
+
+    /// Starts `args` again as testbed process `name`, in the testbed's core network namespace,
+    /// appending to its log (what `cargo xtask testbed up` does for a missing process).
+    pub fn start(name: &str, args: &[String]) {
+        let root = repo_root().join("target/testbed");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join(format!("logs/{name}.log")))
+            .expect("log");
+        let mut cmd = Command::new("nsenter");
+        cmd.arg("--net=/run/netns/strait-core")
+            .arg("--")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        // Detached on purpose: it outlives the test (init reaps it once the test process ends).
+        #[allow(clippy::zombie_processes)]
+        let child = cmd.spawn().expect("spawning");
+        std::fs::write(
+            root.join(format!("pids/{name}.pid")),
+            child.id().to_string(),
+        )
+        .expect("pid file");
+    }
+}
+
+/// Pauses the testbed's controllers while it lives (tests of the API alone, like the guides'
+/// YAML read-back, must not race with controllers acting on what they apply).
+pub struct ControllersPaused;
+
+impl ControllersPaused {
+    pub fn new() -> Self {
+        for c in CLUSTERS {
+            procs::pause(&format!("{c}-mc-controller"));
+        }
+        Self
+    }
+}
+
+impl Default for ControllersPaused {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for ControllersPaused {
+    fn drop(&mut self) {
+        for c in CLUSTERS {
+            procs::resume(&format!("{c}-mc-controller"));
         }
     }
 }

@@ -25,6 +25,8 @@ use crate::paths::{repo_root, testbed_dir};
 pub const LEADER_NS: &str = "antrea-multicluster";
 pub const MEMBER_NS: &str = "kube-system";
 pub const CLUSTERSET: &str = "test-clusterset";
+/// The leader's grace period before a silent member's endpoints are withdrawn, on the testbed.
+pub const WITHDRAW_AFTER_SECS: u32 = 15;
 
 pub fn process_name(cluster: &Cluster) -> String {
     format!("{}-mc-controller", cluster.name)
@@ -120,13 +122,17 @@ pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
         } else {
             ("member", MEMBER_NS)
         };
-        let args = vec![
+        let mut args = vec![
             role.to_owned(),
             format!("--kubeconfig={}", admin_kubeconfig(cluster).display()),
             format!("--namespace={ns}"),
             format!("--config={}", config_file(cluster)?.display()),
             format!("--health-addr={}", health_addr(cluster)),
         ];
+        if cluster.leader {
+            // Shorter than the 60 s default, so that the tests of withdrawal stay quick.
+            args.push(format!("--withdraw-after={WITHDRAW_AFTER_SECS}"));
+        }
         if procs.ensure(&process_name(cluster), CORE_NETNS, &installed, &args)? {
             say(format!(
                 "started the {role} controller for {}",

@@ -1,0 +1,651 @@
+//! The control plane over time (issue 3): gateways and ClusterInfo, ACNP replication, members
+//! leaving and going silent, controllers killed mid-flow, and the leader's API server down.
+
+use std::time::{Duration, Instant};
+
+use mc_integration::{
+    Testbed, fixture, header_columns,
+    join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
+    procs, wait_for,
+};
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(30);
+
+fn service_and_export(tb: &Testbed, cluster: &str, ns: &str, name: &str, ip: &str) {
+    tb.apply(
+        cluster,
+        ns,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec:\n  ports: [{{name: http, port: 80, protocol: TCP}}]\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {{name: {name}}}\nsubsets:\n  - addresses: [{{ip: {ip}}}]\n    ports: [{{name: http, port: 80, protocol: TCP}}]\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: {name}}}\n"
+        ),
+    );
+}
+
+fn endpoint_ips(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> Result<Vec<String>, String> {
+    let e = tb
+        .try_json(cluster, &["get", "endpoints", "-n", ns, name])
+        .ok_or_else(|| format!("no Endpoints {ns}/{name} in {cluster}"))?;
+    let mut ips: Vec<String> = e["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["ip"].as_str().map(str::to_owned))
+        .collect();
+    ips.sort();
+    Ok(ips)
+}
+
+fn cluster_ip(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> String {
+    tb.get_json(cluster, &["get", "service", "-n", ns, name])["spec"]["clusterIP"]
+        .as_str()
+        .expect("clusterIP")
+        .to_owned()
+}
+
+/// A namespace of this name in every cluster, removed afterwards.
+struct SameNamespace<'a>(&'a Testbed, String);
+
+impl<'a> SameNamespace<'a> {
+    fn new(tb: &'a Testbed, prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", std::process::id());
+        for c in mc_integration::CLUSTERS {
+            tb.ensure_namespace(c, &name);
+        }
+        Self(tb, name)
+    }
+}
+
+impl Drop for SameNamespace<'_> {
+    fn drop(&mut self) {
+        for c in mc_integration::CLUSTERS {
+            let _ = self
+                .0
+                .kubectl(c)
+                .args(["delete", "namespace", &self.1, "--wait=false"])
+                .output();
+        }
+    }
+}
+
+/// A Node object as the kubelet would register it, with its Ready condition set.
+fn node(
+    tb: &Testbed,
+    cluster: &str,
+    name: &str,
+    ip: &str,
+    pod_cidr: &str,
+    annotations: &[(&str, &str)],
+    ready: bool,
+) {
+    let ann: Vec<String> = annotations
+        .iter()
+        .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+        .collect();
+    let ann = if ann.is_empty() {
+        String::new()
+    } else {
+        format!("  annotations:\n{}", ann.concat())
+    };
+    tb.apply(
+        cluster,
+        "default",
+        &format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n{ann}spec:\n  podCIDR: {pod_cidr}\n  podCIDRs: [{pod_cidr}]\n"),
+    );
+    set_ready(tb, cluster, name, ip, ready);
+}
+
+fn set_ready(tb: &Testbed, cluster: &str, name: &str, ip: &str, ready: bool) {
+    let status = json!({"status": {
+        "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+                        "reason": "Testbed", "message": "set by the test",
+                        "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }});
+    tb.ok(
+        cluster,
+        &[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    );
+}
+
+fn gateway(tb: &Testbed, cluster: &str) -> Result<Value, String> {
+    let list = tb.get_json(cluster, &["get", "gateway", "-n", MEMBER_NS]);
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    match items.as_slice() {
+        [one] => Ok(one.clone()),
+        other => Err(format!("{} Gateways", other.len())),
+    }
+}
+
+#[test]
+fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_members() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let gw = "multicluster.antrea.io/gateway";
+    node(
+        &tb,
+        "east",
+        "gw-test-a",
+        "198.18.1.2",
+        "10.244.10.0/24",
+        &[(gw, "true")],
+        true,
+    );
+    node(
+        &tb,
+        "east",
+        "gw-test-b",
+        "198.18.1.3",
+        "10.244.11.0/24",
+        &[
+            (gw, "true"),
+            ("multicluster.antrea.io/gateway-ip", "198.19.0.3"),
+        ],
+        true,
+    );
+    node(
+        &tb,
+        "east",
+        "gw-test-c",
+        "198.18.1.4",
+        "10.244.12.0/24",
+        &[],
+        true,
+    );
+
+    let g = wait_for("east's Gateway", T, || gateway(&tb, "east"));
+    assert_eq!(g["metadata"]["name"], "gw-test-a", "the smallest name wins");
+    assert_eq!(g["gatewayIP"], "198.18.1.2");
+    assert_eq!(g["internalIP"], "198.18.1.2");
+    assert_eq!(
+        g["serviceCIDR"], "10.97.0.0/16",
+        "discovered from the cluster"
+    );
+    let table = tb.ok("east", &["get", "gateway", "-n", MEMBER_NS]);
+    assert_eq!(
+        header_columns(&table),
+        ["NAME", "GATEWAY IP", "INTERNAL IP", "AGE"]
+    );
+
+    let cii_name = format!("{}-clusterinfo", id("east"));
+    let cii = |want_ip: &'static str| {
+        wait_for(
+            &format!("west's ClusterInfoImport with gateway {want_ip}"),
+            T,
+            || {
+                let c = tb
+                    .try_json(
+                        "west",
+                        &["get", "clusterinfoimport", "-n", MEMBER_NS, &cii_name],
+                    )
+                    .ok_or("absent")?;
+                if c["spec"]["gatewayInfos"][0]["gatewayIP"] == want_ip {
+                    Ok(c)
+                } else {
+                    Err(c["spec"].to_string())
+                }
+            },
+        )
+    };
+    let c = cii("198.18.1.2");
+    assert_eq!(c["spec"]["clusterID"], id("east"));
+    assert_eq!(c["spec"]["serviceCIDR"], "10.97.0.0/16");
+    assert_eq!(
+        c["spec"]["podCIDRs"],
+        json!(["10.244.10.0/24", "10.244.11.0/24", "10.244.12.0/24"])
+    );
+    let table = tb.ok("west", &["get", "clusterinfoimport", "-n", MEMBER_NS]);
+    assert_eq!(
+        header_columns(&table),
+        ["NAME", "CLUSTER ID", "SERVICE CIDR", "AGE"]
+    );
+    assert!(
+        tb.try_json(
+            "east",
+            &["get", "clusterinfoimport", "-n", MEMBER_NS, &cii_name]
+        )
+        .is_none(),
+        "no import of itself"
+    );
+    let ri = tb.get_json(
+        "north",
+        &["get", "resourceimport", "-n", LEADER_NS, &cii_name],
+    );
+    assert_eq!(ri["spec"]["kind"], "ClusterInfo");
+
+    // The active gateway turns NotReady: the other candidate takes over, with its gateway-ip.
+    let flipped = Instant::now();
+    set_ready(&tb, "east", "gw-test-a", "198.18.1.2", false);
+    wait_for("gw-test-b to take over", T, || {
+        let g = gateway(&tb, "east")?;
+        if g["metadata"]["name"] == "gw-test-b" && g["gatewayIP"] == "198.19.0.3" {
+            Ok(())
+        } else {
+            Err(g.to_string())
+        }
+    });
+    cii("198.19.0.3");
+    println!(
+        "gateway failover reached west's ClusterInfoImport in {:?}",
+        flipped.elapsed()
+    );
+    // a is Ready again: b stays (no flapping back).
+    set_ready(&tb, "east", "gw-test-a", "198.18.1.2", true);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        gateway(&tb, "east").unwrap()["metadata"]["name"],
+        "gw-test-b"
+    );
+    // b loses its annotation: a again.
+    tb.ok(
+        "east",
+        &["annotate", "node", "gw-test-b", &format!("{gw}-")],
+    );
+    wait_for("gw-test-a back", T, || {
+        let g = gateway(&tb, "east")?;
+        if g["metadata"]["name"] == "gw-test-a" {
+            Ok(())
+        } else {
+            Err(g.to_string())
+        }
+    });
+    // No candidate at all: no Gateway, and the other members lose the ClusterInfo.
+    for n in ["gw-test-a", "gw-test-b", "gw-test-c"] {
+        tb.delete("east", &["node", n]);
+    }
+    wait_for("no Gateway in east", T, || match gateway(&tb, "east") {
+        Err(e) if e == "0 Gateways" => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    wait_for("west's ClusterInfoImport to go", T, || {
+        match tb.try_json(
+            "west",
+            &["get", "clusterinfoimport", "-n", MEMBER_NS, &cii_name],
+        ) {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    });
+}
+
+#[test]
+fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    tb.apply("east", "default", "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: securityops}\nspec: {priority: 50}\n");
+    tb.delete("west", &["tier", "securityops"]);
+    let export = std::fs::read_to_string(fixture("guides/000-L500-resourceexport.yaml")).unwrap();
+    tb.apply("north", LEADER_NS, &export);
+    let acnp = wait_for("antrea-mc-strict-namespace-isolation in east", T, || {
+        tb.try_json(
+            "east",
+            &["get", "acnp", "antrea-mc-strict-namespace-isolation"],
+        )
+        .ok_or("absent".to_owned())
+    });
+    assert_eq!(
+        acnp["metadata"]["annotations"]["multicluster.antrea.io/imported-acnp"],
+        "true"
+    );
+    assert_eq!(acnp["spec"]["tier"], "securityops");
+    assert_eq!(acnp["spec"]["ingress"][1]["action"], "Drop");
+    let event = wait_for("an ACNPImportFailed Event naming west", T, || {
+        let events = tb.get_json(
+            "north",
+            &[
+                "get",
+                "events",
+                "-n",
+                LEADER_NS,
+                "--field-selector",
+                "reason=ACNPImportFailed",
+            ],
+        );
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| {
+                e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&id("west")))
+            })
+            .cloned()
+            .ok_or_else(|| events["items"].to_string())
+    });
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["involvedObject"]["kind"], "ResourceImport");
+    assert_eq!(
+        event["involvedObject"]["name"],
+        "strict-namespace-isolation-antreaclusternetworkpolicy"
+    );
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap()
+            .contains("Tier securityops does not exist")
+    );
+    assert!(
+        tb.try_json(
+            "west",
+            &["get", "acnp", "antrea-mc-strict-namespace-isolation"]
+        )
+        .is_none()
+    );
+
+    tb.delete(
+        "north",
+        &[
+            "resourceexport",
+            "-n",
+            LEADER_NS,
+            "strict-namespace-isolation-for-test-clusterset",
+        ],
+    );
+    wait_for("the copy to go from east", T, || {
+        match tb.try_json(
+            "east",
+            &["get", "acnp", "antrea-mc-strict-namespace-isolation"],
+        ) {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    });
+}
+
+#[test]
+fn a_member_that_leaves_takes_its_exports_and_imports_with_it() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-leave");
+    let ns = ns.1.as_str();
+    service_and_export(&tb, "west", ns, "api", "10.244.2.7");
+    wait_for("the import in east and west", T, || {
+        endpoint_ips(&tb, "east", ns, "antrea-mc-api")?;
+        endpoint_ips(&tb, "west", ns, "antrea-mc-api")
+    });
+    let west_set = tb.get_json("west", &["get", "clusterset", "-n", MEMBER_NS, CLUSTERSET]);
+
+    tb.delete("west", &["clusterset", "-n", MEMBER_NS, CLUSTERSET]);
+    wait_for("west's announce and exports to leave the leader", T, || {
+        let mcas = tb.get_json("north", &["get", "memberclusterannounce", "-n", LEADER_NS]);
+        let res = tb.get_json(
+            "north",
+            &[
+                "get",
+                "resourceexport",
+                "-n",
+                LEADER_NS,
+                "-l",
+                &format!("sourceClusterID={}", id("west")),
+            ],
+        );
+        let (a, r) = (
+            mcas["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["clusterID"] == id("west"))
+                .count(),
+            res["items"].as_array().unwrap().len(),
+        );
+        if a + r == 0 {
+            Ok(())
+        } else {
+            Err(format!("{a} announces, {r} exports"))
+        }
+    });
+    for (m, what) in [("west", "its imported objects"), ("east", "west's Service")] {
+        wait_for(&format!("{m} to drop {what}"), T, || {
+            match tb.try_json(m, &["get", "serviceimport", "-n", ns, "api"]) {
+                None if tb
+                    .try_json(m, &["get", "service", "-n", ns, "antrea-mc-api"])
+                    .is_none() =>
+                {
+                    Ok(())
+                }
+                _ => Err("still there".into()),
+            }
+        });
+    }
+    wait_for(
+        "the leader to count one member",
+        T,
+        || match join::leader_counts(&tb) {
+            Some((1, 1)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+
+    // Back in: the same ClusterSet again.
+    let mut again = west_set.clone();
+    again["metadata"] = json!({"name": CLUSTERSET, "namespace": MEMBER_NS});
+    again.as_object_mut().unwrap().remove("status");
+    tb.apply("west", MEMBER_NS, &again.to_string());
+    join::wait_ready(&tb);
+    wait_for("the import back in east", T, || {
+        endpoint_ips(&tb, "east", ns, "antrea-mc-api")
+    });
+}
+
+#[test]
+fn a_silent_member_is_disconnected_its_endpoints_withdrawn_and_restored() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-silent");
+    let ns = ns.1.as_str();
+    service_and_export(&tb, "west", ns, "db", "10.244.2.8");
+    service_and_export(&tb, "east", ns, "db", "10.244.1.8");
+    let mut both = vec![
+        cluster_ip(&tb, "west", ns, "db"),
+        cluster_ip(&tb, "east", ns, "db"),
+    ];
+    both.sort();
+    let east_ip = cluster_ip(&tb, "east", ns, "db");
+    wait_for("both endpoints in east", T, || {
+        let ips = endpoint_ips(&tb, "east", ns, "antrea-mc-db")?;
+        if ips == both {
+            Ok(())
+        } else {
+            Err(format!("{ips:?}"))
+        }
+    });
+
+    procs::pause("west-mc-controller");
+    let stopped = Instant::now();
+    let west_status = || {
+        let s = tb.get_json("north", &["get", "clusterset", "-n", LEADER_NS, CLUSTERSET]);
+        s["status"]["clusterStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["clusterID"] == id("west"))
+            .map(|c| c["conditions"][0].clone())
+            .unwrap_or(Value::Null)
+    };
+    let c = wait_for(
+        "west Disconnected in the leader",
+        Duration::from_secs(35),
+        || {
+            let c = west_status();
+            if c["reason"] == "Disconnected" {
+                Ok(c)
+            } else {
+                Err(c.to_string())
+            }
+        },
+    );
+    let disconnected_after = stopped.elapsed();
+    assert!(
+        disconnected_after <= Duration::from_secs(30),
+        "Disconnected after {disconnected_after:?}"
+    );
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("No MemberClusterAnnounce update after")
+    );
+    let ips = wait_for(
+        "west's endpoints withdrawn in east",
+        Duration::from_secs(40),
+        || {
+            let ips = endpoint_ips(&tb, "east", ns, "antrea-mc-db")?;
+            if ips == [east_ip.clone()] {
+                Ok(ips)
+            } else {
+                Err(format!("{ips:?}"))
+            }
+        },
+    );
+    println!(
+        "west Disconnected after {disconnected_after:?}, withdrawn after {:?}: {ips:?}",
+        stopped.elapsed()
+    );
+
+    procs::resume("west-mc-controller");
+    wait_for("west connected again", T, || {
+        let c = west_status();
+        if c["reason"] == "Connected" {
+            Ok(())
+        } else {
+            Err(c.to_string())
+        }
+    });
+    wait_for("west's endpoints restored", T, || {
+        let ips = endpoint_ips(&tb, "east", ns, "antrea-mc-db")?;
+        if ips == both {
+            Ok(())
+        } else {
+            Err(format!("{ips:?}"))
+        }
+    });
+}
+
+/// Every object in the leader's namespace and the members' imports, as (kind, name) sets.
+fn snapshot(tb: &Testbed, ns: &str) -> Vec<String> {
+    let mut all = Vec::new();
+    for (cluster, kind, namespace) in [
+        ("north", "resourceexport", LEADER_NS),
+        ("north", "resourceimport", LEADER_NS),
+        ("east", "service", ns),
+        ("east", "serviceimport", ns),
+        ("west", "service", ns),
+        ("west", "serviceimport", ns),
+    ] {
+        let list = tb.get_json(cluster, &["get", kind, "-n", namespace]);
+        for item in list["items"].as_array().into_iter().flatten() {
+            if item["metadata"]["deletionTimestamp"].is_null() {
+                all.push(format!(
+                    "{cluster}/{kind}/{}",
+                    item["metadata"]["name"].as_str().unwrap()
+                ));
+            }
+        }
+    }
+    all.sort();
+    all
+}
+
+#[test]
+fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-restart");
+    let ns = ns.1.as_str();
+
+    // Kill each controller right after a change it must act on; a restart must converge.
+    for (victim, svc) in [
+        ("north-mc-controller", "a"),
+        ("west-mc-controller", "b"),
+        ("east-mc-controller", "c"),
+    ] {
+        let args = procs::kill(victim);
+        service_and_export(&tb, "west", ns, svc, "10.244.2.20");
+        std::thread::sleep(Duration::from_millis(500));
+        procs::start(victim, &args);
+        for m in MEMBERS {
+            wait_for(
+                &format!("{svc} imported in {m} after {victim} restarted"),
+                T,
+                || {
+                    endpoint_ips(&tb, m, ns, &format!("antrea-mc-{svc}"))?;
+                    tb.try_json(m, &["get", "serviceimport", "-n", ns, svc])
+                        .ok_or("no ServiceImport".to_owned())
+                },
+            );
+        }
+    }
+    // No duplicates, orphans or leftovers: exactly the objects of a, b and c.
+    tb.delete("west", &["serviceexport", "-n", ns, "a"]);
+    // Exactly: west's exports of b and c and their imports in the leader; in each member the
+    // imported Services and ServiceImports of b and c; in west also its own Services a, b, c.
+    let mut expected: Vec<String> = Vec::new();
+    for s in ["b", "c"] {
+        expected.push(format!(
+            "north/resourceexport/{}-{ns}-{s}-endpoints",
+            id("west")
+        ));
+        expected.push(format!(
+            "north/resourceexport/{}-{ns}-{s}-service",
+            id("west")
+        ));
+        expected.push(format!("north/resourceimport/{ns}-{s}-endpoints"));
+        expected.push(format!("north/resourceimport/{ns}-{s}-service"));
+        for m in MEMBERS {
+            expected.push(format!("{m}/service/antrea-mc-{s}"));
+            expected.push(format!("{m}/serviceimport/{s}"));
+        }
+    }
+    for s in ["a", "b", "c"] {
+        expected.push(format!("west/service/{s}"));
+    }
+    expected.sort();
+    let snap = wait_for("exactly the objects of b and c", T, || {
+        let snap: Vec<String> = snapshot(&tb, ns)
+            .into_iter()
+            .filter(|s| !s.starts_with("north/") || s.contains(ns))
+            .collect();
+        if snap == expected {
+            Ok(snap)
+        } else {
+            Err(format!("{snap:#?}"))
+        }
+    });
+    println!("{snap:#?}");
+
+    // The leader's API server goes down: members keep their imports; an export made meanwhile
+    // arrives once it is back.
+    let apiserver = procs::kill("north-apiserver");
+    std::thread::sleep(Duration::from_secs(8));
+    for m in MEMBERS {
+        assert!(
+            endpoint_ips(&tb, m, ns, "antrea-mc-b").is_ok_and(|ips| !ips.is_empty()),
+            "{m} lost its import while north was down"
+        );
+        assert!(
+            tb.try_json(m, &["get", "serviceimport", "-n", ns, "b"])
+                .is_some()
+        );
+    }
+    service_and_export(&tb, "west", ns, "d", "10.244.2.21");
+    procs::start("north-apiserver", &apiserver);
+    for m in MEMBERS {
+        wait_for(
+            &format!("d imported in {m} after the outage"),
+            Duration::from_secs(90),
+            || endpoint_ips(&tb, m, ns, "antrea-mc-d"),
+        );
+    }
+    join::wait_ready(&tb);
+}
