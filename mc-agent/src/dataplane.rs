@@ -10,7 +10,7 @@ use std::{io, path::PathBuf};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{MapData, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, MapData, MapError, PerCpuArray},
     programs::{
         LinkOrder, ProgramError, SchedClassifier, TcAttachType,
         links::{FdLink, LinkError, PinnedLink},
@@ -18,7 +18,11 @@ use aya::{
     },
     sys::SyscallError,
 };
-use mc_common::{CounterValue, maps, programs};
+use mc_common::{
+    CounterValue,
+    dataplane::{FlowKey, LocalConfig, Peer, RemoteRoute, SnatEntry},
+    maps, programs,
+};
 use serde::Serialize;
 
 use crate::bpffs::{PinLayout, PinRootError};
@@ -62,6 +66,14 @@ impl Direction {
         }
     }
 
+    /// The program that runs at this hook.
+    pub fn program(self) -> &'static str {
+        match self {
+            Direction::Ingress => programs::INGRESS,
+            Direction::Egress => programs::EGRESS,
+        }
+    }
+
     fn attach_type(self) -> TcAttachType {
         match self {
             Direction::Ingress => TcAttachType::Ingress,
@@ -100,60 +112,124 @@ impl Dataplane {
             loader.map_pin_path(name, path.as_path());
         }
         let mut ebpf = loader.load(object)?;
-        let program = uplink_program(&mut ebpf)?;
-        program.load().map_err(|source| DataplaneError::Program {
-            name: programs::UPLINK,
-            source,
-        })?;
+        for direction in Direction::BOTH {
+            let name = direction.program();
+            program_of(&mut ebpf, direction)?
+                .load()
+                .map_err(|source| DataplaneError::Program { name, source })?;
+        }
         Ok(Self { ebpf, layout })
     }
 
-    /// Attaches (or re-attaches) the uplink program at ingress and egress of `interface`.
+    /// Attaches (or re-attaches) the ingress and egress programs to `interface`.
     pub fn attach_uplink(&mut self, interface: &str) -> Result<Vec<HookState>, DataplaneError> {
         let if_index = if_index(interface)
             .ok_or_else(|| DataplaneError::UnknownInterface(interface.to_owned()))?;
         let layout = self.layout.clone();
-        let program = uplink_program(&mut self.ebpf)?;
         Direction::BOTH
             .iter()
-            .map(|&direction| attach_one(program, &layout, interface, if_index, direction))
+            .map(|&direction| {
+                let program = program_of(&mut self.ebpf, direction)?;
+                attach_one(program, &layout, interface, if_index, direction)
+            })
             .collect()
     }
 
-    /// The loaded program, for `BPF_PROG_TEST_RUN`.
-    pub fn uplink_program(&mut self) -> Result<&mut SchedClassifier, DataplaneError> {
-        uplink_program(&mut self.ebpf)
+    /// The loaded program of one hook, for `BPF_PROG_TEST_RUN`.
+    pub fn program(
+        &mut self,
+        direction: Direction,
+    ) -> Result<&mut SchedClassifier, DataplaneError> {
+        program_of(&mut self.ebpf, direction)
+    }
+
+    fn map(&self, name: &str) -> Result<&aya::maps::Map, DataplaneError> {
+        self.ebpf.map(name).ok_or_else(|| missing_map(name))
     }
 
     /// The counters map of this object (the pinned one when pins exist).
     pub fn counters(&self) -> Result<PerCpuArray<&MapData, CounterValue>, DataplaneError> {
-        let map = self
-            .ebpf
-            .map(maps::COUNTERS)
-            .ok_or_else(|| DataplaneError::Load(EbpfError::MapError(missing_map())))?;
-        PerCpuArray::try_from(map).map_err(|e| DataplaneError::Load(EbpfError::MapError(e)))
+        PerCpuArray::try_from(self.map(maps::COUNTERS)?).map_err(map_err)
+    }
+
+    /// The maps the agent writes and the SNAT table, typed.
+    pub fn maps(&mut self) -> Result<DataplaneMaps<&mut MapData>, DataplaneError> {
+        // Four distinct maps borrowed mutably at once: take them one by one out of the object.
+        let mut config = None;
+        let mut routes = None;
+        let mut peers = None;
+        let mut snat = None;
+        for (name, map) in self.ebpf.maps_mut() {
+            match name {
+                maps::CONFIG => config = Some(map),
+                maps::ROUTES => routes = Some(map),
+                maps::PEERS => peers = Some(map),
+                maps::SNAT => snat = Some(map),
+                _ => {}
+            }
+        }
+        let missing = missing_map;
+        Ok(DataplaneMaps {
+            config: Array::try_from(config.ok_or_else(|| missing(maps::CONFIG))?)
+                .map_err(map_err)?,
+            routes: LpmTrie::try_from(routes.ok_or_else(|| missing(maps::ROUTES))?)
+                .map_err(map_err)?,
+            peers: HashMap::try_from(peers.ok_or_else(|| missing(maps::PEERS))?)
+                .map_err(map_err)?,
+            snat: HashMap::try_from(snat.ok_or_else(|| missing(maps::SNAT))?).map_err(map_err)?,
+        })
+    }
+
+    /// The pin root this object's maps live under.
+    pub fn layout(&self) -> &PinLayout {
+        &self.layout
     }
 }
 
-fn missing_map() -> aya::maps::MapError {
-    aya::maps::MapError::InvalidName {
-        name: maps::COUNTERS.to_owned(),
+/// Typed handles on the dataplane's maps (from a loaded object or from the pins).
+pub struct DataplaneMaps<T> {
+    pub config: Array<T, LocalConfig>,
+    pub routes: LpmTrie<T, [u8; 4], RemoteRoute>,
+    pub peers: HashMap<T, [u8; 4], Peer>,
+    pub snat: HashMap<T, FlowKey, SnatEntry>,
+}
+
+impl DataplaneMaps<MapData> {
+    /// Opens the pinned maps of a running dataplane (what `mc-agent maps` and a restarted agent
+    /// use).
+    pub fn open_pinned(layout: &PinLayout) -> Result<Self, MapError> {
+        let open = |name: &str| aya::maps::Map::from_map_data(MapData::from_pin(layout.map(name))?);
+        Ok(Self {
+            config: open(maps::CONFIG)?.try_into()?,
+            routes: open(maps::ROUTES)?.try_into()?,
+            peers: open(maps::PEERS)?.try_into()?,
+            snat: open(maps::SNAT)?.try_into()?,
+        })
     }
 }
 
-fn uplink_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, DataplaneError> {
-    let program = ebpf
-        .program_mut(programs::UPLINK)
-        .ok_or(DataplaneError::Program {
-            name: programs::UPLINK,
-            source: ProgramError::UnexpectedProgramType,
-        })?;
+fn map_err(e: MapError) -> DataplaneError {
+    DataplaneError::Load(EbpfError::MapError(e))
+}
+
+fn missing_map(name: &str) -> DataplaneError {
+    map_err(MapError::InvalidName {
+        name: name.to_owned(),
+    })
+}
+
+fn program_of(
+    ebpf: &mut Ebpf,
+    direction: Direction,
+) -> Result<&mut SchedClassifier, DataplaneError> {
+    let name = direction.program();
+    let program = ebpf.program_mut(name).ok_or(DataplaneError::Program {
+        name,
+        source: ProgramError::UnexpectedProgramType,
+    })?;
     program
         .try_into()
-        .map_err(|source| DataplaneError::Program {
-            name: programs::UPLINK,
-            source,
-        })
+        .map_err(|source| DataplaneError::Program { name, source })
 }
 
 fn attach_one(
@@ -169,7 +245,7 @@ fn attach_one(
         message,
     };
     let program_err = |source| DataplaneError::Program {
-        name: programs::UPLINK,
+        name: direction.program(),
         source,
     };
     match PinnedLink::from_pin(&path) {

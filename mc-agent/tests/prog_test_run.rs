@@ -4,7 +4,11 @@
 mod support;
 
 use aya::programs::{TestRun as _, TestRunOptions};
-use mc_agent::{bpffs::PinLayout, counters, dataplane::Dataplane};
+use mc_agent::{
+    bpffs::PinLayout,
+    counters,
+    dataplane::{Dataplane, Direction},
+};
 use mc_common::Counter;
 use support::{Bpffs, require_root, udp_frame};
 
@@ -15,7 +19,7 @@ const SHOT: u32 = 2;
 
 fn run_frame(dataplane: &mut Dataplane, frame: &[u8]) -> (u32, Vec<u8>) {
     let mut out = vec![0u8; frame.len() + 256];
-    let program = dataplane.uplink_program().expect("program");
+    let program = dataplane.program(Direction::Egress).expect("program");
     let result = program
         .test_run(TestRunOptions {
             data_in: Some(frame),

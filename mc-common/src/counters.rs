@@ -18,46 +18,92 @@ unsafe impl aya::Pod for CounterValue {}
 /// be added without changing the map's layout (and therefore without a new pin version).
 pub const COUNTER_SLOTS: u32 = 64;
 
-/// Every verdict and drop reason the programs count. The discriminant is the key in the counters
-/// map; it never changes once released.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Counter {
+/// Declares [`Counter`] with its stable key, name and whether it is a drop, in one table.
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $variant:ident = $key:literal, $name:literal, $drop:literal; )*) => {
+        /// Every verdict and drop reason the programs count. The discriminant is the key in the
+        /// counters map; it never changes once released.
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Counter {
+            $( $(#[$doc])* $variant = $key, )*
+        }
+
+        impl Counter {
+            /// Every counter, in key order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant),*];
+
+            /// Stable name, used in metrics labels and by `mc-agent counters`.
+            pub const fn name(self) -> &'static str {
+                match self { $(Counter::$variant => $name,)* }
+            }
+
+            /// Whether packets counted here were dropped.
+            pub const fn is_drop(self) -> bool {
+                match self { $(Counter::$variant => $drop,)* }
+            }
+        }
+    };
+}
+
+counters! {
     /// A frame that is not IPv4 (ARP, IPv6, ...): not Strait's business, passed on.
-    PassNotIpv4 = 0,
+    PassNotIpv4 = 0, "pass_not_ipv4", false;
     /// A well-formed IPv4 packet with nothing for Strait to do, passed on.
-    PassIpv4 = 1,
-    /// The frame ends inside the Ethernet or IPv4 header.
-    DropTruncated = 2,
+    PassIpv4 = 1, "pass_ipv4", false;
+    /// The frame ends inside a header it announces.
+    DropTruncated = 2, "drop_truncated", true;
     /// IPv4 header with a wrong version, a header length under 20 bytes or a total length
     /// shorter than its header.
-    DropBadIpv4Header = 3,
+    DropBadIpv4Header = 3, "drop_bad_ipv4_header", true;
+    /// Regular Node, egress: a packet for a remote cluster tunnelled to the local gateway.
+    TxToGateway = 4, "tx_to_gateway", false;
+    /// Gateway, egress: a packet from the gateway Node itself for a remote prefix, SNATed and
+    /// tunnelled to the remote gateway.
+    TxSnatToRemote = 5, "tx_snat_to_remote", false;
+    /// Gateway, egress: a reply to a flow a remote cluster opened, tunnelled to its gateway.
+    TxReplyToRemote = 6, "tx_reply_to_remote", false;
+    /// Egress: a packet this Node's programs already encapsulated, left alone.
+    PassOwnTunnel = 7, "pass_own_tunnel", false;
+    /// Regular Node, ingress: tunnel traffic from the local gateway, decapsulated to the stack.
+    RxFromGateway = 8, "rx_from_gateway", false;
+    /// Gateway, ingress: a local Node's packet for a remote prefix, SNATed and sent on to the
+    /// remote gateway (the hairpin; it never enters the stack).
+    HairpinSnat = 9, "hairpin_snat", false;
+    /// Gateway, ingress: a reply from a remote gateway, SNAT reversed and tunnelled back to the
+    /// local Node that sent the flow.
+    HairpinUnsnat = 10, "hairpin_unsnat", false;
+    /// Gateway, ingress: a reply from a remote gateway for a flow of the gateway Node itself,
+    /// SNAT reversed and passed to the stack.
+    RxUnsnatLocal = 11, "rx_unsnat_local", false;
+    /// Gateway, ingress: a flow a remote cluster opened (to a local ClusterIP or Pod),
+    /// decapsulated to the stack.
+    RxFromRemote = 12, "rx_from_remote", false;
+    /// Gateway, ingress: a local Node's reply to a remote-opened flow, decapsulated to the stack
+    /// (conntrack there reverses kube-proxy's DNAT).
+    RxReplyFromNode = 13, "rx_reply_from_node", false;
+    /// Tunnel traffic from an address that is neither a known remote gateway nor a local Node.
+    DropUnknownPeer = 14, "drop_unknown_peer", true;
+    /// Geneve with a wrong version, a control (O) bit, a payload other than IPv4, or an inner
+    /// IPv4 header that does not parse.
+    DropBadGeneve = 15, "drop_bad_geneve", true;
+    /// A reply to the gateway address with no SNAT entry (expired, or never ours).
+    DropNoSnatEntry = 16, "drop_no_snat_entry", true;
+    /// No free SNAT port for a new flow after every try.
+    DropSnatExhausted = 17, "drop_snat_exhausted", true;
+    /// A protocol the gateway cannot SNAT (not TCP, UDP or ICMP echo).
+    DropUnsupportedProto = 18, "drop_unsupported_proto", true;
+    /// A non-first IPv4 fragment: it has no ports to translate.
+    DropFragment = 19, "drop_fragment", true;
+    /// A local Node tunnelled a packet whose inner destination is not remote.
+    DropNotRemote = 20, "drop_not_remote", true;
+    /// The kernel refused to grow or shrink the packet (`bpf_skb_adjust_room`) or to rewrite it.
+    DropRewriteFailed = 21, "drop_rewrite_failed", true;
+    /// Tunnel traffic arrived while this Node has no role yet (the agent has not configured it).
+    PassNotConfigured = 22, "pass_not_configured", false;
 }
 
 impl Counter {
-    /// Every counter, in key order.
-    pub const ALL: [Counter; 4] = [
-        Counter::PassNotIpv4,
-        Counter::PassIpv4,
-        Counter::DropTruncated,
-        Counter::DropBadIpv4Header,
-    ];
-
-    /// Stable name, used in metrics labels and by `mcctl`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Counter::PassNotIpv4 => "pass_not_ipv4",
-            Counter::PassIpv4 => "pass_ipv4",
-            Counter::DropTruncated => "drop_truncated",
-            Counter::DropBadIpv4Header => "drop_bad_ipv4_header",
-        }
-    }
-
-    /// Whether packets counted here were dropped.
-    pub const fn is_drop(self) -> bool {
-        matches!(self, Counter::DropTruncated | Counter::DropBadIpv4Header)
-    }
-
     pub const fn key(self) -> u32 {
         self as u32
     }
@@ -68,3 +114,12 @@ impl Counter {
 }
 
 const _: () = assert!((Counter::ALL.len() as u32) <= COUNTER_SLOTS);
+
+// Keys are dense and in table order: the key of `ALL[i]` is `i`.
+const _: () = {
+    let mut i = 0;
+    while i < Counter::ALL.len() {
+        assert!(Counter::ALL[i] as u32 == i as u32);
+        i += 1;
+    }
+};

@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod counters;
+pub mod dataplane;
 
 pub use counters::{Counter, CounterValue};
 
@@ -18,14 +19,25 @@ pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/mc/v1";
 
 /// Names of the programs in the eBPF object (at most 15 characters: the kernel truncates).
 pub mod programs {
-    /// TC classifier for the uplink, attached at ingress and at egress.
-    pub const UPLINK: &str = "mc_uplink";
+    /// TC classifier on the uplink's ingress: tunnel traffic from local Nodes and remote gateways.
+    pub const INGRESS: &str = "mc_ingress";
+    /// TC classifier on the uplink's egress: packets for remote clusters get tunnelled.
+    pub const EGRESS: &str = "mc_egress";
 }
 
 /// Names of the maps in the eBPF object; they are also the file names of their pins.
 pub mod maps {
     /// Per-CPU verdict and drop-reason counters ([`crate::Counter`] indexes it).
     pub const COUNTERS: &str = "mc_counters";
+    /// The Node's role and addresses ([`crate::dataplane::LocalConfig`], one entry).
+    pub const CONFIG: &str = "mc_config";
+    /// Remote prefixes (LPM trie) -> [`crate::dataplane::RemoteRoute`].
+    pub const ROUTES: &str = "mc_routes";
+    /// Underlay address -> [`crate::dataplane::Peer`]: who may send tunnel traffic.
+    pub const PEERS: &str = "mc_peers";
+    /// The gateway's SNAT table (LRU): [`crate::dataplane::FlowKey`] ->
+    /// [`crate::dataplane::SnatEntry`], both directions of every flow.
+    pub const SNAT: &str = "mc_snat";
     /// Every map the agent pins, for iteration.
-    pub const ALL: &[&str] = &[COUNTERS];
+    pub const ALL: &[&str] = &[COUNTERS, CONFIG, ROUTES, PEERS, SNAT];
 }

@@ -1,22 +1,35 @@
-//! Strait's uplink TC program.
-//!
-//! Today it parses Ethernet and IPv4 and accounts for every frame in a per-CPU counter keyed by
-//! verdict or drop reason; the Geneve and NAT paths of DESIGN §4 build on this entry point.
+//! Strait's uplink programs (DESIGN §4): `mc_egress` tunnels packets for remote clusters (to the
+//! local gateway from a regular Node; SNATed, to the remote gateway from the gateway), and
+//! `mc_ingress` decapsulates, runs the gateway's hairpin between local Nodes and remote gateways,
+//! and drops tunnel traffic from anyone else. Every packet is counted under exactly one verdict
+//! or drop reason.
 #![no_std]
 #![no_main]
 // The program macros expand to a `pub fn` taking the raw context pointer.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod nat;
+mod packet;
+mod tunnel;
+
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
-    btf_maps::PerCpuArray,
+    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
     macros::{btf_map, classifier},
+    maps::lpm_trie::Key,
     programs::TcContext,
 };
-use mc_common::{Counter, CounterValue, counters::COUNTER_SLOTS};
-use network_types::{eth::EthHdr, ip::Ipv4Hdr};
-
-const ETH_P_IP: u16 = 0x0800;
+use mc_common::{
+    Counter, CounterValue,
+    counters::COUNTER_SLOTS,
+    dataplane::{
+        DEFAULT_TUNNEL_PORT, FlowKey, LocalConfig, MAX_PEERS, MAX_REMOTE_PREFIXES,
+        MAX_SNAT_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE,
+        RemoteRoute, SnatEntry,
+    },
+};
+use packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port};
+use tunnel::Tunnel;
 
 /// Under TCX, "continue with the next program, then the kernel's default" (TCX_NEXT). Strait
 /// shares the hook with whatever CNI is on the Node, so "nothing for us" never ends the chain.
@@ -26,37 +39,162 @@ const VERDICT_DROP: i32 = TC_ACT_SHOT;
 #[btf_map(name = "mc_counters")]
 static COUNTERS: PerCpuArray<CounterValue, { COUNTER_SLOTS as usize }> = PerCpuArray::new();
 
+#[btf_map(name = "mc_config")]
+static CONFIG: Array<LocalConfig, 1> = Array::new();
+
+#[btf_map(name = "mc_routes")]
+static ROUTES: LpmTrie<[u8; 4], RemoteRoute, { MAX_REMOTE_PREFIXES as usize }> = LpmTrie::new();
+
+#[btf_map(name = "mc_peers")]
+static PEERS: HashMap<[u8; 4], Peer, { MAX_PEERS as usize }> = HashMap::new();
+
+#[btf_map(name = "mc_snat")]
+pub(crate) static SNAT: LruHashMap<FlowKey, SnatEntry, { MAX_SNAT_ENTRIES as usize }> =
+    LruHashMap::new();
+
+/// A counter and the verdict to return; `Err` is a drop reason.
+type Outcome = Result<(Counter, i32), Counter>;
+
 #[classifier]
-pub fn mc_uplink(ctx: TcContext) -> i32 {
-    let counter = match try_uplink(&ctx) {
-        Ok(counter) | Err(counter) => counter,
+pub fn mc_egress(ctx: TcContext) -> i32 {
+    finish(&ctx, try_egress(&ctx))
+}
+
+#[classifier]
+pub fn mc_ingress(ctx: TcContext) -> i32 {
+    finish(&ctx, try_ingress(&ctx))
+}
+
+#[inline(always)]
+fn finish(ctx: &TcContext, outcome: Outcome) -> i32 {
+    let (counter, verdict) = match outcome {
+        Ok(done) => done,
+        Err(reason) => (reason, VERDICT_DROP),
     };
-    count(&ctx, counter);
-    if counter.is_drop() {
-        VERDICT_DROP
+    count(ctx, counter);
+    verdict
+}
+
+#[inline(always)]
+fn config() -> LocalConfig {
+    CONFIG.get(0).copied().unwrap_or_default()
+}
+
+#[inline(always)]
+fn tunnel_port(cfg: &LocalConfig) -> u16 {
+    if cfg.tunnel_port == 0 {
+        DEFAULT_TUNNEL_PORT
     } else {
-        VERDICT_NEXT
+        cfg.tunnel_port
     }
 }
 
-/// Classifies one frame. `Err` carries the drop reason.
-fn try_uplink(ctx: &TcContext) -> Result<Counter, Counter> {
-    let eth: EthHdr = ctx.load(0).map_err(|_| Counter::DropTruncated)?;
-    if u16::from_be(eth.ether_type) != ETH_P_IP {
-        return Ok(Counter::PassNotIpv4);
+#[inline(always)]
+fn remote_route(addr: [u8; 4]) -> Option<RemoteRoute> {
+    ROUTES.get(&Key::new(32, addr)).copied()
+}
+
+#[inline(always)]
+fn peer_kind(addr: &[u8; 4]) -> u32 {
+    // SAFETY: the value is copied out at once.
+    unsafe { PEERS.get(addr) }.map_or(0, |p| p.kind)
+}
+
+fn try_egress(ctx: &TcContext) -> Outcome {
+    let Some(ip) = eth_ipv4(ctx)? else {
+        return Ok((Counter::PassNotIpv4, VERDICT_NEXT));
+    };
+    let cfg = config();
+    if cfg.role != ROLE_NODE && cfg.role != ROLE_GATEWAY {
+        return Ok((Counter::PassIpv4, VERDICT_NEXT));
     }
-    let ip: Ipv4Hdr = ctx.load(EthHdr::LEN).map_err(|_| Counter::DropTruncated)?;
-    let header_len = usize::from(ip.ihl());
-    if ip.version() != 4 || header_len < Ipv4Hdr::LEN {
-        return Err(Counter::DropBadIpv4Header);
+    let port = tunnel_port(&cfg);
+    // The hairpin and our own encapsulations come through here again: leave them alone.
+    if ip.proto == IPPROTO_UDP
+        && !ip.is_later_fragment()
+        && ip.src == cfg.node_ip
+        && udp_dst_port(ctx, &ip)? == port
+    {
+        return Ok((Counter::PassOwnTunnel, VERDICT_NEXT));
     }
-    if usize::from(ip.tot_len()) < header_len {
-        return Err(Counter::DropBadIpv4Header);
+    let route = remote_route(ip.dst);
+    if cfg.role == ROLE_NODE {
+        if route.is_some() || peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY {
+            tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
+            return Ok((Counter::TxToGateway, tunnel::send_out(ctx)));
+        }
+        return Ok((Counter::PassIpv4, VERDICT_NEXT));
     }
-    if ctx.len() < (EthHdr::LEN + header_len) as u32 {
-        return Err(Counter::DropTruncated);
+    if let Some(route) = route {
+        // A process or Pod on the gateway Node itself opens a cross-cluster flow.
+        nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip)?;
+        tunnel::encap(ctx, cfg.node_ip, route.gateway_ip, port)?;
+        return Ok((Counter::TxSnatToRemote, tunnel::send_out(ctx)));
     }
-    Ok(Counter::PassIpv4)
+    if peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY {
+        // A reply to a flow a remote cluster opened (kube-proxy already reversed its DNAT).
+        tunnel::encap(ctx, cfg.node_ip, ip.dst, port)?;
+        return Ok((Counter::TxReplyToRemote, tunnel::send_out(ctx)));
+    }
+    Ok((Counter::PassIpv4, VERDICT_NEXT))
+}
+
+fn try_ingress(ctx: &TcContext) -> Outcome {
+    let Some(outer) = eth_ipv4(ctx)? else {
+        return Ok((Counter::PassNotIpv4, VERDICT_NEXT));
+    };
+    let cfg = config();
+    let Some(tunnel) = tunnel::parse(ctx, &outer, tunnel_port(&cfg))? else {
+        return Ok((Counter::PassIpv4, VERDICT_NEXT));
+    };
+    match cfg.role {
+        ROLE_NODE => {
+            // A regular Node only takes tunnel traffic from its own cluster's gateway.
+            if tunnel.outer.src != cfg.gateway_internal_ip {
+                return Err(Counter::DropUnknownPeer);
+            }
+            tunnel::decap(ctx, &tunnel)?;
+            Ok((Counter::RxFromGateway, VERDICT_NEXT))
+        }
+        ROLE_GATEWAY => gateway_ingress(ctx, &cfg, &tunnel),
+        _ => Ok((Counter::PassNotConfigured, VERDICT_NEXT)),
+    }
+}
+
+#[inline(always)]
+fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outcome {
+    match peer_kind(&tunnel.outer.src) {
+        PEER_LOCAL_NODE => {
+            if let Some(route) = remote_route(tunnel.inner.dst) {
+                // The hairpin: SNAT the inner packet and send it on to the remote gateway
+                // without decapsulating it or letting it into the stack.
+                nat::snat(ctx, &tunnel.inner, cfg.gateway_ip, tunnel.outer.src)?;
+                tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, route.gateway_ip)?;
+                return Ok((Counter::HairpinSnat, tunnel::send_out(ctx)));
+            }
+            if peer_kind(&tunnel.inner.dst) == PEER_REMOTE_GATEWAY {
+                // A reply to a remote-opened flow: conntrack on this Node reverses the DNAT.
+                tunnel::decap(ctx, tunnel)?;
+                return Ok((Counter::RxReplyFromNode, VERDICT_NEXT));
+            }
+            Err(Counter::DropNotRemote)
+        }
+        PEER_REMOTE_GATEWAY => {
+            if tunnel.inner.dst != cfg.gateway_ip {
+                // A flow a remote cluster opened to a local ClusterIP or Pod.
+                tunnel::decap(ctx, tunnel)?;
+                return Ok((Counter::RxFromRemote, VERDICT_NEXT));
+            }
+            let entry = nat::unsnat(ctx, &tunnel.inner)?;
+            if entry.node == cfg.node_ip {
+                tunnel::decap(ctx, tunnel)?;
+                return Ok((Counter::RxUnsnatLocal, VERDICT_NEXT));
+            }
+            tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, entry.node)?;
+            Ok((Counter::HairpinUnsnat, tunnel::send_out(ctx)))
+        }
+        _ => Err(Counter::DropUnknownPeer),
+    }
 }
 
 #[inline(always)]

@@ -2,6 +2,8 @@
 //! instance per test, both removed on drop (also when the test panics).
 #![allow(dead_code)] // each test file uses a subset
 
+pub mod frames;
+
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},

@@ -1,0 +1,469 @@
+//! Every path of the packet walk (DESIGN §4) with `BPF_PROG_TEST_RUN`: a hand-built frame goes
+//! into the ingress or egress program and the test checks the frame that comes out (outer
+//! headers, VNI, inner addresses and ports, checksums recomputed from scratch), the verdict, the
+//! counters and the SNAT table. No interfaces are involved. Run as root, one test at a time.
+
+mod support;
+
+use aya::programs::{TestRun as _, TestRunOptions};
+use mc_agent::{
+    bpffs::PinLayout,
+    counters,
+    dataplane::{Dataplane, Direction},
+};
+use mc_common::{
+    Counter,
+    dataplane::{
+        LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE,
+        RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
+    },
+};
+use support::{
+    Bpffs,
+    frames::{ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, icmp_echo, ipv4, tcp, udp},
+    require_root,
+};
+
+const NEXT: u32 = u32::MAX; // TCX_NEXT
+const SHOT: u32 = 2; // TC_ACT_SHOT
+const REDIRECT: u32 = 7; // TC_ACT_REDIRECT (bpf_redirect_neigh)
+const PORT: u16 = 6081;
+
+// East: gateway G (internal = gateway IP), regular Node N. West: gateway W.
+const G: [u8; 4] = [198, 18, 1, 1];
+const N: [u8; 4] = [198, 18, 1, 2];
+const W: [u8; 4] = [198, 18, 2, 1];
+const STRANGER: [u8; 4] = [198, 18, 9, 9];
+const POD_N: [u8; 4] = [10, 244, 1, 5];
+const POD_G: [u8; 4] = [10, 244, 0, 7];
+const WEST_SVC: [u8; 4] = [10, 98, 0, 10];
+const EAST_SVC: [u8; 4] = [10, 97, 0, 20];
+
+struct Fixture {
+    _fs: Bpffs,
+    dp: Dataplane,
+}
+
+impl Fixture {
+    fn new(name: &str, role: u32) -> Self {
+        require_root();
+        let fs = Bpffs::new(name);
+        let mut dp = Dataplane::load(PinLayout::new(fs.pin_root())).expect("loading the object");
+        {
+            let mut maps = dp.maps().expect("maps");
+            let node_ip = if role == ROLE_GATEWAY { G } else { N };
+            let config = LocalConfig {
+                role,
+                node_ip,
+                gateway_internal_ip: G,
+                gateway_ip: G,
+                tunnel_port: PORT,
+                mtu: 1500,
+                ..Default::default()
+            };
+            maps.config.set(0, &config, 0).expect("config");
+            let west = RemoteRoute {
+                cluster: 1,
+                gateway_ip: W,
+            };
+            maps.routes
+                .insert(&aya::maps::lpm_trie::Key::new(16, [10, 98, 0, 0]), &west, 0)
+                .expect("route");
+            maps.peers
+                .insert(
+                    &W,
+                    &Peer {
+                        kind: PEER_REMOTE_GATEWAY,
+                        cluster: 1,
+                    },
+                    0,
+                )
+                .expect("peer W");
+            maps.peers
+                .insert(
+                    &N,
+                    &Peer {
+                        kind: PEER_LOCAL_NODE,
+                        cluster: 0,
+                    },
+                    0,
+                )
+                .expect("peer N");
+        }
+        Self { _fs: fs, dp }
+    }
+
+    fn run(&mut self, direction: Direction, frame: &[u8]) -> (u32, Vec<u8>) {
+        let mut out = vec![0u8; frame.len() + 256];
+        let program = self.dp.program(direction).expect("program");
+        let result = program
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN ({direction:?}): {e}"));
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
+    }
+
+    fn packets(&self, counter: Counter) -> u64 {
+        let map = self.dp.counters().expect("counters");
+        counters::read(&map)
+            .expect("reading counters")
+            .into_iter()
+            .find(|r| r.key == counter.key())
+            .expect("known counter")
+            .packets
+    }
+
+    /// (forward, reverse) SNAT entries.
+    fn snat_entries(&mut self) -> (usize, usize) {
+        let maps = self.dp.maps().expect("maps");
+        let mut forward = 0;
+        let mut reverse = 0;
+        for item in maps.snat.iter() {
+            let (_, v) = item.expect("snat entry");
+            match v.flags {
+                SNAT_FORWARD => forward += 1,
+                SNAT_REVERSE => reverse += 1,
+                other => panic!("SNAT entry with flags {other}"),
+            }
+        }
+        (forward, reverse)
+    }
+
+    /// Asserts that exactly these counters are non-zero, with these packet counts.
+    fn assert_counters(&self, expected: &[(Counter, u64)]) {
+        for &counter in Counter::ALL {
+            let want = expected
+                .iter()
+                .find(|(c, _)| *c == counter)
+                .map_or(0, |(_, n)| *n);
+            assert_eq!(self.packets(counter), want, "counter {}", counter.name());
+        }
+    }
+}
+
+/// The outer headers Strait writes: DF, TTL 64, UDP to the tunnel port from the flow-hash range
+/// with checksum 0, Geneve version 0 carrying IPv4 with VNI 0xffffff.
+fn assert_tunnel(frame: &[u8], src: [u8; 4], dst: [u8; 4]) {
+    let e = decode_geneve(frame);
+    e.outer.assert_checksums("outer");
+    assert_eq!(e.outer.src(), src, "outer source");
+    assert_eq!(e.outer.dst(), dst, "outer destination");
+    assert!(e.outer.df(), "outer DF must be set");
+    assert_eq!(e.outer.0[8], 64, "outer TTL");
+    assert_eq!(e.udp_dst_port, PORT);
+    assert!(
+        e.udp_src_port >= 0xc000,
+        "source port {} not from the hash range",
+        e.udp_src_port
+    );
+    assert_eq!(e.udp_checksum, 0, "outer UDP checksum must be 0");
+    assert_eq!(e.udp_len, 16 + e.inner.total_len());
+    assert_eq!(
+        e.geneve,
+        &[0, 0, 0x08, 0x00, 0xff, 0xff, 0xff, 0],
+        "Geneve header"
+    );
+}
+
+#[test]
+fn regular_node_tunnels_remote_traffic_to_the_local_gateway() {
+    let mut f = Fixture::new("node-egress", ROLE_NODE);
+
+    // A Pod's TCP SYN to a west ClusterIP (kube-proxy already chose the endpoint).
+    let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    let (verdict, out) = f.run(Direction::Egress, &eth(&inner));
+    assert_eq!(
+        verdict, REDIRECT,
+        "a remote packet must be sent out encapsulated"
+    );
+    assert_tunnel(&out, N, G);
+    let e = decode_geneve(&out);
+    assert_eq!(
+        e.inner.0,
+        &inner[..],
+        "the inner packet must travel unchanged"
+    );
+    assert_eq!(
+        &out[..ETH_HLEN],
+        &eth(&inner)[..ETH_HLEN],
+        "Ethernet header kept"
+    );
+
+    // A reply to a flow a remote cluster opened goes to the local gateway as well.
+    let reply = udp(POD_N, W, 53, 33333, b"answer", true);
+    let (verdict, out) = f.run(Direction::Egress, &eth(&reply));
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel(&out, N, G);
+    assert_eq!(decode_geneve(&out).inner.0, &reply[..]);
+
+    // Local traffic is not ours: unchanged, handed on.
+    let local = tcp(POD_N, EAST_SVC, 40000, 80, 0x02, b"");
+    let (verdict, out) = f.run(Direction::Egress, &eth(&local));
+    assert_eq!(verdict, NEXT);
+    assert_eq!(out, eth(&local));
+
+    f.assert_counters(&[(Counter::TxToGateway, 2), (Counter::PassIpv4, 1)]);
+}
+
+#[test]
+fn regular_node_decapsulates_only_from_its_gateway() {
+    let mut f = Fixture::new("node-ingress", ROLE_NODE);
+    let inner = tcp(WEST_SVC, POD_N, 80, 40000, 0x12, b"");
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(G, N, PORT, &inner)));
+    assert_eq!(verdict, NEXT, "decapsulated traffic goes to the stack");
+    assert_eq!(
+        out,
+        eth(&inner),
+        "exactly the inner packet behind the Ethernet header"
+    );
+
+    // The same from a remote gateway (or anyone else) is refused on a regular Node.
+    let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(W, N, PORT, &inner)));
+    assert_eq!(verdict, SHOT);
+    let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(STRANGER, N, PORT, &inner)));
+    assert_eq!(verdict, SHOT);
+
+    f.assert_counters(&[(Counter::RxFromGateway, 1), (Counter::DropUnknownPeer, 2)]);
+}
+
+/// One request through the hairpin and its reply back, for a protocol.
+fn hairpin_round_trip(f: &mut Fixture, request: &[u8], reply_for: impl Fn(u16) -> Vec<u8>) {
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, request)));
+    assert_eq!(verdict, REDIRECT, "the hairpin sends the packet on");
+    assert_tunnel(&out, G, W);
+    let e = decode_geneve(&out);
+    e.inner.assert_checksums("SNATed inner packet");
+    let req = Ip(request);
+    assert_eq!(e.inner.src(), G, "inner source SNATed to the gateway IP");
+    assert_eq!(e.inner.dst(), req.dst(), "inner destination unchanged");
+    assert_eq!(e.inner.0[8], req.0[8], "inner TTL unchanged");
+    let port = if req.proto() == ICMP {
+        assert_eq!(e.inner.l4()[0], 8, "still an echo request");
+        e.inner.icmp_id()
+    } else {
+        assert_eq!(
+            e.inner.dst_port(),
+            req.dst_port(),
+            "destination port unchanged"
+        );
+        e.inner.src_port()
+    };
+    assert!(
+        port >= SNAT_PORT_MIN,
+        "allocated port {port} outside the SNAT range"
+    );
+    assert_eq!(
+        e.inner.l4().len(),
+        req.l4().len(),
+        "payload length unchanged"
+    );
+
+    // The reply from west comes back to the gateway IP and goes back to N, restored.
+    let reply = reply_for(port);
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(verdict, REDIRECT, "the reply is tunnelled on to the Node");
+    assert_tunnel(&out, G, N);
+    let e = decode_geneve(&out);
+    e.inner.assert_checksums("reverse-SNATed reply");
+    assert_eq!(e.inner.src(), req.dst(), "reply source unchanged");
+    assert_eq!(
+        e.inner.dst(),
+        req.src(),
+        "reply destination restored to the Pod"
+    );
+    if req.proto() == ICMP {
+        assert_eq!(e.inner.icmp_id(), req.icmp_id(), "echo id restored");
+    } else {
+        assert_eq!(e.inner.dst_port(), req.src_port(), "reply port restored");
+    }
+}
+
+#[test]
+fn gateway_hairpin_snats_tcp_udp_and_icmp_and_reverses_replies() {
+    let mut f = Fixture::new("gw-hairpin", ROLE_GATEWAY);
+
+    let syn = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    hairpin_round_trip(&mut f, &syn, |port| tcp(WEST_SVC, G, 80, port, 0x12, b""));
+    assert_eq!(
+        f.snat_entries(),
+        (1, 1),
+        "one flow: one forward and one reverse entry"
+    );
+
+    // A second packet of the same flow reuses the entry (same port, no new entries).
+    let data = tcp(POD_N, WEST_SVC, 40000, 80, 0x18, b"GET / HTTP/1.1\r\n\r\n");
+    let (_, first) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &syn)));
+    let (_, second) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &data)));
+    assert_eq!(
+        decode_geneve(&first).inner.src_port(),
+        decode_geneve(&second).inner.src_port(),
+        "the same flow must keep its port"
+    );
+    assert_eq!(f.snat_entries(), (1, 1));
+
+    let dns = udp(POD_N, WEST_SVC, 5353, 53, b"query", true);
+    hairpin_round_trip(&mut f, &dns, |port| {
+        udp(WEST_SVC, G, 53, port, b"answer!", true)
+    });
+    // A UDP checksum of 0 ("none") stays 0.
+    let nocsum = udp(POD_N, WEST_SVC, 5354, 53, b"query", false);
+    hairpin_round_trip(&mut f, &nocsum, |port| {
+        udp(WEST_SVC, G, 53, port, b"a", false)
+    });
+    let (_, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &nocsum)));
+    assert_eq!(&decode_geneve(&out).inner.l4()[6..8], &[0, 0]);
+
+    let ping = icmp_echo(POD_N, WEST_SVC, 8, 0x4242, 1);
+    hairpin_round_trip(&mut f, &ping, |id| icmp_echo(WEST_SVC, G, 0, id, 1));
+
+    assert_eq!(f.snat_entries(), (4, 4));
+    f.assert_counters(&[(Counter::HairpinSnat, 7), (Counter::HairpinUnsnat, 4)]);
+}
+
+#[test]
+fn gateway_node_itself_snats_on_egress_and_takes_its_replies() {
+    let mut f = Fixture::new("gw-local", ROLE_GATEWAY);
+    // A Pod on the gateway Node opens a flow to west.
+    let syn = tcp(POD_G, WEST_SVC, 41000, 80, 0x02, b"");
+    let (verdict, out) = f.run(Direction::Egress, &eth(&syn));
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel(&out, G, W);
+    let e = decode_geneve(&out);
+    e.inner.assert_checksums("SNATed on egress");
+    assert_eq!(e.inner.src(), G);
+    let port = e.inner.src_port();
+
+    // The encapsulated packet comes through egress again (bpf_redirect_neigh): left alone.
+    let (verdict, again) = f.run(Direction::Egress, &out);
+    assert_eq!(verdict, NEXT);
+    assert_eq!(again, out);
+
+    // West's reply: reverse SNAT, and since the flow is the gateway's own, decapsulated to the
+    // stack.
+    let reply = tcp(WEST_SVC, G, 80, port, 0x12, b"");
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(verdict, NEXT);
+    let inner = Ip(&out[ETH_HLEN..]);
+    inner.assert_checksums("reply to the gateway's own Pod");
+    assert_eq!(inner.dst(), POD_G);
+    assert_eq!(inner.dst_port(), 41000);
+    assert_eq!(out.len(), ETH_HLEN + reply.len(), "outer headers removed");
+
+    f.assert_counters(&[
+        (Counter::TxSnatToRemote, 1),
+        (Counter::PassOwnTunnel, 1),
+        (Counter::RxUnsnatLocal, 1),
+    ]);
+}
+
+#[test]
+fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
+    let mut f = Fixture::new("gw-remote-open", ROLE_GATEWAY);
+    // West's gateway (SNATed west Pod) opens a flow to an east ClusterIP.
+    let syn = tcp(W, EAST_SVC, 42000, 80, 0x02, b"");
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &syn)));
+    assert_eq!(verdict, NEXT);
+    assert_eq!(out, eth(&syn), "decapsulated, not translated");
+
+    // The backend on N answers; N tunnels the reply to the gateway, which hands it to its stack
+    // (where conntrack reverses kube-proxy's DNAT).
+    let synack = tcp(POD_N, W, 80, 42000, 0x12, b"");
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &synack)));
+    assert_eq!(verdict, NEXT);
+    assert_eq!(out, eth(&synack));
+
+    // After the un-DNAT the stack routes it to west's gateway: encapsulated, no SNAT.
+    let undnat = tcp(EAST_SVC, W, 80, 42000, 0x12, b"");
+    let (verdict, out) = f.run(Direction::Egress, &eth(&undnat));
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel(&out, G, W);
+    assert_eq!(decode_geneve(&out).inner.0, &undnat[..]);
+
+    assert_eq!(f.snat_entries(), (0, 0), "no SNAT for remote-opened flows");
+    f.assert_counters(&[
+        (Counter::RxFromRemote, 1),
+        (Counter::RxReplyFromNode, 1),
+        (Counter::TxReplyToRemote, 1),
+    ]);
+}
+
+#[test]
+fn bad_tunnel_packets_are_dropped_and_counted() {
+    let mut f = Fixture::new("gw-bad", ROLE_GATEWAY);
+    let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    let good = geneve(N, G, PORT, &inner);
+
+    // Unknown outer source.
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(STRANGER, G, PORT, &inner)));
+    assert_eq!(v, SHOT);
+
+    // Truncated inside the Geneve header (the outer lengths still claim the full packet).
+    let frame = eth(&good);
+    let (v, _) = f.run(Direction::Ingress, &frame[..ETH_HLEN + 20 + 8 + 4]);
+    assert_eq!(v, SHOT);
+
+    // Geneve version 1; control (O) bit; a payload that is not IPv4; a broken inner header.
+    for (offset, value) in [(28, 0x40u8), (29, 0x80), (30, 0x86)] {
+        let mut bad = good.clone();
+        bad[offset] = value;
+        let (v, _) = f.run(Direction::Ingress, &eth(&bad));
+        assert_eq!(v, SHOT, "byte {offset} = {value:#x} must be refused");
+    }
+    let mut bad_inner = good.clone();
+    bad_inner[36] = 0x43; // inner IHL 3
+    let (v, _) = f.run(Direction::Ingress, &eth(&bad_inner));
+    assert_eq!(v, SHOT);
+
+    // A reply to the gateway IP that no flow of ours expects.
+    let stray = tcp(WEST_SVC, G, 80, 50000, 0x12, b"");
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &stray)));
+    assert_eq!(v, SHOT);
+
+    // A local Node tunnelling something that is not for a remote cluster.
+    let local = tcp(POD_N, EAST_SVC, 40000, 80, 0x02, b"");
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &local)));
+    assert_eq!(v, SHOT);
+
+    // SCTP cannot be SNATed; neither can a non-first fragment.
+    let sctp = ipv4(POD_N, WEST_SVC, 132, &[0u8; 16]);
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &sctp)));
+    assert_eq!(v, SHOT);
+    let mut fragment = udp(POD_N, WEST_SVC, 5353, 53, b"tail", false);
+    fragment[6] = 0x00;
+    fragment[7] = 0x10; // offset 128 bytes
+    let c = support::frames::csum(
+        &{
+            let mut h = fragment[..20].to_vec();
+            h[10] = 0;
+            h[11] = 0;
+            h
+        },
+        0,
+    );
+    fragment[10..12].copy_from_slice(&c.to_be_bytes());
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &fragment)));
+    assert_eq!(v, SHOT);
+
+    // Nothing of the above was forwarded, and no SNAT state was created by it.
+    assert_eq!(f.snat_entries(), (0, 0));
+    f.assert_counters(&[
+        (Counter::DropUnknownPeer, 1),
+        (Counter::DropTruncated, 1),
+        (Counter::DropBadGeneve, 4),
+        (Counter::DropNoSnatEntry, 1),
+        (Counter::DropNotRemote, 1),
+        (Counter::DropUnsupportedProto, 1),
+        (Counter::DropFragment, 1),
+    ]);
+
+    // Geneve to another port is not ours: handed on untouched.
+    let other = geneve(N, G, 6082, &inner);
+    let (v, out) = f.run(Direction::Ingress, &eth(&other));
+    assert_eq!((v, out), (NEXT, eth(&other)));
+    assert_eq!(f.packets(Counter::PassIpv4), 1);
+    let _ = (TCP, UDP);
+}

@@ -1,0 +1,138 @@
+//! The dataplane's maps: the Node's role and addresses, the remote prefixes and the tunnel peers
+//! (filled by the agent from the Gateway and ClusterInfoImport objects), and the gateway's SNAT
+//! table (filled by the programs). Addresses are `[u8; 4]` in network order so that
+//! `bpftool map dump` prints them as four readable bytes; ports are host order for the same
+//! reason.
+
+/// Geneve's IANA port, the default tunnel port.
+pub const DEFAULT_TUNNEL_PORT: u16 = 6081;
+
+/// Bytes the tunnel adds in front of an inner IPv4 packet: outer IPv4 (20), UDP (8) and Geneve
+/// (8). Strait's Geneve carries IPv4 directly (protocol type 0x0800), with no inner Ethernet.
+pub const ENCAP_OVERHEAD: u32 = 36;
+
+/// Geneve VNI for "no label identity" (DESIGN §4; Antrea's `UnknownLabelIdentity`).
+pub const VNI_UNKNOWN: u32 = 0x00ff_ffff;
+
+/// [`LocalConfig::role`]: not configured yet; the programs pass everything on.
+pub const ROLE_NONE: u32 = 0;
+/// [`LocalConfig::role`]: a regular Node; cross-cluster packets are tunnelled to the local gateway.
+pub const ROLE_NODE: u32 = 1;
+/// [`LocalConfig::role`]: the cluster's active Gateway Node.
+pub const ROLE_GATEWAY: u32 = 2;
+
+/// The single entry of the config map: who this Node is in the ClusterSet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalConfig {
+    /// [`ROLE_NONE`], [`ROLE_NODE`] or [`ROLE_GATEWAY`].
+    pub role: u32,
+    /// This Node's underlay address: the outer source of every packet it tunnels.
+    pub node_ip: [u8; 4],
+    /// The active local Gateway's `internalIP`: where regular Nodes tunnel to.
+    pub gateway_internal_ip: [u8; 4],
+    /// The active local Gateway's `gatewayIP`: the address cross-cluster flows are SNATed to and
+    /// that remote gateways tunnel to.
+    pub gateway_ip: [u8; 4],
+    /// UDP destination port of the tunnel.
+    pub tunnel_port: u16,
+    pub _pad0: u16,
+    /// MTU of the uplink (for MSS clamping and fragmentation-needed).
+    pub mtu: u32,
+    /// Reserved flags (zero).
+    pub flags: u32,
+    pub _pad1: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<LocalConfig>() == 32);
+
+/// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
+/// Pod-to-Pod connectivity is on).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteRoute {
+    /// The agent's index of the remote cluster (`mc-agent maps` shows the cluster ID).
+    pub cluster: u32,
+    /// The remote cluster's gateway (`gatewayInfos[0].gatewayIP` of its ClusterInfoImport).
+    pub gateway_ip: [u8; 4],
+}
+
+const _: () = assert!(core::mem::size_of::<RemoteRoute>() == 8);
+
+/// [`Peer::kind`]: a remote cluster's gateway (may send tunnel traffic to the local gateway).
+pub const PEER_REMOTE_GATEWAY: u32 = 1;
+/// [`Peer::kind`]: a Node of the local cluster (may send tunnel traffic to the local gateway).
+pub const PEER_LOCAL_NODE: u32 = 2;
+
+/// Value of the peer map, keyed by underlay address: who may send us tunnel traffic.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peer {
+    /// [`PEER_REMOTE_GATEWAY`] or [`PEER_LOCAL_NODE`].
+    pub kind: u32,
+    /// For a remote gateway, the agent's index of its cluster; 0 otherwise.
+    pub cluster: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Peer>() == 8);
+
+/// Key of the SNAT table: one direction of a flow, as its packets look on the wire at the
+/// gateway (before translation when leaving, before reverse translation when arriving).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+    /// TCP/UDP source port; 0 for ICMP echo replies.
+    pub src_port: u16,
+    /// TCP/UDP destination port; the echo identifier for ICMP echo replies.
+    pub dst_port: u16,
+    /// IP protocol number (6, 17 or 1).
+    pub proto: u8,
+    pub _pad: [u8; 3],
+}
+
+const _: () = assert!(core::mem::size_of::<FlowKey>() == 16);
+
+/// [`SnatEntry::flags`]: an entry for packets leaving the cluster (rewrite the source).
+pub const SNAT_FORWARD: u32 = 1;
+/// [`SnatEntry::flags`]: an entry for packets coming back (rewrite the destination).
+pub const SNAT_REVERSE: u32 = 2;
+
+/// Value of the SNAT table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnatEntry {
+    /// Forward: the gateway address the source becomes. Reverse: the original source address.
+    pub addr: [u8; 4],
+    /// Forward: the allocated port (or echo id). Reverse: the original port (or echo id).
+    pub port: u16,
+    pub _pad: u16,
+    /// The Node that sent the flow (replies are tunnelled back to it).
+    pub node: [u8; 4],
+    /// [`SNAT_FORWARD`] or [`SNAT_REVERSE`].
+    pub flags: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<SnatEntry>() == 16);
+
+/// Ports (and echo identifiers) the gateway allocates for SNAT.
+pub const SNAT_PORT_MIN: u16 = 32768;
+pub const SNAT_PORT_MAX: u16 = 65535;
+/// Candidate ports tried for a new flow before it is dropped as `drop_snat_exhausted`.
+pub const SNAT_PORT_TRIES: u32 = 16;
+
+/// Capacities.
+pub const MAX_REMOTE_PREFIXES: u32 = 4096;
+pub const MAX_PEERS: u32 = 16384;
+pub const MAX_SNAT_ENTRIES: u32 = 262_144;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all): `#[repr(C)]`, plain integer fields, explicit padding (sizes asserted above).
+    unsafe impl aya::Pod for super::LocalConfig {}
+    unsafe impl aya::Pod for super::RemoteRoute {}
+    unsafe impl aya::Pod for super::Peer {}
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::SnatEntry {}
+}

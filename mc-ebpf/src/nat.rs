@@ -1,0 +1,244 @@
+//! The gateway's SNAT: flows leaving the cluster get the gateway address and an allocated port
+//! (an echo identifier for ICMP echo); replies get the original address and port back. Both
+//! directions live in one LRU table, and the reverse entry also records the Node that sent the
+//! flow, so that replies are tunnelled back to it.
+
+use aya_ebpf::{
+    bindings::{BPF_ANY, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
+    helpers::generated::bpf_get_prandom_u32,
+    programs::TcContext,
+};
+use mc_common::{
+    Counter,
+    dataplane::{
+        FlowKey, SNAT_FORWARD, SNAT_PORT_MAX, SNAT_PORT_MIN, SNAT_PORT_TRIES, SNAT_REVERSE,
+        SnatEntry,
+    },
+};
+
+use crate::{
+    SNAT,
+    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
+};
+
+const ICMP_ECHO_REPLY: u8 = 0;
+const ICMP_ECHO_REQUEST: u8 = 8;
+
+/// Where a packet's translatable fields are and what they hold.
+struct Ports {
+    /// Source port, or the echo id of a request; 0 for an echo reply.
+    src: u16,
+    /// Destination port, or the echo id of a reply; 0 for an echo request.
+    dst: u16,
+    src_off: usize,
+    dst_off: usize,
+    csum_off: usize,
+    /// TCP and UDP checksums cover the addresses (pseudo-header); ICMP's does not.
+    pseudo: bool,
+    /// UDP: a zero checksum means "none" and must stay zero.
+    udp: bool,
+}
+
+#[inline(always)]
+fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
+    if ip.is_later_fragment() {
+        return Err(Counter::DropFragment);
+    }
+    let l4 = ip.l4();
+    match ip.proto {
+        IPPROTO_TCP | IPPROTO_UDP => {
+            let p: [u8; 4] = ctx.load(l4).map_err(|_| Counter::DropTruncated)?;
+            let tcp = ip.proto == IPPROTO_TCP;
+            // Make sure the checksum field is inside the packet before any rewrite.
+            let csum_off = if tcp { l4 + 16 } else { l4 + 6 };
+            let _: [u8; 2] = ctx.load(csum_off).map_err(|_| Counter::DropTruncated)?;
+            Ok(Ports {
+                src: u16::from_be_bytes([p[0], p[1]]),
+                dst: u16::from_be_bytes([p[2], p[3]]),
+                src_off: l4,
+                dst_off: l4 + 2,
+                csum_off,
+                pseudo: true,
+                udp: !tcp,
+            })
+        }
+        IPPROTO_ICMP => {
+            let h: [u8; 8] = ctx.load(l4).map_err(|_| Counter::DropTruncated)?;
+            let id = u16::from_be_bytes([h[4], h[5]]);
+            let expected = if leaving {
+                ICMP_ECHO_REQUEST
+            } else {
+                ICMP_ECHO_REPLY
+            };
+            if h[0] != expected {
+                return Err(Counter::DropUnsupportedProto);
+            }
+            let (src, dst) = if leaving { (id, 0) } else { (0, id) };
+            Ok(Ports {
+                src,
+                dst,
+                src_off: l4 + 4,
+                dst_off: l4 + 4,
+                csum_off: l4 + 2,
+                pseudo: false,
+                udp: false,
+            })
+        }
+        _ => Err(Counter::DropUnsupportedProto),
+    }
+}
+
+/// Translates the source of a packet leaving the cluster to `gateway_ip` and an allocated port,
+/// creating both table entries for a new flow. `node` is the Node that sent it.
+#[inline(always)]
+pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<(), Counter> {
+    let p = ports(ctx, ip, true)?;
+    let key = FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        src_port: p.src,
+        dst_port: p.dst,
+        proto: ip.proto,
+        _pad: [0; 3],
+    };
+    let port = match SNAT.get_ptr(&key) {
+        // SAFETY: a pointer into the map's value, valid for this program run.
+        Some(entry) => unsafe { (*entry).port },
+        None => allocate(&key, gateway_ip, node)?,
+    };
+    rewrite(
+        ctx,
+        ip,
+        &p,
+        ip.src_off(),
+        ip.src,
+        gateway_ip,
+        p.src_off,
+        p.src,
+        port,
+    )
+}
+
+/// Reverses the translation of a reply arriving at the gateway address. Returns the entry (its
+/// `node` is where the reply goes).
+#[inline(always)]
+pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<SnatEntry, Counter> {
+    let p = ports(ctx, ip, false)?;
+    let key = FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        src_port: p.src,
+        dst_port: p.dst,
+        proto: ip.proto,
+        _pad: [0; 3],
+    };
+    let entry = match SNAT.get_ptr(&key) {
+        // SAFETY: as above; copied out at once.
+        Some(entry) => unsafe { *entry },
+        None => return Err(Counter::DropNoSnatEntry),
+    };
+    rewrite(
+        ctx,
+        ip,
+        &p,
+        ip.dst_off(),
+        ip.dst,
+        entry.addr,
+        p.dst_off,
+        p.dst,
+        entry.port,
+    )?;
+    Ok(entry)
+}
+
+/// Picks a free port for a new flow: the reverse entry is inserted only if no flow holds that
+/// (remote address, remote port, gateway port) yet, so two flows never share a reply key.
+#[inline(always)]
+fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Counter> {
+    const RANGE: u32 = (SNAT_PORT_MAX - SNAT_PORT_MIN) as u32 + 1;
+    // SAFETY: no preconditions.
+    let start = unsafe { bpf_get_prandom_u32() };
+    let mut i = 0;
+    while i < SNAT_PORT_TRIES {
+        let port = SNAT_PORT_MIN + (start.wrapping_add(i) % RANGE) as u16;
+        let reverse_key = FlowKey {
+            src: key.dst,
+            dst: gateway_ip,
+            src_port: key.dst_port,
+            dst_port: port,
+            proto: key.proto,
+            _pad: [0; 3],
+        };
+        let reverse = SnatEntry {
+            addr: key.src,
+            port: key.src_port,
+            _pad: 0,
+            node,
+            flags: SNAT_REVERSE,
+        };
+        if SNAT
+            .insert(&reverse_key, &reverse, BPF_NOEXIST as u64)
+            .is_ok()
+        {
+            let forward = SnatEntry {
+                addr: gateway_ip,
+                port,
+                _pad: 0,
+                node,
+                flags: SNAT_FORWARD,
+            };
+            if SNAT.insert(key, &forward, BPF_ANY as u64).is_err() {
+                let _ = SNAT.remove(&reverse_key);
+                return Err(Counter::DropSnatExhausted);
+            }
+            return Ok(port);
+        }
+        i += 1;
+    }
+    Err(Counter::DropSnatExhausted)
+}
+
+/// Rewrites one address (at `addr_off`) and one port (at `port_off`), updating the L4 checksum
+/// (with the pseudo-header for TCP/UDP) and then the IPv4 header checksum incrementally.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rewrite(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    p: &Ports,
+    addr_off: usize,
+    old_addr: [u8; 4],
+    new_addr: [u8; 4],
+    port_off: usize,
+    old_port: u16,
+    new_port: u16,
+) -> Result<(), Counter> {
+    let fail = |_| Counter::DropRewriteFailed;
+    let old_a = u64::from(u32::from_ne_bytes(old_addr));
+    let new_a = u64::from(u32::from_ne_bytes(new_addr));
+    let mangled = if p.udp {
+        BPF_F_MARK_MANGLED_0 as u64
+    } else {
+        0
+    };
+    if p.pseudo {
+        ctx.l4_csum_replace(
+            p.csum_off,
+            old_a,
+            new_a,
+            BPF_F_PSEUDO_HDR as u64 | mangled | 4,
+        )
+        .map_err(fail)?;
+    }
+    if old_port != new_port {
+        let old_p = u64::from(u16::from_ne_bytes(old_port.to_be_bytes()));
+        let new_p = u64::from(u16::from_ne_bytes(new_port.to_be_bytes()));
+        ctx.l4_csum_replace(p.csum_off, old_p, new_p, mangled | 2)
+            .map_err(fail)?;
+        ctx.store(port_off, &new_port.to_be_bytes(), 0)
+            .map_err(fail)?;
+    }
+    ctx.l3_csum_replace(ip.check_off(), old_a, new_a, 4)
+        .map_err(fail)?;
+    ctx.store(addr_off, &new_addr, 0).map_err(fail)
+}

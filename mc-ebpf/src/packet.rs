@@ -1,0 +1,112 @@
+//! Header parsing. Every read goes through `TcContext::load` (`bpf_skb_load_bytes`), which
+//! checks bounds against the whole packet, paged data included.
+
+use aya_ebpf::programs::TcContext;
+use mc_common::Counter;
+use network_types::{eth::EthHdr, ip::Ipv4Hdr};
+
+pub const ETH_HLEN: usize = EthHdr::LEN;
+const ETH_P_IP: u16 = 0x0800;
+pub const IPPROTO_ICMP: u8 = 1;
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+
+/// An IPv4 header that parsed, at offset `off` in the frame.
+#[derive(Clone, Copy)]
+pub struct Ipv4 {
+    pub off: usize,
+    pub hlen: usize,
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+    pub proto: u8,
+    /// Flags and fragment offset, host order.
+    pub frag: u16,
+}
+
+impl Ipv4 {
+    /// Offset of the L4 header.
+    #[inline(always)]
+    pub fn l4(&self) -> usize {
+        self.off + self.hlen
+    }
+
+    /// A fragment other than the first: no L4 header.
+    #[inline(always)]
+    pub fn is_later_fragment(&self) -> bool {
+        self.frag & 0x1fff != 0
+    }
+
+    /// More fragments follow.
+    #[inline(always)]
+    pub fn more_fragments(&self) -> bool {
+        self.frag & 0x2000 != 0
+    }
+
+    /// Offset of the header checksum.
+    #[inline(always)]
+    pub fn check_off(&self) -> usize {
+        self.off + 10
+    }
+
+    #[inline(always)]
+    pub fn src_off(&self) -> usize {
+        self.off + 12
+    }
+
+    #[inline(always)]
+    pub fn dst_off(&self) -> usize {
+        self.off + 16
+    }
+}
+
+/// The outer (or only) IPv4 header of an Ethernet frame; `None` when the frame is not IPv4.
+#[inline(always)]
+pub fn eth_ipv4(ctx: &TcContext) -> Result<Option<Ipv4>, Counter> {
+    let eth: EthHdr = ctx.load(0).map_err(|_| Counter::DropTruncated)?;
+    if u16::from_be(eth.ether_type) != ETH_P_IP {
+        return Ok(None);
+    }
+    ipv4_at(ctx, ETH_HLEN, Counter::DropBadIpv4Header).map(Some)
+}
+
+/// Parses the IPv4 header at `off`; a malformed one is counted as `bad`.
+#[inline(always)]
+pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counter> {
+    let ip: Ipv4Hdr = ctx.load(off).map_err(|_| Counter::DropTruncated)?;
+    let hlen = usize::from(ip.ihl());
+    if ip.version() != 4 || hlen < Ipv4Hdr::LEN || usize::from(ip.tot_len()) < hlen {
+        return Err(bad);
+    }
+    if (ctx.len() as usize) < off + hlen {
+        return Err(Counter::DropTruncated);
+    }
+    Ok(Ipv4 {
+        off,
+        hlen,
+        src: ip.src_addr,
+        dst: ip.dst_addr,
+        proto: ip.proto,
+        frag: u16::from_be_bytes(ip.frags),
+    })
+}
+
+/// The UDP destination port of a (first-fragment) UDP packet.
+#[inline(always)]
+pub fn udp_dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
+    let ports: [u8; 4] = ctx.load(ip.l4()).map_err(|_| Counter::DropTruncated)?;
+    Ok(u16::from_be_bytes([ports[2], ports[3]]))
+}
+
+/// RFC 1071 checksum of a 20-byte IPv4 header (its checksum field zero).
+#[inline(always)]
+pub fn ipv4_header_checksum(header: &[u8; 20]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut i = 0;
+    while i < 20 {
+        sum += u32::from(u16::from_be_bytes([header[i], header[i + 1]]));
+        i += 2;
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
