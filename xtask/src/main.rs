@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: the project's own tasks.
 
+mod bench;
 mod crdgen;
 mod paths;
 mod testbed;
@@ -20,6 +21,11 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Benchmarks on the testbed (they print numbers; they assert nothing).
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
     /// The local testbed: real kube-apiservers for north (leader), east and west.
     Testbed {
         #[command(subcommand)]
@@ -31,5 +37,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crdgen { check } => crdgen::run(check),
         Command::Testbed { command } => testbed::run(command),
+        Command::Bench { command } => bench::run(command),
     }
 }

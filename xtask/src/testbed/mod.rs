@@ -2,7 +2,7 @@
 //! (DESIGN §5): one etcd and, per cluster, a kube-apiserver and a kube-controller-manager, all in
 //! the `strait-core` network namespace, reachable from the host over a veth on 198.18.0.0/24.
 
-mod controllers;
+pub mod controllers;
 mod pki;
 mod proc;
 pub mod topology;
@@ -194,6 +194,26 @@ fn ip(args: &[&str]) -> anyhow::Result<String> {
     exec(Cmd::new("ip").args(args))
 }
 
+/// Deletes a host interface if it is there. Deleting a namespace destroys the veth peers inside
+/// it asynchronously, so the host end can vanish between a check and the delete: "not found"
+/// is success here.
+fn delete_host_link(name: &str) -> anyhow::Result<()> {
+    if !Path::new("/sys/class/net").join(name).exists() {
+        return Ok(());
+    }
+    let out = Cmd::new("ip")
+        .args(["link", "del", name])
+        .output()
+        .context("running ip link del")?;
+    if out.status.success() || !Path::new("/sys/class/net").join(name).exists() {
+        return Ok(());
+    }
+    bail!(
+        "ip link del {name} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    )
+}
+
 fn netns_exists(name: &str) -> bool {
     Path::new("/run/netns").join(name).exists()
 }
@@ -207,9 +227,7 @@ fn ensure_network() -> anyhow::Result<()> {
     if netns_exists(CORE_NETNS) {
         ip(&["netns", "del", CORE_NETNS])?;
     }
-    if host_link {
-        ip(&["link", "del", HOST_VETH])?;
-    }
+    delete_host_link(HOST_VETH)?;
     ip(&["netns", "add", CORE_NETNS])?;
     ip(&["-n", CORE_NETNS, "link", "set", "lo", "up"])?;
     ip(&[
@@ -342,9 +360,7 @@ fn down() -> anyhow::Result<()> {
     if netns_exists(CORE_NETNS) {
         ip(&["netns", "del", CORE_NETNS])?;
     }
-    if Path::new("/sys/class/net").join(HOST_VETH).exists() {
-        ip(&["link", "del", HOST_VETH])?;
-    }
+    delete_host_link(HOST_VETH)?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }

@@ -1,0 +1,265 @@
+//! `cargo xtask bench control-plane`: export→import latency on the testbed. For 1, 100 and 1000
+//! Services: the Services (with ready endpoints) exist in west, their ServiceExports are created
+//! in one burst, and each Service's latency is the time from its ServiceExport create request to
+//! the moment east holds both its ServiceImport (with an IP) and the Endpoints
+//! `antrea-mc-<name>` (with an address). Prints p50/p99 per size and each controller's resident
+//! memory after the largest size.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Service};
+use kube::{
+    Api, Client, ResourceExt as _,
+    api::{DeleteParams, PostParams},
+    runtime::watcher,
+};
+use mc_api::mcs::{ServiceExport, ServiceImport};
+use serde_json::json;
+
+use crate::{
+    paths::testbed_dir,
+    testbed::{self, topology::CLUSTERS},
+};
+
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Export→import latency for 1, 100 and 1000 Services, and the controllers' memory.
+    ControlPlane {
+        /// Service counts to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 100, 1000])]
+        sizes: Vec<usize>,
+    },
+}
+
+pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::ControlPlane { sizes } => {
+            testbed::run(testbed::TestbedCommand::Up { join: true })?;
+            tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
+        }
+    }
+}
+
+async fn client(cluster: &str) -> anyhow::Result<Client> {
+    let c = CLUSTERS
+        .iter()
+        .find(|c| c.name == cluster)
+        .expect("cluster");
+    let kc = kube::config::Kubeconfig::read_from(testbed::admin_kubeconfig(c))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    // The bench creates thousands of objects; do not let the client throttle it.
+    config.read_timeout = Some(Duration::from_secs(60));
+    Ok(Client::try_from(config)?)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+async fn for_all<F, Fut>(n: usize, f: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = kube::Result<()>>,
+{
+    futures::stream::iter((0..n).map(f))
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
+    let west = client("west").await?;
+    let east = client("east").await?;
+    let north = client("north").await?;
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        let ns = format!("bench-{n}-{}", std::process::id());
+        for c in [&west, &east, &north] {
+            let api: Api<Namespace> = Api::all(c.clone());
+            let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+            api.create(&PostParams::default(), &nsobj).await?;
+        }
+        let svcs: Api<Service> = Api::namespaced(west.clone(), &ns);
+        let eps: Api<Endpoints> = Api::namespaced(west.clone(), &ns);
+        for_all(n, |i| {
+            let (svcs, eps) = (svcs.clone(), eps.clone());
+            async move {
+                let name = format!("svc-{i}");
+                let svc: Service = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+                }))
+                .expect("Service");
+                svcs.create(&PostParams::default(), &svc).await?;
+                let ep: Endpoints = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "subsets": [{"addresses": [{"ip": format!("10.244.{}.{}", 100 + i / 250, 1 + i % 250)}],
+                                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]
+                }))
+                .expect("Endpoints");
+                eps.create(&PostParams::default(), &ep).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("creating the Services in west")?;
+        // Let the endpoint-slice mirroring catch up before timing anything.
+        tokio::time::sleep(Duration::from_secs(2 + n as u64 / 200)).await;
+
+        // Watch east for the imports.
+        let seen: Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>> =
+            Default::default();
+        let s1 = seen.clone();
+        let si_api: Api<ServiceImport> = Api::namespaced(east.clone(), &ns);
+        let si_task = tokio::spawn(async move {
+            let mut stream = watcher(si_api, Default::default()).boxed();
+            while let Some(Ok(ev)) = stream.next().await {
+                if let watcher::Event::Apply(si) | watcher::Event::InitApply(si) = ev
+                    && !si.spec.ips.is_empty()
+                {
+                    let mut s = s1.lock().expect("seen");
+                    s.entry(si.name_any())
+                        .or_default()
+                        .0
+                        .get_or_insert(Instant::now());
+                }
+            }
+        });
+        let s2 = seen.clone();
+        let ep_api: Api<Endpoints> = Api::namespaced(east.clone(), &ns);
+        let ep_task = tokio::spawn(async move {
+            let mut stream = watcher(ep_api, Default::default()).boxed();
+            while let Some(Ok(ev)) = stream.next().await {
+                if let watcher::Event::Apply(ep) | watcher::Event::InitApply(ep) = ev
+                    && let Some(name) = ep.name_any().strip_prefix("antrea-mc-")
+                    && ep
+                        .subsets
+                        .iter()
+                        .flatten()
+                        .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
+                {
+                    let mut s = s2.lock().expect("seen");
+                    s.entry(name.to_owned())
+                        .or_default()
+                        .1
+                        .get_or_insert(Instant::now());
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let created: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+        let se_api: Api<ServiceExport> = Api::namespaced(west.clone(), &ns);
+        let started = Instant::now();
+        for_all(n, |i| {
+            let (api, created) = (se_api.clone(), created.clone());
+            async move {
+                let name = format!("svc-{i}");
+                let se = ServiceExport::new(&name, Default::default());
+                created
+                    .lock()
+                    .expect("created")
+                    .insert(name, Instant::now());
+                api.create(&PostParams::default(), &se).await?;
+                Ok(())
+            }
+        })
+        .await
+        .context("creating the ServiceExports")?;
+        let deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 5);
+        let latencies = loop {
+            let done: Vec<Duration> = {
+                let s = seen.lock().expect("seen");
+                let c = created.lock().expect("created");
+                c.iter()
+                    .filter_map(|(name, t0)| match s.get(name) {
+                        Some((Some(a), Some(b))) => Some((*a).max(*b) - *t0),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            if done.len() == n {
+                break done;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "only {} of {n} Services imported in east after {:?}; see {}",
+                    done.len(),
+                    started.elapsed(),
+                    testbed_dir().join("logs").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let total = started.elapsed();
+        si_task.abort();
+        ep_task.abort();
+        let mut sorted = latencies;
+        sorted.sort();
+        let rss: Vec<(String, u64)> = CLUSTERS
+            .iter()
+            .map(|c| {
+                let name = testbed::controllers::process_name(c);
+                (name.clone(), controller_rss_kib(&name) / 1024)
+            })
+            .collect();
+        rows.push((
+            n,
+            percentile(&sorted, 0.5),
+            percentile(&sorted, 0.99),
+            total,
+            rss,
+        ));
+        for c in [&west, &east, &north] {
+            let api: Api<Namespace> = Api::all(c.clone());
+            api.delete(&ns, &DeleteParams::background()).await?;
+        }
+        // The leader and members clean up the exports and imports of the deleted namespace.
+        tokio::time::sleep(Duration::from_secs(3 + n as u64 / 100)).await;
+    }
+    println!(
+        "\nexport→import latency (ServiceExport created in west → ServiceImport and Endpoints in east)"
+    );
+    println!(
+        "{:>9} {:>10} {:>10} {:>12}   resident memory after the run (MiB)",
+        "SERVICES", "p50", "p99", "ALL IMPORTED"
+    );
+    for (n, p50, p99, total, rss) in rows {
+        let mem: Vec<String> = rss.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!(
+            "{n:>9} {:>10} {:>10} {:>12}   {}",
+            format!("{:.0?}", p50),
+            format!("{:.0?}", p99),
+            format!("{:.1?}", total),
+            mem.join(", ")
+        );
+    }
+    println!("targets: p99 <= 1 s at 1000 Services; <= 50 MiB resident per controller");
+    Ok(())
+}
+
+fn controller_rss_kib(name: &str) -> u64 {
+    let Some(pid) = std::fs::read_to_string(testbed_dir().join(format!("pids/{name}.pid")))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    else {
+        return 0;
+    };
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
