@@ -5,6 +5,8 @@
 pub mod bpffs;
 pub mod counters;
 pub mod dataplane;
+pub mod state;
+pub mod sync;
 
 /// The eBPF object built by `build.rs` from the `mc-ebpf` crate.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mc-ebpf"));

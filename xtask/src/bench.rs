@@ -58,6 +58,9 @@ async fn client(cluster: &str) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// Per Service: when east first held its ServiceImport, and its Endpoints.
+type Seen = Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>>;
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -118,8 +121,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_secs(2 + n as u64 / 200)).await;
 
         // Watch east for the imports.
-        let seen: Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>> =
-            Default::default();
+        let seen: Seen = Default::default();
         let s1 = seen.clone();
         let si_api: Api<ServiceImport> = Api::namespaced(east.clone(), &ns);
         let si_task = tokio::spawn(async move {

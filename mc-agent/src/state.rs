@@ -1,0 +1,446 @@
+//! What the maps should hold, computed from what the API says (DESIGN §4), free of I/O: the
+//! local Gateway decides this Node's role, every ClusterInfoImport becomes remote prefixes and a
+//! remote gateway peer, the cluster's Nodes become local peers on the gateway. Bad entries (an
+//! unparsable address, a CIDR that overlaps one already taken) are skipped with a reason that
+//! the agent logs and reports; they never reach the maps.
+
+use std::{collections::BTreeMap, fmt, net::Ipv4Addr};
+
+use mc_common::dataplane::{
+    DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY,
+    ROLE_NODE, RemoteRoute,
+};
+
+/// An IPv4 prefix, normalised (host bits cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Prefix {
+    pub addr: Ipv4Addr,
+    pub len: u8,
+}
+
+impl Prefix {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (addr, len) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} is not a CIDR (expected a.b.c.d/n)"))?;
+        let addr: Ipv4Addr = addr
+            .parse()
+            .map_err(|_| format!("{text:?}: {addr:?} is not an IPv4 address"))?;
+        let len: u8 = len
+            .parse()
+            .ok()
+            .filter(|l| *l <= 32)
+            .ok_or_else(|| format!("{text:?}: prefix length must be 0..=32"))?;
+        Ok(Self::new(addr, len))
+    }
+
+    pub fn new(addr: Ipv4Addr, len: u8) -> Self {
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        Self {
+            addr: Ipv4Addr::from(u32::from(addr) & mask),
+            len,
+        }
+    }
+
+    pub fn contains(&self, other: &Prefix) -> bool {
+        other.len >= self.len && Prefix::new(other.addr, self.len).addr == self.addr
+    }
+
+    pub fn overlaps(&self, other: &Prefix) -> bool {
+        self.contains(other) || other.contains(self)
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// A Gateway object of the local cluster, as read from the API.
+#[derive(Clone, Debug, Default)]
+pub struct GatewayObject {
+    /// Object name = the gateway Node's name.
+    pub name: String,
+    pub gateway_ip: Option<String>,
+    pub internal_ip: Option<String>,
+    pub service_cidr: Option<String>,
+}
+
+/// A ClusterInfoImport, as read from the API.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterInfoObject {
+    /// Object name (`<clusterID>-clusterinfo`), for messages.
+    pub name: String,
+    pub cluster_id: Option<String>,
+    pub service_cidr: Option<String>,
+    pub gateway_ips: Vec<String>,
+    pub pod_cidrs: Vec<String>,
+}
+
+/// Everything the desired state depends on.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub node_name: String,
+    pub node_ip: Option<Ipv4Addr>,
+    pub gateways: Vec<GatewayObject>,
+    pub cluster_infos: Vec<ClusterInfoObject>,
+    /// InternalIPs of the cluster's Nodes.
+    pub local_nodes: Vec<Ipv4Addr>,
+    /// Local Pod CIDRs (remote prefixes must not overlap them).
+    pub local_pod_cidrs: Vec<String>,
+    pub pod_to_pod: bool,
+    pub tunnel_port: u16,
+    pub mtu: u32,
+}
+
+/// A remote cluster as it ended up in the maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteCluster {
+    pub index: u32,
+    pub cluster_id: String,
+    pub gateway_ip: Ipv4Addr,
+    pub prefixes: Vec<Prefix>,
+}
+
+/// The maps' desired contents, and what was left out and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    pub config: LocalConfig,
+    pub routes: BTreeMap<Prefix, RemoteRoute>,
+    pub peers: BTreeMap<Ipv4Addr, Peer>,
+    pub clusters: Vec<RemoteCluster>,
+    /// Human-readable reasons for every skipped object or entry.
+    pub skipped: Vec<String>,
+    /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
+    /// IP); `None` when it can.
+    pub not_ready: Option<String>,
+}
+
+fn parse_ip(what: &str, object: &str, value: Option<&str>) -> Result<Ipv4Addr, String> {
+    let value = value.ok_or_else(|| format!("{object}: {what} is empty"))?;
+    value
+        .parse()
+        .map_err(|_| format!("{object}: {what} {value:?} is not an IPv4 address"))
+}
+
+/// Computes the desired map contents.
+pub fn desired(inputs: &Inputs) -> Desired {
+    let mut out = Desired::default();
+    let Some(node_ip) = inputs.node_ip else {
+        out.not_ready = Some(format!(
+            "Node {} has no IPv4 InternalIP: nothing to tunnel from",
+            inputs.node_name
+        ));
+        return out;
+    };
+
+    // The active gateway: the Gateway object (the member controller writes one; if an operator
+    // or a failover leaves two for a moment, the first by name, as every Node will choose).
+    let mut gateways: Vec<&GatewayObject> = inputs.gateways.iter().collect();
+    gateways.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut active = None;
+    for gw in gateways {
+        let object = format!("Gateway {}", gw.name);
+        match (
+            parse_ip("gatewayIP", &object, gw.gateway_ip.as_deref()),
+            parse_ip("internalIP", &object, gw.internal_ip.as_deref()),
+        ) {
+            (Ok(gateway_ip), Ok(internal_ip)) => {
+                active = Some((gw, gateway_ip, internal_ip));
+                break;
+            }
+            (Err(e), _) | (_, Err(e)) => out.skipped.push(e),
+        }
+    }
+    let Some((gateway, gateway_ip, internal_ip)) = active else {
+        out.not_ready = Some(if inputs.gateways.is_empty() {
+            "no Gateway in this cluster yet: annotate a Node with multicluster.antrea.io/gateway=true"
+                .to_owned()
+        } else {
+            "no Gateway object with a valid gatewayIP and internalIP".to_owned()
+        });
+        return out;
+    };
+    let is_gateway = gateway.name == inputs.node_name;
+    out.config = LocalConfig {
+        role: if is_gateway { ROLE_GATEWAY } else { ROLE_NODE },
+        node_ip: node_ip.octets(),
+        gateway_internal_ip: internal_ip.octets(),
+        gateway_ip: gateway_ip.octets(),
+        tunnel_port: if inputs.tunnel_port == 0 {
+            DEFAULT_TUNNEL_PORT
+        } else {
+            inputs.tunnel_port
+        },
+        mtu: inputs.mtu,
+        ..Default::default()
+    };
+
+    // Local prefixes a remote one must not overlap.
+    let mut taken: Vec<(Prefix, String)> = Vec::new();
+    if let Some(cidr) = gateway.service_cidr.as_deref().filter(|c| !c.is_empty()) {
+        match Prefix::parse(cidr) {
+            Ok(p) => taken.push((p, "the local Service CIDR".to_owned())),
+            Err(e) => out
+                .skipped
+                .push(format!("Gateway {}: serviceCIDR {e}", gateway.name)),
+        }
+    }
+    for cidr in &inputs.local_pod_cidrs {
+        if let Ok(p) = Prefix::parse(cidr) {
+            taken.push((p, "a local Pod CIDR".to_owned()));
+        }
+    }
+
+    // Remote clusters in cluster-ID order, so indexes and overlap decisions are the same on every
+    // Node and after every restart.
+    let mut infos: Vec<&ClusterInfoObject> = inputs.cluster_infos.iter().collect();
+    infos.sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id).then(a.name.cmp(&b.name)));
+    for info in infos {
+        let object = format!("ClusterInfoImport {}", info.name);
+        let Some(cluster_id) = info.cluster_id.clone().filter(|c| !c.is_empty()) else {
+            out.skipped.push(format!("{object}: clusterID is empty"));
+            continue;
+        };
+        let remote_gw = match parse_ip(
+            "gatewayInfos[0].gatewayIP",
+            &object,
+            info.gateway_ips.first().map(String::as_str),
+        ) {
+            Ok(ip) => ip,
+            Err(e) => {
+                out.skipped.push(e);
+                continue;
+            }
+        };
+        if remote_gw == node_ip || inputs.local_nodes.contains(&remote_gw) {
+            out.skipped.push(format!(
+                "{object}: gateway {remote_gw} is a Node of this cluster"
+            ));
+            continue;
+        }
+        let index = out.clusters.len() as u32 + 1;
+        let mut wanted: Vec<&str> = info.service_cidr.as_deref().into_iter().collect();
+        if inputs.pod_to_pod {
+            wanted.extend(info.pod_cidrs.iter().map(String::as_str));
+        }
+        let mut prefixes = Vec::new();
+        for cidr in wanted {
+            let prefix = match Prefix::parse(cidr) {
+                Ok(p) => p,
+                Err(e) => {
+                    out.skipped.push(format!("{object}: {e}"));
+                    continue;
+                }
+            };
+            if let Some((_, owner)) = taken.iter().find(|(t, _)| t.overlaps(&prefix)) {
+                out.skipped.push(format!(
+                    "{object}: {prefix} overlaps {owner}; not routed (CIDRs in a ClusterSet must not overlap)"
+                ));
+                continue;
+            }
+            taken.push((prefix, format!("{cidr} of cluster {cluster_id}")));
+            out.routes.insert(
+                prefix,
+                RemoteRoute {
+                    cluster: index,
+                    gateway_ip: remote_gw.octets(),
+                },
+            );
+            prefixes.push(prefix);
+        }
+        out.peers.insert(
+            remote_gw,
+            Peer {
+                kind: PEER_REMOTE_GATEWAY,
+                cluster: index,
+            },
+        );
+        out.clusters.push(RemoteCluster {
+            index,
+            cluster_id,
+            gateway_ip: remote_gw,
+            prefixes,
+        });
+    }
+
+    // Only the gateway takes tunnel traffic from local Nodes.
+    if is_gateway {
+        for &ip in &inputs.local_nodes {
+            if ip != node_ip && !out.peers.contains_key(&ip) {
+                out.peers.insert(
+                    ip,
+                    Peer {
+                        kind: PEER_LOCAL_NODE,
+                        cluster: 0,
+                    },
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn inputs(node: &str, node_ip: &str) -> Inputs {
+        Inputs {
+            node_name: node.to_owned(),
+            node_ip: Some(ip(node_ip)),
+            gateways: vec![GatewayObject {
+                name: "east-gw".into(),
+                gateway_ip: Some("198.18.1.1".into()),
+                internal_ip: Some("198.18.1.1".into()),
+                service_cidr: Some("10.97.0.0/16".into()),
+            }],
+            cluster_infos: vec![ClusterInfoObject {
+                name: "west-clusterinfo".into(),
+                cluster_id: Some("west".into()),
+                service_cidr: Some("10.98.0.0/16".into()),
+                gateway_ips: vec!["198.18.2.1".into()],
+                pod_cidrs: vec!["10.245.0.0/16".into()],
+            }],
+            local_nodes: vec![ip("198.18.1.1"), ip("198.18.1.2")],
+            local_pod_cidrs: vec!["10.244.0.0/16".into()],
+            pod_to_pod: false,
+            tunnel_port: 0,
+            mtu: 1500,
+        }
+    }
+
+    #[test]
+    fn regular_node_routes_remote_service_cidrs_to_its_gateway() {
+        let d = desired(&inputs("east-node", "198.18.1.2"));
+        assert_eq!(d.not_ready, None);
+        assert_eq!(d.config.role, ROLE_NODE);
+        assert_eq!(d.config.node_ip, [198, 18, 1, 2]);
+        assert_eq!(d.config.gateway_internal_ip, [198, 18, 1, 1]);
+        assert_eq!(d.config.tunnel_port, 6081);
+        assert_eq!(
+            d.routes.keys().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.98.0.0/16"]
+        );
+        // Only the remote gateway is a peer on a regular Node.
+        assert_eq!(d.peers.len(), 1);
+        assert_eq!(d.peers[&ip("198.18.2.1")].kind, PEER_REMOTE_GATEWAY);
+        assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    }
+
+    #[test]
+    fn gateway_accepts_its_nodes_and_pod_cidrs_follow_the_switch() {
+        let mut i = inputs("east-gw", "198.18.1.1");
+        i.pod_to_pod = true;
+        let d = desired(&i);
+        assert_eq!(d.config.role, ROLE_GATEWAY);
+        assert_eq!(d.routes.len(), 2, "Service and Pod CIDR with pod-to-pod on");
+        assert_eq!(d.peers[&ip("198.18.1.2")].kind, PEER_LOCAL_NODE);
+        assert!(!d.peers.contains_key(&ip("198.18.1.1")), "not itself");
+    }
+
+    #[test]
+    fn bad_objects_are_skipped_with_a_reason_and_overlaps_are_refused() {
+        let mut i = inputs("east-node", "198.18.1.2");
+        i.cluster_infos.push(ClusterInfoObject {
+            name: "south-clusterinfo".into(),
+            cluster_id: Some("south".into()),
+            service_cidr: Some("10.97.128.0/17".into()), // inside east's own Service CIDR
+            gateway_ips: vec!["198.18.3.1".into()],
+            pod_cidrs: vec![],
+        });
+        i.cluster_infos.push(ClusterInfoObject {
+            name: "x-clusterinfo".into(),
+            cluster_id: Some("x".into()),
+            service_cidr: Some("10.99.0.0/16".into()),
+            gateway_ips: vec!["not-an-ip".into()],
+            pod_cidrs: vec![],
+        });
+        i.cluster_infos.push(ClusterInfoObject {
+            name: "y-clusterinfo".into(),
+            cluster_id: Some("y".into()),
+            service_cidr: Some("10.98.7.0/24".into()), // inside west's
+            gateway_ips: vec!["198.18.4.1".into()],
+            pod_cidrs: vec![],
+        });
+        let d = desired(&i);
+        assert_eq!(
+            d.routes.len(),
+            1,
+            "only west's CIDR is routed: {:?}",
+            d.routes
+        );
+        let skipped = d.skipped.join("\n");
+        assert!(
+            skipped.contains("10.97.128.0/17 overlaps the local Service CIDR"),
+            "{skipped}"
+        );
+        assert!(
+            skipped.contains("\"not-an-ip\" is not an IPv4 address"),
+            "{skipped}"
+        );
+        assert!(
+            skipped.contains("10.98.7.0/24 overlaps 10.98.0.0/16 of cluster west"),
+            "{skipped}"
+        );
+        // Clusters whose prefixes were all refused still identify their gateway.
+        assert!(d.peers.contains_key(&ip("198.18.3.1")));
+        assert!(!d.peers.contains_key(&ip("198.18.9.9")));
+    }
+
+    #[test]
+    fn no_usable_gateway_means_not_ready_and_nothing_routed() {
+        let mut i = inputs("east-node", "198.18.1.2");
+        i.gateways[0].gateway_ip = Some("300.1.1.1".into());
+        let d = desired(&i);
+        assert!(d.not_ready.is_some());
+        assert_eq!(d.config.role, 0);
+        assert!(d.routes.is_empty() && d.peers.is_empty());
+        assert!(d.skipped[0].contains("\"300.1.1.1\" is not an IPv4 address"));
+        i.gateways.clear();
+        assert!(desired(&i).not_ready.unwrap().contains("annotate a Node"));
+    }
+
+    #[test]
+    fn the_choice_is_deterministic() {
+        let mut i = inputs("east-node", "198.18.1.2");
+        i.gateways.insert(
+            0,
+            GatewayObject {
+                name: "z-gw".into(),
+                gateway_ip: Some("198.18.1.9".into()),
+                internal_ip: Some("198.18.1.9".into()),
+                service_cidr: None,
+            },
+        );
+        let a = desired(&i);
+        i.gateways.reverse();
+        i.cluster_infos.reverse();
+        assert_eq!(a, desired(&i));
+        assert_eq!(
+            a.config.gateway_internal_ip,
+            [198, 18, 1, 1],
+            "first by name"
+        );
+    }
+
+    #[test]
+    fn prefixes_are_normalised() {
+        assert_eq!(
+            Prefix::parse("10.98.3.4/16").unwrap().to_string(),
+            "10.98.0.0/16"
+        );
+        assert!(Prefix::parse("10.98.0.0").is_err());
+        assert!(Prefix::parse("10.98.0.0/33").is_err());
+        assert!(
+            Prefix::parse("0.0.0.0/0")
+                .unwrap()
+                .contains(&Prefix::parse("1.2.3.4/32").unwrap())
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! Makes the maps equal to a [`Desired`] state, level-triggered: whatever the maps hold (after a
+//! restart, a crash mid-update, or someone's `bpftool map update`), the result is the same.
+//!
+//! Order matters because the programs read the maps while they change: new routes and peers
+//! go in first, then the config (a new gateway or role), then stale entries go. A packet sees
+//! either the old state or the new one, or the new one with a few extra stale entries, never a
+//! config that points at entries not written yet.
+
+use std::{borrow::BorrowMut, collections::BTreeSet, net::Ipv4Addr};
+
+use aya::maps::{MapData, MapError, lpm_trie::Key};
+
+use crate::{
+    dataplane::DataplaneMaps,
+    state::{Desired, Prefix},
+};
+
+/// What one sync changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    pub routes_written: usize,
+    pub routes_removed: usize,
+    pub peers_written: usize,
+    pub peers_removed: usize,
+    pub config_changed: bool,
+}
+
+impl SyncReport {
+    pub fn changed(&self) -> bool {
+        *self != SyncReport::default()
+    }
+}
+
+pub fn apply<T: BorrowMut<MapData>>(
+    maps: &mut DataplaneMaps<T>,
+    desired: &Desired,
+) -> Result<SyncReport, MapError> {
+    let mut report = SyncReport::default();
+
+    let current_routes: Vec<(Key<[u8; 4]>, _)> =
+        maps.routes.iter().collect::<Result<_, MapError>>()?;
+    for (prefix, route) in &desired.routes {
+        let key = Key::new(u32::from(prefix.len), prefix.addr.octets());
+        let same = current_routes.iter().any(|(k, v)| {
+            k.prefix_len() == key.prefix_len() && k.data() == key.data() && v == route
+        });
+        if !same {
+            maps.routes.insert(&key, route, 0)?;
+            report.routes_written += 1;
+        }
+    }
+    let current_peers: Vec<([u8; 4], _)> = maps.peers.iter().collect::<Result<_, MapError>>()?;
+    for (addr, peer) in &desired.peers {
+        let key = addr.octets();
+        if !current_peers.iter().any(|(k, v)| *k == key && v == peer) {
+            maps.peers.insert(&key, peer, 0)?;
+            report.peers_written += 1;
+        }
+    }
+
+    let current_config = maps.config.get(&0, 0)?;
+    if current_config != desired.config {
+        maps.config.set(0, &desired.config, 0)?;
+        report.config_changed = true;
+    }
+
+    let wanted_routes: BTreeSet<Prefix> = desired.routes.keys().copied().collect();
+    for (key, _) in &current_routes {
+        let prefix = Prefix::new(Ipv4Addr::from(key.data()), key.prefix_len().min(32) as u8);
+        // A key with host bits set was not written by us: it goes too.
+        let normalised = key.prefix_len() <= 32 && prefix.addr.octets() == key.data();
+        if !normalised || !wanted_routes.contains(&prefix) {
+            remove_absent(maps.routes.remove(key))?;
+            report.routes_removed += 1;
+        }
+    }
+    for (key, _) in &current_peers {
+        if !desired.peers.contains_key(&Ipv4Addr::from(*key)) {
+            remove_absent(maps.peers.remove(key))?;
+            report.peers_removed += 1;
+        }
+    }
+    Ok(report)
+}
+
+/// Removing what is already gone is fine (someone else cleaned up first).
+fn remove_absent(result: Result<(), MapError>) -> Result<(), MapError> {
+    match result {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.kind() == std::io::ErrorKind::NotFound => {
+            Ok(())
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,475 @@
+//! Real packets through the programs on real interfaces: two "clusters" of network namespaces
+//! joined by a router namespace, the programs attached by the agent binary on each Node's uplink
+//! and the maps written by the agent's own sync code. A Pod behind east's regular Node talks to
+//! a Service of west (nftables DNAT on west's gateway plays kube-proxy) and to a west Pod
+//! directly: TCP (a request and a bulk transfer), UDP and ping, through the regular Node's
+//! encapsulation, east's hairpin SNAT, west's decapsulation, and back. A capture between the
+//! router and west must show nothing but Geneve between the two gateways, and a TCP stream must
+//! survive the agents being restarted mid-transfer. Run as root.
+//!
+//! ```text
+//!  pod-n 10.244.1.5 ── east-node 198.18.1.2 ─┐                        ┌─ west-gw 198.18.2.1 ── pod-w 10.245.0.7
+//!                                            ├─ br-east ─ router ─────┘     (DNAT 10.98.0.10:80 -> pod-w:8080)
+//!                      east-gw   198.18.1.1 ─┘  .1.254          .2.254
+//! ```
+
+mod support;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    os::fd::AsFd as _,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::Duration,
+};
+
+use mc_agent::{
+    bpffs::PinLayout,
+    counters,
+    dataplane::DataplaneMaps,
+    state::{ClusterInfoObject, GatewayObject, Inputs, desired},
+    sync::apply,
+};
+use support::{Bpffs, NetNs, agent_bin, require_root, run};
+
+const PORT_HTTP: u16 = 8080;
+const POD_MTU: &str = "1464"; // uplink 1500 minus the tunnel's 36 bytes
+
+fn sh_in(ns: &NetNs, line: &str) {
+    run(ns.cmd("sh").arg("-c").arg(line));
+}
+
+/// Runs `f` on a thread that has joined the network namespace `ns`.
+fn in_netns<T: Send + 'static>(
+    ns: &NetNs,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let path = ns.path();
+    thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+        f()
+    })
+}
+
+/// The byte at position `i` of a response body: a pattern that shows lost or reordered data.
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ (i >> 9)) as u8
+}
+
+/// A minimal HTTP/1.0 server: `GET /<bytes>` answers that many pattern bytes; `/slow/<bytes>`
+/// spreads them over about two seconds.
+fn serve_http(listener: TcpListener, stop: Arc<AtomicBool>) {
+    listener.set_nonblocking(true).unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((mut conn, _)) = listener.accept() else {
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        conn.set_nonblocking(false).unwrap();
+        thread::spawn(move || {
+            let mut req = [0u8; 512];
+            let n = conn.read(&mut req).unwrap_or(0);
+            let line = String::from_utf8_lossy(&req[..n]).into_owned();
+            let path = line.split_whitespace().nth(1).unwrap_or("/0").to_owned();
+            let (slow, size) = match path.strip_prefix("/slow/") {
+                Some(s) => (true, s.parse().unwrap_or(0)),
+                None => (false, path[1..].parse().unwrap_or(0)),
+            };
+            let _ = write!(conn, "HTTP/1.0 200 OK\r\nContent-Length: {size}\r\n\r\n");
+            let body: Vec<u8> = (0..size).map(pattern).collect();
+            let chunks = if slow { 100 } else { 1 };
+            for chunk in body.chunks(size.div_ceil(chunks).max(1)) {
+                if conn.write_all(chunk).is_err() {
+                    return;
+                }
+                if slow {
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+    }
+}
+
+/// GET over TCP; returns the body after checking the status line.
+fn http_get(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(conn, "GET {path} HTTP/1.0\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut all = Vec::new();
+    conn.read_to_end(&mut all)
+        .map_err(|e| format!("reading from {addr}: {e}"))?;
+    let split = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP header in {} bytes", all.len()))?;
+    let head = String::from_utf8_lossy(&all[..split]).into_owned();
+    if !head.starts_with("HTTP/1.0 200") {
+        return Err(format!("unexpected answer: {head}"));
+    }
+    Ok(all[split + 4..].to_vec())
+}
+
+fn assert_body(body: &[u8], size: usize, what: &str) {
+    assert_eq!(body.len(), size, "{what}: body length");
+    if let Some(i) = (0..size).find(|&i| body[i] != pattern(i)) {
+        panic!("{what}: byte {i} is wrong (lost or reordered data)");
+    }
+}
+
+struct Node {
+    ns: NetNs,
+    fs: Bpffs,
+}
+
+impl Node {
+    fn pin_root(&self) -> PathBuf {
+        self.fs.pin_root()
+    }
+
+    fn attach(&self) -> String {
+        let mut cmd = self.ns.cmd(agent_bin());
+        cmd.arg("--pin-root")
+            .arg(self.pin_root())
+            .args(["attach", "--uplink", "eth0"]);
+        String::from_utf8_lossy(&run(&mut cmd).stderr).into_owned()
+    }
+
+    fn sync(&self, inputs: &Inputs) {
+        let layout = PinLayout::new(self.pin_root());
+        let mut maps = DataplaneMaps::open_pinned(&layout).expect("pinned maps");
+        let d = desired(inputs);
+        assert!(d.not_ready.is_none() && d.skipped.is_empty(), "{d:?}");
+        apply(&mut maps, &d).expect("sync");
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        let map = counters::open_pinned(&self.pin_root().join("mc_counters")).expect("counters");
+        counters::read(&map)
+            .expect("read")
+            .into_iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+            .packets
+    }
+
+    fn drops(&self) -> Vec<(&'static str, u64)> {
+        let map = counters::open_pinned(&self.pin_root().join("mc_counters")).expect("counters");
+        counters::read(&map)
+            .expect("read")
+            .into_iter()
+            .filter(|r| r.drop && r.packets > 0)
+            .map(|r| (r.name, r.packets))
+            .collect()
+    }
+}
+
+fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
+    run(Command::new("ip").args([
+        "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", b_dev, "netns", &b.name,
+    ]));
+}
+
+fn inputs(
+    node: &str,
+    node_ip: [u8; 4],
+    gateway: (&str, [u8; 4], &str),
+    remote: (&str, [u8; 4], &str, &str),
+    nodes: &[[u8; 4]],
+) -> Inputs {
+    let ip = |o: [u8; 4]| Ipv4Addr::from(o).to_string();
+    Inputs {
+        node_name: node.into(),
+        node_ip: Some(Ipv4Addr::from(node_ip)),
+        gateways: vec![GatewayObject {
+            name: gateway.0.into(),
+            gateway_ip: Some(ip(gateway.1)),
+            internal_ip: Some(ip(gateway.1)),
+            service_cidr: Some(gateway.2.into()),
+        }],
+        cluster_infos: vec![ClusterInfoObject {
+            name: format!("{}-clusterinfo", remote.0),
+            cluster_id: Some(remote.0.into()),
+            service_cidr: Some(remote.2.into()),
+            gateway_ips: vec![ip(remote.1)],
+            pod_cidrs: vec![remote.3.into()],
+        }],
+        local_nodes: nodes.iter().map(|&n| Ipv4Addr::from(n)).collect(),
+        pod_to_pod: true,
+        mtu: 1500,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
+    require_root();
+    let router = NetNs::new("mc-x-router");
+    let east_gw = Node {
+        ns: NetNs::new("mc-x-egw"),
+        fs: Bpffs::new("x-egw"),
+    };
+    let east_node = Node {
+        ns: NetNs::new("mc-x-enode"),
+        fs: Bpffs::new("x-enode"),
+    };
+    let west_gw = Node {
+        ns: NetNs::new("mc-x-wgw"),
+        fs: Bpffs::new("x-wgw"),
+    };
+    let pod_n = NetNs::new("mc-x-podn");
+    let pod_w = NetNs::new("mc-x-podw");
+
+    // Underlay: east's Nodes on a bridge in the router, west's gateway on its own link.
+    sh_in(
+        &router,
+        "ip link add br-east type bridge && ip addr add 198.18.1.254/24 dev br-east && ip link set br-east up && sysctl -qw net.ipv4.ip_forward=1",
+    );
+    veth(&east_gw.ns, "eth0", &router, "gw-e");
+    veth(&east_node.ns, "eth0", &router, "node-e");
+    veth(&west_gw.ns, "eth0", &router, "gw-w");
+    sh_in(
+        &router,
+        "ip link set gw-e master br-east up && ip link set node-e master br-east up && ip addr add 198.18.2.254/24 dev gw-w && ip link set gw-w up",
+    );
+    for (node, addr, via, other) in [
+        (&east_gw, "198.18.1.1/24", "198.18.1.254", "198.18.2.0/24"),
+        (&east_node, "198.18.1.2/24", "198.18.1.254", "198.18.2.0/24"),
+        (&west_gw, "198.18.2.1/24", "198.18.2.254", "198.18.1.0/24"),
+    ] {
+        sh_in(
+            &node.ns,
+            &format!(
+                "ip addr add {addr} dev eth0 && ip link set eth0 up && ip route add {other} via {via} dev eth0 \
+             && sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv4.conf.all.rp_filter=2 && sysctl -qw net.ipv4.conf.eth0.rp_filter=2"
+            ),
+        );
+    }
+    // Pods (the testbed's CNI does the same: a veth, a /24 per Node, the tunnel-sized MTU).
+    veth(&pod_n, "eth0", &east_node.ns, "vpod");
+    sh_in(
+        &east_node.ns,
+        &format!("ip addr add 10.244.1.1/24 dev vpod && ip link set vpod mtu {POD_MTU} up"),
+    );
+    sh_in(
+        &pod_n,
+        &format!(
+            "ip addr add 10.244.1.5/24 dev eth0 && ip link set eth0 mtu {POD_MTU} up && ip route add 10.98.0.0/16 via 10.244.1.1 && ip route add 10.245.0.0/16 via 10.244.1.1"
+        ),
+    );
+    veth(&pod_w, "eth0", &west_gw.ns, "vpod");
+    sh_in(
+        &west_gw.ns,
+        &format!("ip addr add 10.245.0.1/24 dev vpod && ip link set vpod mtu {POD_MTU} up"),
+    );
+    sh_in(
+        &pod_w,
+        &format!(
+            "ip addr add 10.245.0.7/24 dev eth0 && ip link set eth0 mtu {POD_MTU} up && ip route add 198.18.1.0/24 via 10.245.0.1 && ip route add 10.244.0.0/16 via 10.245.0.1"
+        ),
+    );
+    // The routes the agent installs for remote prefixes (via the uplink's next hop).
+    sh_in(
+        &east_node.ns,
+        "ip route add 10.98.0.0/16 via 198.18.1.254 dev eth0 && ip route add 10.245.0.0/16 via 198.18.1.254 dev eth0",
+    );
+    sh_in(
+        &west_gw.ns,
+        "ip route add 10.244.0.0/16 via 198.18.2.254 dev eth0",
+    );
+    // kube-proxy's part in west: the Service 10.98.0.10:80 -> pod-w:8080.
+    sh_in(
+        &west_gw.ns,
+        &format!(
+            "nft add table ip strait_test && nft add chain ip strait_test pre '{{ type nat hook prerouting priority -100; }}' \
+         && nft add rule ip strait_test pre ip daddr 10.98.0.10 tcp dport 80 dnat to 10.245.0.7:{PORT_HTTP}"
+        ),
+    );
+
+    // The dataplane: attached by the agent, maps written by its sync.
+    for node in [&east_gw, &east_node, &west_gw] {
+        let log = node.attach();
+        assert!(log.contains("attached with TCX"), "{log}");
+    }
+    let east_nodes = [[198, 18, 1, 1], [198, 18, 1, 2]];
+    let east_gateway = ("east-gw", [198, 18, 1, 1], "10.97.0.0/16");
+    let west_remote = ("west", [198, 18, 2, 1], "10.98.0.0/16", "10.245.0.0/16");
+    east_gw.sync(&inputs(
+        "east-gw",
+        [198, 18, 1, 1],
+        east_gateway,
+        west_remote,
+        &east_nodes,
+    ));
+    east_node.sync(&inputs(
+        "east-node",
+        [198, 18, 1, 2],
+        east_gateway,
+        west_remote,
+        &east_nodes,
+    ));
+    west_gw.sync(&inputs(
+        "west-gw",
+        [198, 18, 2, 1],
+        ("west-gw", [198, 18, 2, 1], "10.98.0.0/16"),
+        ("east", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16"),
+        &[[198, 18, 2, 1]],
+    ));
+
+    // Servers in pod-w: HTTP and a UDP echo.
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = {
+        let stop = stop.clone();
+        in_netns(&pod_w, move || {
+            serve_http(
+                TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http"),
+                stop,
+            )
+        })
+    };
+    let udp = {
+        let stop = stop.clone();
+        in_netns(&pod_w, move || {
+            let sock = UdpSocket::bind("10.245.0.7:5353").expect("bind udp");
+            sock.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    let _ = sock.send_to(&buf[..n], from);
+                }
+            }
+        })
+    };
+
+    // A capture between the router and west's gateway for the whole exchange.
+    let pcap = std::env::temp_dir().join(format!("strait-x-{}.pcap", std::process::id()));
+    let mut capture = router
+        .cmd("tcpdump")
+        .args(["-i", "gw-w", "-n", "-U", "-w"])
+        .arg(&pcap)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    thread::sleep(Duration::from_millis(500));
+
+    let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
+    // TCP through the Service: a small request, then a bulk transfer with full-size segments.
+    let small = in_netns(&pod_n, move || http_get(service, "/1000"))
+        .join()
+        .unwrap();
+    assert_body(&small.expect("HTTP through the Service"), 1000, "small GET");
+    let bulk = in_netns(&pod_n, move || http_get(service, "/8000000"))
+        .join()
+        .unwrap();
+    assert_body(&bulk.expect("bulk GET"), 8_000_000, "bulk GET");
+
+    // UDP and ping, Pod to Pod.
+    let echoed = in_netns(&pod_n, || {
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut answers = 0;
+        for i in 0..5u8 {
+            sock.send_to(&[i; 100], "10.245.0.7:5353").unwrap();
+            let mut buf = [0u8; 200];
+            if let Ok((n, _)) = sock.recv_from(&mut buf)
+                && buf[..n] == [i; 100]
+            {
+                answers += 1;
+            }
+        }
+        answers
+    })
+    .join()
+    .unwrap();
+    assert_eq!(echoed, 5, "every UDP datagram must come back");
+    run(pod_n
+        .cmd("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2", "10.245.0.7"]));
+
+    // A stream that runs while every agent restarts (new program swapped into the pinned
+    // links): no reset, no lost byte.
+    let slow = in_netns(&pod_n, move || http_get(service, "/slow/4000000"));
+    thread::sleep(Duration::from_millis(400));
+    for node in [&east_gw, &east_node, &west_gw] {
+        let log = node.attach();
+        assert!(
+            log.contains("reused=true"),
+            "restart must reuse the links: {log}"
+        );
+    }
+    assert_body(
+        &slow.join().unwrap().expect("stream across agent restarts"),
+        4_000_000,
+        "slow GET",
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    http.join().unwrap();
+    udp.join().unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let _ = capture.kill();
+    let _ = capture.wait();
+
+    // Every path was taken, and nothing was dropped.
+    for (node, counter) in [
+        (&east_node, "tx_to_gateway"),
+        (&east_node, "rx_from_gateway"),
+        (&east_gw, "hairpin_snat"),
+        (&east_gw, "hairpin_unsnat"),
+        (&east_gw, "pass_own_tunnel"),
+        (&west_gw, "rx_from_remote"),
+        (&west_gw, "tx_reply_to_remote"),
+    ] {
+        assert!(
+            node.counter(counter) > 0,
+            "{counter} did not move on {}",
+            node.ns.name
+        );
+    }
+    for node in [&east_gw, &east_node, &west_gw] {
+        assert!(
+            node.drops().is_empty(),
+            "drops on {}: {:?}",
+            node.ns.name,
+            node.drops()
+        );
+    }
+
+    // Between the router and west there is only Geneve between the two gateways.
+    assert_only_geneve_between_gateways(&pcap);
+    let _ = std::fs::remove_file(&pcap);
+}
+
+fn assert_only_geneve_between_gateways(pcap: &Path) {
+    let out = run(Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(pcap)
+        .arg("ip"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.len() > 100,
+        "too few packets captured: {}",
+        lines.len()
+    );
+    for line in lines {
+        // "... IP 198.18.1.1.51234 > 198.18.2.1.6081: Geneve, ..."
+        let outer = line.split(" IP ").nth(1).unwrap_or("");
+        let ok = (outer.starts_with("198.18.1.1.") && outer.contains(" > 198.18.2.1.6081: Geneve"))
+            || (outer.starts_with("198.18.2.1.") && outer.contains(" > 198.18.1.1.6081: Geneve"));
+        assert!(
+            ok,
+            "a packet between the router and west that is not gateway-to-gateway Geneve:\n{line}"
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! The agent's sync against real (pinned) maps: what the maps hold after `sync::apply` is exactly
+//! the desired state, whatever they held before, and the pins carry it across a reload (a
+//! restart). Run as root.
+
+mod support;
+
+use std::net::Ipv4Addr;
+
+use aya::maps::lpm_trie::Key;
+use mc_agent::{
+    bpffs::PinLayout,
+    dataplane::{Dataplane, DataplaneMaps},
+    state::{ClusterInfoObject, GatewayObject, Inputs, desired},
+    sync::{SyncReport, apply},
+};
+use mc_common::dataplane::{PEER_LOCAL_NODE, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute};
+use support::{Bpffs, require_root};
+
+fn inputs(node: &str, gateway: &str, clusters: &[(&str, &str, &str)]) -> Inputs {
+    Inputs {
+        node_name: node.into(),
+        node_ip: Some(Ipv4Addr::new(198, 18, 1, 1)),
+        gateways: vec![GatewayObject {
+            name: gateway.into(),
+            gateway_ip: Some("198.18.1.1".into()),
+            internal_ip: Some("198.18.1.1".into()),
+            service_cidr: Some("10.97.0.0/16".into()),
+        }],
+        cluster_infos: clusters
+            .iter()
+            .map(|(id, cidr, gw)| ClusterInfoObject {
+                name: format!("{id}-clusterinfo"),
+                cluster_id: Some((*id).into()),
+                service_cidr: Some((*cidr).into()),
+                gateway_ips: vec![(*gw).into()],
+                pod_cidrs: vec![],
+            })
+            .collect(),
+        local_nodes: vec![Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 1, 2)],
+        mtu: 1500,
+        ..Default::default()
+    }
+}
+
+fn routes<T: std::borrow::Borrow<aya::maps::MapData>>(
+    maps: &DataplaneMaps<T>,
+) -> Vec<(String, RemoteRoute)> {
+    let mut v: Vec<_> = maps
+        .routes
+        .iter()
+        .map(|r| {
+            let (k, v) = r.expect("route");
+            (
+                format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len()),
+                v,
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn peers<T: std::borrow::Borrow<aya::maps::MapData>>(
+    maps: &DataplaneMaps<T>,
+) -> Vec<(Ipv4Addr, u32)> {
+    let mut v: Vec<_> = maps
+        .peers
+        .iter()
+        .map(|r| {
+            let (k, v) = r.expect("peer");
+            (Ipv4Addr::from(k), v.kind)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn maps_follow_the_desired_state_and_survive_a_reload() {
+    require_root();
+    let fs = Bpffs::new("sync");
+    let layout = PinLayout::new(fs.pin_root());
+    let mut dp = Dataplane::load(layout.clone()).expect("load");
+
+    // The gateway with two remote clusters.
+    let two = desired(&inputs(
+        "east-gw",
+        "east-gw",
+        &[
+            ("west", "10.98.0.0/16", "198.18.2.1"),
+            ("south", "10.99.0.0/16", "198.18.3.1"),
+        ],
+    ));
+    {
+        let mut maps = dp.maps().expect("maps");
+        let report = apply(&mut maps, &two).expect("apply");
+        assert_eq!(report.routes_written, 2);
+        assert_eq!(
+            report.peers_written, 3,
+            "two remote gateways and the other Node"
+        );
+        assert!(report.config_changed);
+        assert_eq!(maps.config.get(&0, 0).unwrap().role, ROLE_GATEWAY);
+        assert_eq!(
+            routes(&maps)
+                .iter()
+                .map(|r| r.0.as_str())
+                .collect::<Vec<_>>(),
+            ["10.98.0.0/16", "10.99.0.0/16"]
+        );
+        // A second apply of the same state changes nothing.
+        assert_eq!(
+            apply(&mut maps, &two).expect("apply again"),
+            SyncReport::default()
+        );
+
+        // Junk written behind the agent's back goes away on the next sync.
+        maps.routes
+            .insert(&Key::new(24, [10, 200, 0, 0]), &RemoteRoute::default(), 0)
+            .unwrap();
+        maps.peers
+            .insert(
+                &[198, 18, 7, 7],
+                &Peer {
+                    kind: PEER_LOCAL_NODE,
+                    cluster: 0,
+                },
+                0,
+            )
+            .unwrap();
+        let report = apply(&mut maps, &two).expect("apply");
+        assert_eq!((report.routes_removed, report.peers_removed), (1, 1));
+        assert_eq!(routes(&maps).len(), 2);
+    }
+    drop(dp);
+
+    // A restart: a new object reuses the pinned maps, and they still hold the state.
+    let mut dp = Dataplane::load(layout.clone()).expect("reload");
+    let mut maps = dp.maps().expect("maps");
+    assert_eq!(
+        routes(&maps).len(),
+        2,
+        "the pins kept the routes across the reload"
+    );
+    assert_eq!(
+        apply(&mut maps, &two).expect("apply"),
+        SyncReport::default()
+    );
+
+    // The gateway moves to another Node and south leaves: this Node becomes a regular Node,
+    // south's route and gateway go, and local Nodes are no longer peers here.
+    let one = desired(&inputs(
+        "east-gw",
+        "east-other",
+        &[("west", "10.98.0.0/16", "198.18.2.1")],
+    ));
+    let report = apply(&mut maps, &one).expect("apply");
+    assert!(report.config_changed);
+    assert_eq!(maps.config.get(&0, 0).unwrap().role, ROLE_NODE);
+    assert_eq!(
+        routes(&maps),
+        [(
+            "10.98.0.0/16".to_owned(),
+            RemoteRoute {
+                cluster: 1,
+                gateway_ip: [198, 18, 2, 1]
+            }
+        )]
+    );
+    assert_eq!(peers(&maps), [(Ipv4Addr::new(198, 18, 2, 1), 1)]);
+
+    // The same view through the pins (what `mc-agent maps` and bpftool read).
+    let pinned = DataplaneMaps::open_pinned(&layout).expect("open pinned");
+    assert_eq!(routes(&pinned).len(), 1);
+    assert_eq!(pinned.config.get(&0, 0).unwrap().role, ROLE_NODE);
+}
