@@ -3,8 +3,11 @@
 //! the agent replaces the programs atomically without detaching them or resetting any state.
 
 pub mod bpffs;
+pub mod config;
 pub mod counters;
 pub mod dataplane;
+pub mod routes;
+pub mod run;
 pub mod state;
 pub mod sync;
 

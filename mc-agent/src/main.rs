@@ -1,33 +1,55 @@
 //! `mc-agent`: the Strait Node agent.
 
-use std::{io::IsTerminal as _, path::PathBuf};
+use std::{io::IsTerminal as _, net::Ipv4Addr, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use mc_agent::{
     bpffs::PinLayout,
+    config::Multicluster,
     counters,
-    dataplane::{self, Dataplane},
+    dataplane::{self, Dataplane, DataplaneMaps},
+    run::{RunOptions, run},
 };
-use mc_common::{DEFAULT_PIN_ROOT, maps};
+use mc_common::{
+    DEFAULT_PIN_ROOT,
+    dataplane::{PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE, SNAT_FORWARD},
+    maps,
+};
+use mc_controller::metrics::Metrics;
 
 #[derive(Parser)]
 #[command(version, about = "Strait Node agent (eBPF dataplane)")]
 struct Cli {
-    /// Directory on bpffs where maps and links are pinned.
-    #[arg(long, global = true, env = "MC_PIN_ROOT", default_value = DEFAULT_PIN_ROOT)]
-    pin_root: PathBuf,
+    /// Directory on bpffs where maps and links are pinned (overrides the config's pinPath).
+    #[arg(long, global = true, env = "MC_PIN_ROOT")]
+    pin_root: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Load, attach and pin the programs on the uplink, then keep running.
+    /// Attach to the uplink and keep the maps equal to the Gateway and ClusterInfoImports.
     Run {
-        /// Interface to attach to.
+        /// The agent config (antrea-agent's `multicluster` section plus Strait's keys).
         #[arg(long)]
-        uplink: String,
+        config: Option<PathBuf>,
+        /// This Node's name.
+        #[arg(long, env = "NODE_NAME")]
+        node_name: String,
+        /// Kubeconfig; in-cluster configuration when absent.
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Default namespace of the Gateway and ClusterInfoImports when the config's is empty.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+        pod_namespace: String,
+        /// Where /healthz, /readyz and /metrics are served.
+        #[arg(long, default_value = ":9090")]
+        health_addr: String,
+        /// Seconds between full resyncs (besides every watch event).
+        #[arg(long, default_value_t = 30)]
+        resync: u64,
     },
     /// Load, attach and pin the programs on the uplink, then exit (the pins keep them attached).
     Attach {
@@ -47,26 +69,73 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the role, remote routes, tunnel peers and SNAT table from the pinned maps.
+    Maps,
 }
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| "info,kube_runtime=warn,kube_client=warn".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
-    let layout = PinLayout::new(&cli.pin_root);
+    let pin_root = cli
+        .pin_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_ROOT));
+    let layout = PinLayout::new(&pin_root);
     match cli.command {
-        Command::Run { uplink } => {
-            attach(layout, &uplink)?;
-            tracing::info!("attached; running until stopped (the pins keep the dataplane up)");
-            loop {
-                std::thread::park();
+        Command::Run {
+            config,
+            node_name,
+            kubeconfig,
+            pod_namespace,
+            health_addr,
+            resync,
+        } => {
+            let mut config = match &config {
+                Some(path) => Multicluster::parse(
+                    &std::fs::read_to_string(path)
+                        .with_context(|| format!("reading the agent config {}", path.display()))?,
+                )
+                .with_context(|| format!("in {}", path.display()))?,
+                None => Multicluster {
+                    enable_gateway: true,
+                    ..Default::default()
+                },
+            };
+            if let Some(root) = cli.pin_root {
+                config.pin_path = root;
             }
+            let namespace = if config.namespace.is_empty() {
+                pod_namespace
+            } else {
+                config.namespace.clone()
+            };
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async move {
+                let client = client(kubeconfig.as_ref()).await?;
+                let metrics = Metrics::default();
+                let serve = metrics.clone().serve(&health_addr);
+                let opts = RunOptions {
+                    node_name,
+                    namespace,
+                    config,
+                    resync: Duration::from_secs(resync.max(1)),
+                };
+                tokio::select! {
+                    r = serve => r,
+                    r = run(client, opts, metrics) => r,
+                    _ = tokio::signal::ctrl_c() => {
+                        tracing::info!("interrupted; exiting (the pinned dataplane keeps forwarding)");
+                        Ok(())
+                    }
+                }
+            })
         }
         Command::Attach { uplink } => attach(layout, &uplink),
         Command::Detach { uplink, maps } => {
@@ -96,7 +165,22 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Maps => print_maps(&layout),
     }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    Ok(kube::Client::try_from(config)?)
 }
 
 fn attach(layout: PinLayout, uplink: &str) -> anyhow::Result<()> {
@@ -117,5 +201,84 @@ fn attach(layout: PinLayout, uplink: &str) -> anyhow::Result<()> {
             }
         );
     }
+    Ok(())
+}
+
+fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
+    let maps = DataplaneMaps::open_pinned(layout).with_context(|| {
+        format!(
+            "opening the maps under {}: is the agent attached with this --pin-root?",
+            layout.root().display()
+        )
+    })?;
+    let c = maps.config.get(&0, 0)?;
+    let role = match c.role {
+        ROLE_GATEWAY => "gateway",
+        ROLE_NODE => "node",
+        _ => "none (not configured)",
+    };
+    println!(
+        "ROLE {role}  NODE {}  GATEWAY internal {} / gatewayIP {}  TUNNEL udp/{}  MTU {}",
+        Ipv4Addr::from(c.node_ip),
+        Ipv4Addr::from(c.gateway_internal_ip),
+        Ipv4Addr::from(c.gateway_ip),
+        c.tunnel_port,
+        c.mtu
+    );
+    println!(
+        "\n{:<20} {:>8} {:<16}",
+        "REMOTE PREFIX", "CLUSTER", "REMOTE GATEWAY"
+    );
+    let mut routes: Vec<_> = maps.routes.iter().collect::<Result<_, _>>()?;
+    routes.sort_by_key(|(k, _)| (k.data(), k.prefix_len()));
+    for (k, v) in routes {
+        let prefix = format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len());
+        println!(
+            "{prefix:<20} {:>8} {:<16}",
+            v.cluster,
+            Ipv4Addr::from(v.gateway_ip).to_string()
+        );
+    }
+    println!("\n{:<16} {:<16} {:>8}", "PEER", "KIND", "CLUSTER");
+    let mut peers: Vec<_> = maps.peers.iter().collect::<Result<_, _>>()?;
+    peers.sort_by_key(|(k, _)| *k);
+    for (k, v) in peers {
+        let kind = match v.kind {
+            PEER_REMOTE_GATEWAY => "remote-gateway",
+            PEER_LOCAL_NODE => "local-node",
+            _ => "?",
+        };
+        println!(
+            "{:<16} {kind:<16} {:>8}",
+            Ipv4Addr::from(k).to_string(),
+            v.cluster
+        );
+    }
+    println!("\nSNAT (forward entries: original -> translated, via Node)");
+    let mut n = 0;
+    for item in maps.snat.iter() {
+        let (k, v) = item?;
+        if v.flags != SNAT_FORWARD {
+            continue;
+        }
+        n += 1;
+        let proto = match k.proto {
+            6 => "tcp",
+            17 => "udp",
+            1 => "icmp",
+            _ => "?",
+        };
+        println!(
+            "{proto:<4} {}:{} -> {}:{}  as {}:{}  node {}",
+            Ipv4Addr::from(k.src),
+            k.src_port,
+            Ipv4Addr::from(k.dst),
+            k.dst_port,
+            Ipv4Addr::from(v.addr),
+            v.port,
+            Ipv4Addr::from(v.node)
+        );
+    }
+    println!("{n} flows");
     Ok(())
 }

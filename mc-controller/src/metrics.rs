@@ -51,6 +51,15 @@ impl Metrics {
             .or_default() += by;
     }
 
+    /// Sets a counter whose running total is kept elsewhere (the kernel's per-CPU counters).
+    pub fn set_counter(&self, name: &str, labels: &[(&str, &str)], total: u64) {
+        self.0
+            .lock()
+            .expect("metrics")
+            .counters
+            .insert(series(name, labels), total);
+    }
+
     pub fn gauge(&self, name: &str, labels: &[(&str, &str)], value: f64) {
         self.0
             .lock()

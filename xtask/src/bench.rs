@@ -40,7 +40,10 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::ControlPlane { sizes } => {
-            testbed::run(testbed::TestbedCommand::Up { join: true })?;
+            testbed::run(testbed::TestbedCommand::Up {
+                join: true,
+                nodes: false,
+            })?;
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
     }

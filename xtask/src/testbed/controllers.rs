@@ -36,17 +36,17 @@ pub fn health_addr(cluster: &Cluster) -> String {
     format!("{}:8080", cluster.api_ip)
 }
 
-/// Builds mc-controller and returns the path cargo reports for it.
-fn build() -> anyhow::Result<PathBuf> {
+/// Builds one binary of the workspace and returns the path cargo reports for it.
+pub fn build_bin(package: &str) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Cmd::new(cargo)
         .args([
             "build",
             "--quiet",
             "-p",
-            "mc-controller",
+            package,
             "--bin",
-            "mc-controller",
+            package,
             "--message-format=json-render-diagnostics",
         ])
         .current_dir(repo_root())
@@ -54,14 +54,14 @@ fn build() -> anyhow::Result<PathBuf> {
         .output()
         .context("running cargo build")?;
     if !out.status.success() {
-        bail!("building mc-controller failed");
+        bail!("building {package} failed");
     }
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["target"]["name"] == "mc-controller")
+        .filter(|m| m["target"]["name"] == package)
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo did not report the mc-controller executable")
+        .with_context(|| format!("cargo did not report the {package} executable"))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -84,7 +84,7 @@ fn config_file(cluster: &Cluster) -> anyhow::Result<PathBuf> {
 /// Builds, installs and starts the controllers (restarting them when the binary changed), then
 /// waits until each reports ready.
 pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
-    let built = build()?;
+    let built = build_bin("mc-controller")?;
     let bin_dir = testbed_dir().join("bin");
     std::fs::create_dir_all(&bin_dir)?;
     let installed = bin_dir.join("mc-controller");

@@ -3,6 +3,7 @@
 //! the `strait-core` network namespace, reachable from the host over a veth on 198.18.0.0/24.
 
 pub mod controllers;
+mod nodes;
 mod pki;
 mod proc;
 pub mod topology;
@@ -29,19 +30,107 @@ pub enum TestbedCommand {
         /// Also join east and west to north's ClusterSet `test-clusterset`, as the guides do.
         #[arg(long)]
         join: bool,
+        /// Also bring up two Nodes per cluster (network namespaces registered as Node objects,
+        /// the first a gateway candidate), each with kube-proxy and mc-agent.
+        #[arg(long)]
+        nodes: bool,
     },
     /// Stop everything and remove the namespaces and state, also after a crash.
     Down,
     /// Show what runs, its memory, and whether each API server is ready.
     Status,
+    /// Pods on the testbed's Nodes (the testbed plays kubelet and CNI).
+    Pod {
+        #[command(subcommand)]
+        command: PodCommand,
+    },
+    /// Run a command on a testbed Node (its network and mount namespaces) or in a Pod:
+    /// `testbed exec east/node-a -- bpftool map dump pinned /sys/fs/bpf/mc/v1/mc_routes`.
+    Exec {
+        /// `<cluster>/<node>` or `<cluster>/<pod>`.
+        target: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Testbed Nodes.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
+    /// (Internal) the HTTP server of a Pod started with --serve-http.
+    #[command(hide = true)]
+    ServeHttp {
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        answer: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PodCommand {
+    /// Create a Pod on a Node: a network namespace and a Running, Ready Pod object in `default`.
+    Add {
+        cluster: String,
+        node: String,
+        name: String,
+        /// A label `key=value` (repeatable).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Answer HTTP on this port with "hello from <cluster>/<pod>".
+        #[arg(long)]
+        serve_http: Option<u16>,
+    },
+    /// Delete a Pod (namespace and object).
+    Del { cluster: String, name: String },
+}
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// Set a Node's Ready condition.
+    Ready {
+        cluster: String,
+        node: String,
+        #[arg(action = clap::ArgAction::Set)]
+        ready: bool,
+    },
 }
 
 pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
     require_root()?;
     match command {
-        TestbedCommand::Up { join } => up(join),
+        TestbedCommand::Up { join, nodes } => up(join, nodes),
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
+        TestbedCommand::Pod {
+            command:
+                PodCommand::Add {
+                    cluster,
+                    node,
+                    name,
+                    labels,
+                    serve_http,
+                },
+        } => nodes::pod_add(&cluster, &node, &name, &labels, serve_http),
+        TestbedCommand::Pod {
+            command: PodCommand::Del { cluster, name },
+        } => nodes::pod_del(&cluster, &name),
+        TestbedCommand::Exec { target, command } => {
+            let code = nodes::exec_in(&target, &command)?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        TestbedCommand::Node {
+            command:
+                NodeCommand::Ready {
+                    cluster,
+                    node,
+                    ready,
+                },
+        } => nodes::node_ready(&cluster, &node, ready),
+        TestbedCommand::ServeHttp { port, answer } => nodes::serve_http(port, &answer),
     }
 }
 
@@ -65,7 +154,7 @@ pub fn admin_kubeconfig(cluster: &Cluster) -> PathBuf {
     cluster_dir(cluster).join("admin.kubeconfig")
 }
 
-fn up(join: bool) -> anyhow::Result<()> {
+fn up(join: bool, with_nodes: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let build = repo_root().join("scripts/build-kube.sh");
     exec(Cmd::new("bash").arg(&build)).context("building the Kubernetes binaries")?;
@@ -176,6 +265,9 @@ fn up(join: bool) -> anyhow::Result<()> {
     controllers::start(&procs, &kubectl)?;
     if join {
         controllers::join(&kubectl)?;
+    }
+    if with_nodes {
+        nodes::up(&procs, &bin)?;
     }
     say(format!(
         "up in {:.0?}: {} (source {} for KUBECTL and the kubeconfigs)",
@@ -339,6 +431,7 @@ fn write_env(kubectl: &Path) -> anyhow::Result<()> {
 }
 
 fn down() -> anyhow::Result<()> {
+    nodes::down()?;
     let dir = testbed_dir();
     let mut pids = proc::pids_in_netns(CORE_NETNS);
     if let Ok(entries) = std::fs::read_dir(dir.join("pids")) {
@@ -381,6 +474,10 @@ fn status() -> anyhow::Result<()> {
         names.push(format!("{}-apiserver", c.name));
         names.push(format!("{}-controller-manager", c.name));
         names.push(controllers::process_name(c));
+    }
+    for n in topology::TestNode::all().filter(|n| netns_exists(&n.netns())) {
+        names.push(format!("{}-{}-kube-proxy", n.cluster.name, n.name));
+        names.push(format!("{}-{}-mc-agent", n.cluster.name, n.name));
     }
     println!(
         "{:<28} {:>8} {:>10} {:>10}",

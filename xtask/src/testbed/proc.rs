@@ -46,6 +46,19 @@ impl Procs {
         program: &Path,
         args: &[String],
     ) -> anyhow::Result<bool> {
+        self.ensure_in(name, netns, None, program, args)
+    }
+
+    /// As [`Procs::ensure`], also inside the mount namespace bound at `mount_ns` (a testbed
+    /// Node's own view of /sys/fs/bpf).
+    pub fn ensure_in(
+        &self,
+        name: &str,
+        netns: &str,
+        mount_ns: Option<&Path>,
+        program: &Path,
+        args: &[String],
+    ) -> anyhow::Result<bool> {
         if self.running(name).is_some() {
             return Ok(false);
         }
@@ -54,8 +67,11 @@ impl Procs {
             .append(true)
             .open(self.log_path(name))?;
         let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/run/netns/{netns}"))
-            .arg("--")
+        cmd.arg(format!("--net=/run/netns/{netns}"));
+        if let Some(m) = mount_ns {
+            cmd.arg(format!("--mount={}", m.display()));
+        }
+        cmd.arg("--")
             .arg(program)
             .args(args)
             .stdin(Stdio::null())

@@ -21,17 +21,81 @@ pub struct Cluster {
     pub service_cidr: &'static str,
     /// First address of the Service CIDR: the `kubernetes` Service, also a SAN of the cert.
     pub kubernetes_service_ip: &'static str,
+    /// Third octet of the cluster's Node underlay `198.18.<n>.0/24` (the router is `.254`).
+    pub underlay: u8,
+    /// Second octet of the cluster's Pod CIDR `10.<n>.0.0/16` (Node k gets `10.<n>.k.0/24`).
+    pub pod_octet: u8,
 }
 
 impl Cluster {
     pub fn server(&self) -> String {
         format!("https://{}:6443", self.api_ip)
     }
+
+    pub fn pod_cidr(&self) -> String {
+        format!("10.{}.0.0/16", self.pod_octet)
+    }
+
+    pub fn router_ip(&self) -> String {
+        format!("198.18.{}.254", self.underlay)
+    }
+}
+
+/// The testbed's Nodes in every cluster (with `up --nodes`): the first is a gateway candidate.
+pub const NODES: [&str; 2] = ["node-a", "node-b"];
+
+/// A testbed Node.
+#[derive(Clone, Copy, Debug)]
+pub struct TestNode {
+    pub cluster: Cluster,
+    pub name: &'static str,
+    /// 1-based position: the last octet of its address and the third of its Pod CIDR.
+    pub index: u8,
+}
+
+impl TestNode {
+    pub fn all() -> impl Iterator<Item = TestNode> {
+        CLUSTERS.into_iter().flat_map(|cluster| {
+            NODES.iter().enumerate().map(move |(i, name)| TestNode {
+                cluster,
+                name,
+                index: i as u8 + 1,
+            })
+        })
+    }
+
+    pub fn find(cluster: &str, name: &str) -> Option<TestNode> {
+        Self::all().find(|n| n.cluster.name == cluster && n.name == name)
+    }
+
+    pub fn ip(&self) -> String {
+        format!("198.18.{}.{}", self.cluster.underlay, self.index)
+    }
+
+    pub fn pod_cidr(&self) -> String {
+        format!("10.{}.{}.0/24", self.cluster.pod_octet, self.index)
+    }
+
+    /// Network namespace of the Node.
+    pub fn netns(&self) -> String {
+        format!("strait-{}-{}", self.cluster.name, self.name)
+    }
+
+    /// The router's side of the Node's uplink (at most 15 characters).
+    pub fn router_veth(&self) -> String {
+        format!("{}-{}", &self.cluster.name[..1], self.name)
+    }
+
+    pub fn gateway_candidate(&self) -> bool {
+        self.index == 1
+    }
 }
 
 pub const CLUSTERS: [Cluster; 3] = [
     Cluster {
         name: "north",
+        underlay: 10,
+        pod_octet: 240,
         leader: true,
         api_ip: "198.18.0.10",
         service_cidr: "10.96.0.0/16",
@@ -39,6 +103,8 @@ pub const CLUSTERS: [Cluster; 3] = [
     },
     Cluster {
         name: "east",
+        underlay: 11,
+        pod_octet: 244,
         leader: false,
         api_ip: "198.18.0.11",
         service_cidr: "10.97.0.0/16",
@@ -46,6 +112,8 @@ pub const CLUSTERS: [Cluster; 3] = [
     },
     Cluster {
         name: "west",
+        underlay: 12,
+        pod_octet: 245,
         leader: false,
         api_ip: "198.18.0.12",
         service_cidr: "10.98.0.0/16",

@@ -1,0 +1,175 @@
+//! The agent's config file: the `multicluster` section of antrea-agent's config (the keys the
+//! guides use) plus Strait's own keys in the same section. Other top-level sections (such as
+//! antrea-agent's `featureGates`) are ignored, so an existing antrea-agent.conf can be reused.
+
+use std::path::PathBuf;
+
+use mc_common::{DEFAULT_PIN_ROOT, dataplane::DEFAULT_TUNNEL_PORT};
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the agent config is not valid YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("multicluster.{key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct File {
+    #[serde(default)]
+    multicluster: Multicluster,
+}
+
+/// The `multicluster` section.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Multicluster {
+    /// Program the cross-cluster paths on this Node.
+    #[serde(default)]
+    pub enable_gateway: bool,
+    /// Also route remote Pod CIDRs (not only remote Service CIDRs).
+    #[serde(default)]
+    pub enable_pod_to_pod_connectivity: bool,
+    /// Accepted for compatibility; stretched policies need the gateway.
+    #[serde(default)]
+    pub enable_stretched_network_policy: bool,
+    /// Namespace of the member controller (Gateway, ClusterInfoImports); empty: the agent's.
+    #[serde(default)]
+    pub namespace: String,
+    /// Accepted for compatibility with antrea-agent; only `none` is supported.
+    #[serde(default)]
+    pub traffic_encryption_mode: Option<String>,
+    /// Strait: the interface to attach to; empty: the one holding the Node's InternalIP.
+    #[serde(default)]
+    pub uplink: String,
+    /// Strait: Geneve UDP port between Nodes and gateways.
+    #[serde(default = "default_tunnel_port")]
+    pub tunnel_port: u16,
+    /// Strait: where maps and links are pinned.
+    #[serde(default = "default_pin_path")]
+    pub pin_path: PathBuf,
+}
+
+fn default_tunnel_port() -> u16 {
+    DEFAULT_TUNNEL_PORT
+}
+
+fn default_pin_path() -> PathBuf {
+    PathBuf::from(DEFAULT_PIN_ROOT)
+}
+
+impl Default for Multicluster {
+    fn default() -> Self {
+        Self {
+            enable_gateway: false,
+            enable_pod_to_pod_connectivity: false,
+            enable_stretched_network_policy: false,
+            namespace: String::new(),
+            traffic_encryption_mode: None,
+            uplink: String::new(),
+            tunnel_port: DEFAULT_TUNNEL_PORT,
+            pin_path: default_pin_path(),
+        }
+    }
+}
+
+impl Multicluster {
+    /// Parses and validates the config file's text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let file: File = if text.trim().is_empty() {
+            File::default()
+        } else {
+            serde_yaml::from_str(text)?
+        };
+        let mc = file.multicluster;
+        if mc.tunnel_port == 0 {
+            return Err(ConfigError::Invalid {
+                key: "tunnelPort",
+                message: "must be a UDP port (1-65535)".into(),
+            });
+        }
+        if mc.enable_stretched_network_policy && !mc.enable_gateway {
+            return Err(ConfigError::Invalid {
+                key: "enableStretchedNetworkPolicy",
+                message: "requires enableGateway: true".into(),
+            });
+        }
+        if let Some(mode) = mc.traffic_encryption_mode.as_deref()
+            && !mode.is_empty()
+            && !mode.eq_ignore_ascii_case("none")
+        {
+            return Err(ConfigError::Invalid {
+                key: "trafficEncryptionMode",
+                message: format!("{mode:?} is not supported by Strait (only \"none\")"),
+            });
+        }
+        if !mc.pin_path.is_absolute() {
+            return Err(ConfigError::Invalid {
+                key: "pinPath",
+                message: format!(
+                    "{} must be an absolute path on bpffs",
+                    mc.pin_path.display()
+                ),
+            });
+        }
+        Ok(mc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deployed_config_parses() {
+        let text = include_str!("../../deploy/agent/configmap.yaml");
+        // The ConfigMap embeds the file under `strait-agent.conf: |`.
+        let body: String = text
+            .lines()
+            .skip_while(|l| !l.contains("strait-agent.conf: |"))
+            .skip(1)
+            .map(|l| l.strip_prefix("    ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mc = Multicluster::parse(&body).expect("deployed config");
+        assert!(mc.enable_gateway);
+        assert_eq!(mc.tunnel_port, 6081);
+        assert_eq!(mc.pin_path, PathBuf::from("/sys/fs/bpf/mc/v1"));
+    }
+
+    #[test]
+    fn an_antrea_agent_conf_is_accepted_and_defaults_apply() {
+        let mc = Multicluster::parse(
+            "featureGates:\n  Multicluster: true\nmulticluster:\n  enableGateway: true\n  namespace: \"\"\n",
+        )
+        .unwrap();
+        assert!(mc.enable_gateway && !mc.enable_pod_to_pod_connectivity);
+        assert_eq!(mc.tunnel_port, 6081);
+        assert_eq!(Multicluster::parse("").unwrap(), Multicluster::default());
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (text, key) in [
+            (
+                "multicluster:\n  tunnelPort: 0\n",
+                "multicluster.tunnelPort",
+            ),
+            (
+                "multicluster:\n  enableStretchedNetworkPolicy: true\n",
+                "enableStretchedNetworkPolicy",
+            ),
+            (
+                "multicluster:\n  enableGateway: true\n  trafficEncryptionMode: wireGuard\n",
+                "trafficEncryptionMode",
+            ),
+            ("multicluster:\n  pinPath: relative/dir\n", "pinPath"),
+            ("multicluster:\n  enableGatway: true\n", "enableGatway"),
+        ] {
+            let err = Multicluster::parse(text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text:?} -> {err}");
+        }
+    }
+}

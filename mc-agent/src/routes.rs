@@ -1,0 +1,146 @@
+//! Kernel routes for the remote prefixes: packets only meet the uplink's egress hook if the
+//! kernel routes them to the uplink, so every remote prefix gets a route via the uplink's next
+//! hop toward the remote gateways (DESIGN §4). Strait's routes carry their own protocol number,
+//! so a sync finds and removes exactly the stale ones, and never touches anyone else's.
+
+use std::{collections::BTreeSet, net::Ipv4Addr, process::Command};
+
+use serde::Deserialize;
+
+use crate::state::Prefix;
+
+/// `proto` of Strait's routes (`ip route show proto 167`).
+pub const ROUTE_PROTO: &str = "167";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{command}: {message}")]
+pub struct RouteError {
+    command: String,
+    message: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RouteJson {
+    #[serde(default)]
+    dst: Option<String>,
+    #[serde(default)]
+    gateway: Option<String>,
+    #[serde(default)]
+    dev: Option<String>,
+}
+
+fn ip_json(args: &[&str]) -> Result<Vec<RouteJson>, RouteError> {
+    let out = ip(&[&["-j"], args].concat())?;
+    if out.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_str(&out).map_err(|e| RouteError {
+        command: format!("ip -j {}", args.join(" ")),
+        message: format!("unexpected output: {e}"),
+    })
+}
+
+fn ip(args: &[&str]) -> Result<String, RouteError> {
+    let command = format!("ip {}", args.join(" "));
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| RouteError {
+            command: command.clone(),
+            message: format!("cannot run ip (iproute2 must be installed): {e}"),
+        })?;
+    if !out.status.success() {
+        return Err(RouteError {
+            command,
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What one route sync did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteReport {
+    pub added: Vec<Prefix>,
+    pub removed: Vec<String>,
+}
+
+/// Makes Strait's routes equal to `prefixes`, each via the next hop the kernel uses toward
+/// `toward` (a remote gateway) on `uplink`. With no prefixes, only removes.
+pub fn sync(
+    uplink: &str,
+    prefixes: &BTreeSet<Prefix>,
+    toward: Option<Ipv4Addr>,
+) -> Result<RouteReport, RouteError> {
+    let mut report = RouteReport::default();
+    let current: BTreeSet<String> = ip_json(&["route", "show", "proto", ROUTE_PROTO])?
+        .into_iter()
+        .filter_map(|r| r.dst)
+        .collect();
+    if let Some(toward) = toward.filter(|_| !prefixes.is_empty()) {
+        let target = toward.to_string();
+        let hop = ip_json(&["route", "get", &target])?
+            .into_iter()
+            .next()
+            .ok_or_else(|| RouteError {
+                command: format!("ip route get {target}"),
+                message: "no route to the remote gateway".into(),
+            })?;
+        if hop.dev.as_deref() != Some(uplink) {
+            tracing::warn!(
+                uplink,
+                gateway = %target,
+                dev = hop.dev.as_deref().unwrap_or("?"),
+                "the route to the remote gateway does not leave through the uplink; routing remote prefixes through the uplink anyway"
+            );
+        }
+        for prefix in prefixes {
+            let dst = prefix.to_string();
+            // `replace` also moves an existing route to a new next hop.
+            let mut args = vec!["route", "replace", dst.as_str()];
+            if let Some(gw) = hop.gateway.as_deref() {
+                args.extend(["via", gw]);
+            }
+            args.extend(["dev", uplink, "proto", ROUTE_PROTO]);
+            ip(&args)?;
+            if !current.contains(&dst) {
+                report.added.push(*prefix);
+            }
+        }
+    }
+    for dst in &current {
+        let wanted = Prefix::parse(dst)
+            .or_else(|_| Prefix::parse(&format!("{dst}/32")))
+            .map(|p| prefixes.contains(&p) && toward.is_some())
+            .unwrap_or(false);
+        if !wanted {
+            ip(&["route", "del", dst, "proto", ROUTE_PROTO])?;
+            report.removed.push(dst.clone());
+        }
+    }
+    Ok(report)
+}
+
+/// The interface that holds `addr` (the Node's InternalIP): the default uplink.
+pub fn interface_with_address(addr: Ipv4Addr) -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for ifa in addrs {
+        let Some(sock) = ifa.address else { continue };
+        if let Some(sin) = sock.as_sockaddr_in()
+            && sin.ip() == addr
+        {
+            return Some(ifa.interface_name);
+        }
+    }
+    None
+}
+
+/// Sets a sysctl under /proc/sys, returning the previous value.
+pub fn set_sysctl(path: &str, value: &str) -> std::io::Result<String> {
+    let full = format!("/proc/sys/{path}");
+    let old = std::fs::read_to_string(&full)?.trim().to_owned();
+    if old != value {
+        std::fs::write(&full, value)?;
+    }
+    Ok(old)
+}

@@ -1,0 +1,357 @@
+//! `mc-agent run`: keeps this Node's dataplane equal to what the API says. Watches the local
+//! Gateway and the ClusterInfoImports (in the member controller's namespace) and the Nodes; on
+//! every change, and on a periodic resync, recomputes the desired state and applies it to the
+//! maps and the kernel routes. Level-triggered: a restart starts from the pins and the API, never
+//! from memory. Problems (no Node IP, unknown uplink, no bpffs, unusable objects) are logged once
+//! when they appear and reported on `/readyz`; the agent keeps running and retries.
+
+use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client, ResourceExt as _};
+use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway};
+use mc_controller::{
+    kube_util::{Trigger, Watched},
+    metrics::Metrics,
+};
+
+use crate::{
+    bpffs::PinLayout,
+    config::Multicluster,
+    counters,
+    dataplane::Dataplane,
+    routes,
+    state::{ClusterInfoObject, Desired, GatewayObject, Inputs, desired},
+    sync,
+};
+
+pub struct RunOptions {
+    pub node_name: String,
+    /// Where the Gateway and ClusterInfoImports live.
+    pub namespace: String,
+    pub config: Multicluster,
+    /// Full resync period (besides every watch event).
+    pub resync: Duration,
+}
+
+/// The attached dataplane of this Node.
+struct Attached {
+    dataplane: Dataplane,
+    uplink: String,
+}
+
+pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
+    if !opts.config.enable_gateway {
+        tracing::info!(
+            "multicluster.enableGateway is false: this Node carries no cross-cluster traffic; nothing to attach"
+        );
+        metrics.set_ready(None);
+        std::future::pending::<()>().await;
+    }
+    let trigger = Trigger::default();
+    let gateways = Watched::new(
+        Api::<Gateway>::namespaced(client.clone(), &opts.namespace),
+        Default::default(),
+        trigger.clone(),
+        "Gateway",
+    );
+    let infos = Watched::new(
+        Api::<ClusterInfoImport>::namespaced(client.clone(), &opts.namespace),
+        Default::default(),
+        trigger.clone(),
+        "ClusterInfoImport",
+    );
+    let nodes = Watched::new(
+        Api::<Node>::all(client),
+        Default::default(),
+        trigger.clone(),
+        "Node",
+    );
+    let mut attached: Option<Attached> = None;
+    let mut problems: Vec<String> = Vec::new();
+    let mut tick = tokio::time::interval(opts.resync);
+    loop {
+        tokio::select! {
+            _ = trigger.wait() => {}
+            _ = tick.tick() => {}
+        }
+        // Let a burst of events settle into one pass.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = std::time::Instant::now();
+        let outcome = if gateways.ready() && infos.ready() && nodes.ready() {
+            pass(&opts, &mut attached, &gateways, &infos, &nodes)
+        } else {
+            Pass {
+                not_ready: Some(
+                    "waiting for the first list of Gateways, ClusterInfoImports and Nodes".into(),
+                ),
+                problems: Vec::new(),
+            }
+        };
+        if outcome.problems != problems {
+            for p in outcome.problems.iter().filter(|p| !problems.contains(p)) {
+                tracing::warn!("{p}");
+            }
+            if outcome.problems.is_empty() && !problems.is_empty() {
+                tracing::info!("every earlier problem is resolved");
+            }
+            problems = outcome.problems.clone();
+        }
+        metrics.sync(
+            "dataplane",
+            started.elapsed(),
+            usize::from(outcome.not_ready.is_some()),
+        );
+        metrics.set_ready(outcome.not_ready);
+        publish(&metrics, attached.as_mut());
+    }
+}
+
+struct Pass {
+    not_ready: Option<String>,
+    /// Everything wrong right now (logged when it first appears).
+    problems: Vec<String>,
+}
+
+fn pass(
+    opts: &RunOptions,
+    attached: &mut Option<Attached>,
+    gateways: &Watched<Gateway>,
+    infos: &Watched<ClusterInfoImport>,
+    nodes: &Watched<Node>,
+) -> Pass {
+    let fail = |why: String| Pass {
+        not_ready: Some(why.clone()),
+        problems: vec![why],
+    };
+    let all_nodes = nodes.all();
+    let Some(node) = nodes.get(None, &opts.node_name) else {
+        return fail(format!(
+            "Node {:?} not found: set NODE_NAME (or --node-name) to this Node's name",
+            opts.node_name
+        ));
+    };
+    let node_ip = internal_ip(&node);
+    let Some(node_ip) = node_ip else {
+        return fail(format!("Node {} has no IPv4 InternalIP", opts.node_name));
+    };
+
+    if attached.is_none() {
+        match attach(opts, node_ip) {
+            Ok(a) => *attached = Some(a),
+            Err(why) => return fail(why),
+        }
+    }
+    let Some(a) = attached.as_mut() else {
+        return fail("not attached".into());
+    };
+
+    let inputs = Inputs {
+        node_name: opts.node_name.clone(),
+        node_ip: Some(node_ip),
+        gateways: gateways
+            .all()
+            .iter()
+            .map(|g| GatewayObject {
+                name: g.name_any(),
+                gateway_ip: g.spec.gateway_ip.clone(),
+                internal_ip: g.spec.internal_ip.clone(),
+                service_cidr: g.spec.service_cidr.clone(),
+            })
+            .collect(),
+        cluster_infos: infos
+            .all()
+            .iter()
+            .map(|c| ClusterInfoObject {
+                name: c.name_any(),
+                cluster_id: c.spec.0.cluster_id.clone(),
+                service_cidr: c.spec.0.service_cidr.clone(),
+                gateway_ips: c
+                    .spec
+                    .0
+                    .gateway_infos
+                    .iter()
+                    .filter_map(|g| g.gateway_ip.clone())
+                    .collect(),
+                pod_cidrs: c.spec.0.pod_cidrs.clone(),
+            })
+            .collect(),
+        local_nodes: all_nodes.iter().filter_map(|n| internal_ip(n)).collect(),
+        local_pod_cidrs: all_nodes
+            .iter()
+            .filter_map(|n| n.spec.as_ref())
+            .flat_map(|s| s.pod_cidrs.clone().unwrap_or_default())
+            .collect(),
+        pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
+        tunnel_port: opts.config.tunnel_port,
+        mtu: uplink_mtu(&a.uplink),
+    };
+    let want = desired(&inputs);
+    let mut problems = want.skipped.clone();
+    let mut not_ready = want.not_ready.clone();
+    if let Some(why) = &want.not_ready {
+        problems.push(why.clone());
+    }
+    match a
+        .dataplane
+        .maps()
+        .map_err(|e| e.to_string())
+        .and_then(|mut maps| {
+            sync::apply(&mut maps, &want).map_err(|e| format!("writing the maps: {e}"))
+        }) {
+        Ok(report) if report.changed() => log_change(&want, &report),
+        Ok(_) => {}
+        Err(e) => {
+            problems.push(e.clone());
+            not_ready = Some(e);
+        }
+    }
+    if want.config.role == mc_common::dataplane::ROLE_GATEWAY
+        && let Err(e) = routes::set_sysctl("net/ipv4/ip_forward", "1")
+    {
+        problems.push(format!("enabling IPv4 forwarding on the gateway: {e}"));
+    }
+    let prefixes: BTreeSet<_> = want.routes.keys().copied().collect();
+    let toward = want.clusters.first().map(|c| c.gateway_ip);
+    match routes::sync(&a.uplink, &prefixes, toward) {
+        Ok(r) => {
+            if !r.added.is_empty() || !r.removed.is_empty() {
+                tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
+            }
+        }
+        Err(e) => {
+            let why = format!("routes to remote prefixes: {e}");
+            problems.push(why.clone());
+            not_ready.get_or_insert(why);
+        }
+    }
+    Pass {
+        not_ready,
+        problems,
+    }
+}
+
+fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
+    let uplink = if opts.config.uplink.is_empty() {
+        routes::interface_with_address(node_ip).ok_or_else(|| {
+            format!(
+                "no interface holds the Node's InternalIP {node_ip}: set multicluster.uplink in the agent config"
+            )
+        })?
+    } else {
+        opts.config.uplink.clone()
+    };
+    let layout = PinLayout::new(&opts.config.pin_path);
+    let mut dataplane = Dataplane::load(layout).map_err(|e| e.to_string())?;
+    let hooks = dataplane
+        .attach_uplink(&uplink)
+        .map_err(|e| e.to_string())?;
+    for hook in hooks {
+        tracing::info!(
+            uplink,
+            direction = hook.direction.as_str(),
+            program = hook.direction.program(),
+            reused = hook.reused,
+            "{}",
+            if hook.reused {
+                "replaced the program in the pinned link (no detach, maps kept)"
+            } else {
+                "attached with TCX and pinned the link"
+            }
+        );
+    }
+    match routes::set_sysctl(&format!("net/ipv4/conf/{uplink}/rp_filter"), "2") {
+        Ok(old) if old != "2" => tracing::info!(
+            uplink,
+            old,
+            "set loose reverse-path filtering on the uplink (rp_filter=2): decapsulated packets arrive from remote prefixes"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(uplink, error = %e, "cannot set rp_filter on the uplink"),
+    }
+    Ok(Attached { dataplane, uplink })
+}
+
+fn log_change(want: &Desired, report: &sync::SyncReport) {
+    let role = match want.config.role {
+        mc_common::dataplane::ROLE_GATEWAY => "gateway",
+        mc_common::dataplane::ROLE_NODE => "node",
+        _ => "none",
+    };
+    tracing::info!(
+        role,
+        gateway_internal_ip = %Ipv4Addr::from(want.config.gateway_internal_ip),
+        gateway_ip = %Ipv4Addr::from(want.config.gateway_ip),
+        remote_clusters = ?want.clusters.iter().map(|c| c.cluster_id.as_str()).collect::<Vec<_>>(),
+        routes_written = report.routes_written,
+        routes_removed = report.routes_removed,
+        peers_written = report.peers_written,
+        peers_removed = report.peers_removed,
+        config_changed = report.config_changed,
+        "dataplane maps updated"
+    );
+}
+
+/// Counters, map occupancy and SNAT table use, for `/metrics`.
+fn publish(metrics: &Metrics, attached: Option<&mut Attached>) {
+    let Some(a) = attached else { return };
+    if let Ok(map) = a.dataplane.counters()
+        && let Ok(readings) = counters::read(&map)
+    {
+        for r in readings {
+            let verdict = if r.drop { "drop" } else { "forward" };
+            metrics.set_counter(
+                "strait_dataplane_packets_total",
+                &[("reason", r.name), ("verdict", verdict)],
+                r.packets,
+            );
+            metrics.set_counter(
+                "strait_dataplane_bytes_total",
+                &[("reason", r.name), ("verdict", verdict)],
+                r.bytes,
+            );
+        }
+    }
+    if let Ok(maps) = a.dataplane.maps() {
+        let routes = maps.routes.iter().count();
+        let peers = maps.peers.iter().count();
+        let snat = maps.snat.keys().count();
+        metrics.gauge(
+            "strait_dataplane_map_entries",
+            &[("map", mc_common::maps::ROUTES)],
+            routes as f64,
+        );
+        metrics.gauge(
+            "strait_dataplane_map_entries",
+            &[("map", mc_common::maps::PEERS)],
+            peers as f64,
+        );
+        metrics.gauge(
+            "strait_dataplane_map_entries",
+            &[("map", mc_common::maps::SNAT)],
+            snat as f64,
+        );
+        metrics.gauge(
+            "strait_dataplane_snat_table_use_ratio",
+            &[],
+            snat as f64 / f64::from(mc_common::dataplane::MAX_SNAT_ENTRIES),
+        );
+    }
+}
+
+fn internal_ip(node: &Node) -> Option<Ipv4Addr> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| a.address.parse().ok())
+}
+
+fn uplink_mtu(uplink: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{uplink}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}

@@ -1,0 +1,587 @@
+//! The testbed's Nodes and Pods (DESIGN §5), with `cargo xtask testbed up --nodes`.
+//!
+//! Per cluster, two Nodes: network namespaces whose `eth0` sits on the cluster's underlay
+//! (`198.18.<n>.0/24`, a bridge in `strait-core`, which routes between the underlays and to the
+//! API servers). The testbed plays the kubelet (it registers each Node with its InternalIP and a
+//! Ready condition it can flip, and Pods with their status) and the CNI (a veth per Pod, a /24 of
+//! the cluster's Pod CIDR per Node, plain routes between the Nodes, the Pod MTU lowered by the
+//! tunnel overhead). Every Node runs a real kube-proxy and mc-agent. Each Node also has its own
+//! mount namespace with its own bpffs on /sys/fs/bpf, so that the agent pins under
+//! /sys/fs/bpf/mc/v1 there and `testbed exec <cluster>/<node> -- bpftool ...` sees it as on a
+//! real Node.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command as Cmd, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+use serde_json::json;
+
+use super::{
+    admin_kubeconfig, cluster_dir, controllers, ip, kubectl_for, netns_exists,
+    proc::{self, Procs, run as exec},
+    say,
+    topology::{CLUSTERS, CORE_NETNS, Cluster, TestNode},
+};
+use crate::paths::testbed_dir;
+
+/// MTU of every underlay link.
+const UPLINK_MTU: u32 = 1500;
+/// Pods' MTU: the uplink's minus the tunnel's 36 bytes (mc_common::dataplane::ENCAP_OVERHEAD).
+const POD_MTU: u32 = UPLINK_MTU - 36;
+/// Where the Nodes' mount namespaces are bound.
+const MOUNT_NS_DIR: &str = "/run/strait-testbed/mnt";
+/// The address every Pod uses as its next hop; each Pod's host-side veth holds it.
+const POD_GATEWAY: &str = "169.254.1.1";
+
+fn sh(netns: &str, line: &str) -> anyhow::Result<String> {
+    exec(
+        Cmd::new("ip")
+            .args(["netns", "exec", netns, "sh", "-c"])
+            .arg(line),
+    )
+}
+
+pub fn mount_ns(node: &TestNode) -> PathBuf {
+    Path::new(MOUNT_NS_DIR).join(format!("{}-{}", node.cluster.name, node.name))
+}
+
+fn is_mountpoint(path: &Path) -> bool {
+    Cmd::new("mountpoint")
+        .arg("-q")
+        .arg(path)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Creates (once) the Node's mount namespace with a private bpffs on /sys/fs/bpf.
+fn ensure_mount_ns(node: &TestNode) -> anyhow::Result<()> {
+    let dir = Path::new(MOUNT_NS_DIR);
+    std::fs::create_dir_all(dir)?;
+    if !is_mountpoint(dir) {
+        // A namespace can only be bound on a private mount.
+        exec(Cmd::new("mount").arg("--bind").arg(dir).arg(dir))?;
+        exec(Cmd::new("mount").args(["--make-private"]).arg(dir))?;
+    }
+    let file = mount_ns(node);
+    if is_mountpoint(&file) {
+        return Ok(());
+    }
+    std::fs::write(&file, b"")?;
+    exec(
+        Cmd::new("unshare")
+            .arg(format!("--mount={}", file.display()))
+            .args(["--propagation", "private", "true"]),
+    )?;
+    exec(
+        Cmd::new("nsenter")
+            .arg(format!("--mount={}", file.display()))
+            .args(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"]),
+    )?;
+    Ok(())
+}
+
+fn ensure_router(cluster: &Cluster) -> anyhow::Result<()> {
+    let bridge = format!("br-{}", cluster.name);
+    if Path::new("/run/netns").join(CORE_NETNS).exists()
+        && sh(
+            CORE_NETNS,
+            &format!("if ip link show {bridge} >/dev/null 2>&1; then echo yes; fi"),
+        )?
+        .trim()
+            == "yes"
+    {
+        return Ok(());
+    }
+    sh(
+        CORE_NETNS,
+        &format!(
+            "sysctl -qw net.ipv4.ip_forward=1 && ip link add {bridge} type bridge && \
+             ip addr add {}/24 dev {bridge} && ip link set {bridge} up",
+            cluster.router_ip()
+        ),
+    )?;
+    Ok(())
+}
+
+/// The Node's namespace, uplink, routes and sysctls.
+fn ensure_node_network(node: &TestNode) -> anyhow::Result<()> {
+    let ns = node.netns();
+    if netns_exists(&ns) {
+        return Ok(());
+    }
+    ip(&["netns", "add", &ns])?;
+    ip(&[
+        "link",
+        "add",
+        "eth0",
+        "netns",
+        &ns,
+        "type",
+        "veth",
+        "peer",
+        &node.router_veth(),
+        "netns",
+        CORE_NETNS,
+    ])?;
+    sh(
+        CORE_NETNS,
+        &format!(
+            "ip link set {v} master br-{c} && ip link set {v} up",
+            v = node.router_veth(),
+            c = node.cluster.name
+        ),
+    )?;
+    // Routes: the testbed's 198.18.0.0/15 (API servers, the other underlays) via the router;
+    // never a default route. Forwarding for the Pods; loose reverse-path filtering because
+    // decapsulated packets come from remote prefixes.
+    sh(
+        &ns,
+        &format!(
+            "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 mtu {UPLINK_MTU} up && \
+             ip route add 198.18.0.0/15 via {router} dev eth0 && \
+             sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv4.conf.all.rp_filter=2 && \
+             sysctl -qw net.ipv4.conf.eth0.rp_filter=2",
+            ip = node.ip(),
+            router = node.cluster.router_ip()
+        ),
+    )?;
+    Ok(())
+}
+
+/// The testbed as CNI: each Node routes the other Nodes' Pod CIDRs to them.
+fn ensure_pod_routes(node: &TestNode) -> anyhow::Result<()> {
+    for other in
+        TestNode::all().filter(|o| o.cluster.name == node.cluster.name && o.index != node.index)
+    {
+        sh(
+            &node.netns(),
+            &format!(
+                "ip route replace {} via {} dev eth0",
+                other.pod_cidr(),
+                other.ip()
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+fn kubectl(cluster: &Cluster) -> anyhow::Result<Cmd> {
+    Ok(kubectl_for(
+        &super::kube_bin_dir()?.join("kubectl"),
+        cluster,
+    ))
+}
+
+/// Registers the Node object as the kubelet would, Ready, gateway candidate if first.
+fn register(node: &TestNode) -> anyhow::Result<()> {
+    let annotations = if node.gateway_candidate() {
+        "  annotations:\n    multicluster.antrea.io/gateway: \"true\"\n"
+    } else {
+        ""
+    };
+    let manifest = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n    strait.io/testbed: \"true\"\n{annotations}spec:\n  podCIDR: {cidr}\n  podCIDRs: [{cidr}]\n",
+        name = node.name,
+        cidr = node.pod_cidr()
+    );
+    apply(&node.cluster, &manifest)?;
+    set_ready(node, true)
+}
+
+fn apply(cluster: &Cluster, manifest: &str) -> anyhow::Result<()> {
+    let mut child = kubectl(cluster)?
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .context("kubectl stdin")?
+        .write_all(manifest.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "kubectl apply in {}: {}",
+            cluster.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Sets the Node's addresses and Ready condition (the kubelet's job).
+pub fn set_ready(node: &TestNode, ready: bool) -> anyhow::Result<()> {
+    let now = "2026-01-01T00:00:00Z";
+    let status = json!({"status": {
+        "addresses": [{"type": "InternalIP", "address": node.ip()},
+                      {"type": "Hostname", "address": node.name}],
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+                        "reason": "StraitTestbed", "message": "set by the testbed",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}],
+    }});
+    exec(kubectl(&node.cluster)?.args([
+        "patch",
+        "node",
+        node.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]))?;
+    Ok(())
+}
+
+fn agent_config(cluster: &Cluster) -> anyhow::Result<PathBuf> {
+    let path = cluster_dir(cluster).join("strait-agent.conf");
+    std::fs::write(
+        &path,
+        "multicluster:\n  enableGateway: true\n  enablePodToPodConnectivity: true\n  namespace: kube-system\n  uplink: eth0\n  tunnelPort: 6081\n  pinPath: /sys/fs/bpf/mc/v1\n",
+    )?;
+    Ok(path)
+}
+
+/// Brings up every Node (idempotent): network, Node object, kube-proxy and mc-agent.
+pub fn up(procs: &Procs, bin: &Path) -> anyhow::Result<()> {
+    let agent = controllers::build_bin("mc-agent")?;
+    for cluster in &CLUSTERS {
+        ensure_router(cluster)?;
+    }
+    for node in TestNode::all() {
+        ensure_node_network(&node)?;
+        ensure_mount_ns(&node)?;
+        register(&node)?;
+    }
+    for node in TestNode::all() {
+        ensure_pod_routes(&node)?;
+        let cdir = cluster_dir(&node.cluster);
+        let proxy = format!("{}-{}-kube-proxy", node.cluster.name, node.name);
+        if procs.ensure(
+            &proxy,
+            &node.netns(),
+            &bin.join("kube-proxy"),
+            &[
+                format!(
+                    "--kubeconfig={}",
+                    cdir.join("kube-proxy.kubeconfig").display()
+                ),
+                format!("--hostname-override={}", node.name),
+                "--proxy-mode=nftables".into(),
+                format!("--cluster-cidr={}", node.cluster.pod_cidr()),
+                // Conntrack limits are the host's business, not a test Node's.
+                "--conntrack-max-per-core=0".into(),
+                "--conntrack-tcp-timeout-established=0".into(),
+                "--conntrack-tcp-timeout-close-wait=0".into(),
+                format!("--metrics-bind-address={}:10249", node.ip()),
+                format!("--healthz-bind-address={}:10256", node.ip()),
+            ],
+        )? {
+            say(format!(
+                "started kube-proxy on {}/{}",
+                node.cluster.name, node.name
+            ));
+        }
+        let name = format!("{}-{}-mc-agent", node.cluster.name, node.name);
+        if procs.ensure_in(
+            &name,
+            &node.netns(),
+            Some(&mount_ns(&node)),
+            &agent,
+            &[
+                "run".into(),
+                format!("--config={}", agent_config(&node.cluster)?.display()),
+                format!("--node-name={}", node.name),
+                format!("--kubeconfig={}", admin_kubeconfig(&node.cluster).display()),
+                format!("--health-addr={}:9090", node.ip()),
+            ],
+        )? {
+            say(format!(
+                "started mc-agent on {}/{}",
+                node.cluster.name, node.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every network namespace of the testbed's Nodes and Pods (for `down`).
+pub fn namespaces() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("strait-") && n != CORE_NETNS)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Stops what runs in the Nodes and Pods and removes their namespaces and mounts.
+pub fn down() -> anyhow::Result<()> {
+    let mut pids = Vec::new();
+    for ns in namespaces() {
+        pids.extend(proc::pids_in_netns(&ns));
+    }
+    if !pids.is_empty() {
+        proc::terminate(&pids, std::time::Duration::from_secs(10));
+    }
+    for ns in namespaces() {
+        ip(&["netns", "del", &ns])?;
+    }
+    let dir = Path::new(MOUNT_NS_DIR);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let _ = Cmd::new("umount").arg(e.path()).status();
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if is_mountpoint(dir) {
+        let _ = Cmd::new("umount").arg(dir).status();
+    }
+    Ok(())
+}
+
+/// A Pod: where it runs and its address.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PodRecord {
+    node: String,
+    ip: String,
+    netns: String,
+    veth: String,
+}
+
+fn pods_dir(cluster: &Cluster) -> PathBuf {
+    cluster_dir(cluster).join("pods")
+}
+
+fn cluster(name: &str) -> anyhow::Result<Cluster> {
+    CLUSTERS
+        .into_iter()
+        .find(|c| c.name == name)
+        .with_context(|| format!("no cluster {name:?} (north, east or west)"))
+}
+
+fn node(cluster: &str, name: &str) -> anyhow::Result<TestNode> {
+    TestNode::find(cluster, name).with_context(|| {
+        format!("no Node {cluster}/{name}: the testbed's Nodes are node-a and node-b (is it up with --nodes?)")
+    })
+}
+
+/// `testbed pod add`: a Pod namespace behind a Node and its Pod object, Running and Ready.
+pub fn pod_add(
+    cluster_name: &str,
+    node_name: &str,
+    name: &str,
+    labels: &[String],
+    serve_http: Option<u16>,
+) -> anyhow::Result<()> {
+    let c = cluster(cluster_name)?;
+    let n = node(cluster_name, node_name)?;
+    if !netns_exists(&n.netns()) {
+        bail!("Node {cluster_name}/{node_name} is not up: run `cargo xtask testbed up --nodes`");
+    }
+    let dir = pods_dir(&c);
+    std::fs::create_dir_all(&dir)?;
+    let record_path = dir.join(format!("{name}.json"));
+    if record_path.exists() {
+        bail!("Pod {cluster_name}/{name} exists already (`testbed pod del {cluster_name} {name}`)");
+    }
+    // Lowest free address of the Node's /24, from .10.
+    let used: Vec<String> = std::fs::read_dir(&dir)?
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<PodRecord>(&b).ok())
+        .map(|r| r.ip)
+        .collect();
+    let prefix = format!("10.{}.{}.", c.pod_octet, n.index);
+    let ip_addr = (10..250)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|a| !used.contains(a))
+        .context("the Node's Pod CIDR is full")?;
+    let netns = format!("strait-{cluster_name}-pod-{name}");
+    let veth = format!("p{:08x}", fnv(&format!("{cluster_name}/{name}")));
+    ip(&["netns", "add", &netns])?;
+    ip(&[
+        "link",
+        "add",
+        "eth0",
+        "netns",
+        &netns,
+        "type",
+        "veth",
+        "peer",
+        &veth,
+        "netns",
+        &n.netns(),
+    ])?;
+    sh(
+        &n.netns(),
+        &format!(
+            "ip addr add {POD_GATEWAY}/32 dev {veth} && ip link set {veth} mtu {POD_MTU} up && \
+             ip route add {ip_addr}/32 dev {veth}"
+        ),
+    )?;
+    sh(
+        &netns,
+        &format!(
+            "ip link set lo up && ip addr add {ip_addr}/32 dev eth0 && ip link set eth0 mtu {POD_MTU} up && \
+             ip route add {POD_GATEWAY} dev eth0 scope link && \
+             ip route add 10.0.0.0/8 via {POD_GATEWAY} dev eth0 && \
+             ip route add 198.18.0.0/15 via {POD_GATEWAY} dev eth0"
+        ),
+    )?;
+    let record = PodRecord {
+        node: node_name.into(),
+        ip: ip_addr.clone(),
+        netns: netns.clone(),
+        veth,
+    };
+    std::fs::write(&record_path, serde_json::to_vec(&record)?)?;
+
+    let mut label_yaml = format!("    strait.io/testbed-pod: \"{name}\"\n");
+    for l in labels {
+        let (k, v) = l
+            .split_once('=')
+            .with_context(|| format!("label {l:?}: expected key=value"))?;
+        label_yaml.push_str(&format!("    {k}: \"{v}\"\n"));
+    }
+    apply(
+        &c,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\n  labels:\n{label_yaml}spec:\n  nodeName: {node_name}\n  containers:\n    - name: main\n      image: strait-testbed/pod\n"
+        ),
+    )?;
+    let now = "2026-01-01T00:00:00Z";
+    let status = json!({"status": {
+        "phase": "Running", "podIP": ip_addr, "podIPs": [{"ip": ip_addr}], "hostIP": n.ip(),
+        "hostIPs": [{"ip": n.ip()}], "startTime": now,
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0,
+            "image": "strait-testbed/pod", "imageID": "", "started": true,
+            "state": {"running": {"startedAt": now}}}],
+    }});
+    exec(kubectl(&c)?.args([
+        "patch",
+        "pod",
+        name,
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]))?;
+    if let Some(port) = serve_http {
+        let procs = Procs::new(&testbed_dir())?;
+        let exe = std::env::current_exe()?;
+        procs.ensure(
+            &format!("{cluster_name}-pod-{name}-http"),
+            &netns,
+            &exe,
+            &[
+                "testbed".into(),
+                "serve-http".into(),
+                format!("--port={port}"),
+                format!("--answer=hello from {cluster_name}/{name}"),
+            ],
+        )?;
+    }
+    say(format!(
+        "Pod {cluster_name}/{name} on {node_name}: {ip_addr}"
+    ));
+    Ok(())
+}
+
+/// `testbed pod del`.
+pub fn pod_del(cluster_name: &str, name: &str) -> anyhow::Result<()> {
+    let c = cluster(cluster_name)?;
+    let record_path = pods_dir(&c).join(format!("{name}.json"));
+    let record: PodRecord = serde_json::from_slice(
+        &std::fs::read(&record_path)
+            .with_context(|| format!("no testbed Pod {cluster_name}/{name}"))?,
+    )?;
+    let pids = proc::pids_in_netns(&record.netns);
+    proc::terminate(&pids, std::time::Duration::from_secs(5));
+    if netns_exists(&record.netns) {
+        ip(&["netns", "del", &record.netns])?;
+    }
+    let _ = kubectl(&c)?
+        .args([
+            "delete",
+            "pod",
+            name,
+            "-n",
+            "default",
+            "--grace-period=0",
+            "--force",
+        ])
+        .output();
+    std::fs::remove_file(record_path)?;
+    Ok(())
+}
+
+/// `testbed exec <cluster>/<pod-or-node> -- cmd`: runs a command on a Node (its network and
+/// mount namespaces) or in a Pod. Returns the command's exit code.
+pub fn exec_in(target: &str, command: &[String]) -> anyhow::Result<i32> {
+    let (cluster_name, name) = target
+        .split_once('/')
+        .with_context(|| format!("{target:?}: expected <cluster>/<pod-or-node>"))?;
+    let c = cluster(cluster_name)?;
+    let mut cmd = Cmd::new("nsenter");
+    if let Some(n) = TestNode::find(cluster_name, name) {
+        cmd.arg(format!("--net=/run/netns/{}", n.netns()))
+            .arg(format!("--mount={}", mount_ns(&n).display()));
+    } else {
+        let record: PodRecord = serde_json::from_slice(
+            &std::fs::read(pods_dir(&c).join(format!("{name}.json")))
+                .with_context(|| format!("{target}: neither a testbed Node nor a testbed Pod"))?,
+        )?;
+        cmd.arg(format!("--net=/run/netns/{}", record.netns));
+    }
+    let (program, args) = command
+        .split_first()
+        .context("no command given (testbed exec <target> -- <command>)")?;
+    let status = cmd.arg("--").arg(program).args(args).status()?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// `testbed node ready <cluster> <node> true|false`.
+pub fn node_ready(cluster_name: &str, node_name: &str, ready: bool) -> anyhow::Result<()> {
+    set_ready(&node(cluster_name, node_name)?, ready)
+}
+
+/// A Pod's HTTP server: answers every request with one line.
+pub fn serve_http(port: u16, answer: &str) -> anyhow::Result<()> {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind(("0.0.0.0", port))
+        .with_context(|| format!("binding port {port}"))?;
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let answer = answer.to_owned();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let _ = conn.read(&mut buf);
+            let body = format!("{answer}\n");
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        });
+    }
+    Ok(())
+}
+
+fn fnv(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
