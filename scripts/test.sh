@@ -2,8 +2,9 @@
 # The test command (README; .ci/run runs exactly this). As root, on a fresh machine:
 #   sudo bash scripts/test.sh
 # installs what is missing (scripts/setup.sh), then: rustfmt, clippy (user space and the eBPF
-# crate separately), unit tests, the CRD drift check, the eBPF kernel tests, and the tests
-# against the real testbed (which it brings up and takes down).
+# crate separately), unit tests, the CRD drift check, the eBPF kernel tests, the tests against
+# the real testbed, and cross-cluster traffic on a testbed with Nodes (it brings the testbed up
+# and takes it down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/env.sh
@@ -32,12 +33,20 @@ step "testbed down (leftovers)" cargo xtask testbed down
 step "testbed up" cargo xtask testbed up
 step "testbed tests" cargo test -p mc-integration -- --test-threads=1
 step "testbed status (memory after the tests)" cargo xtask testbed status
+# Cross-cluster traffic needs the testbed's Nodes (kube-proxy and mc-agent on each). The
+# control-plane tests create Nodes of their own, so this runs on a fresh testbed.
+step "testbed down (before the Nodes)" cargo xtask testbed down
+step "testbed up --join --nodes" cargo xtask testbed up --join --nodes
+step "testbed dataplane tests" cargo test -p mc-integration --test dataplane -- --ignored --test-threads=1
+step "testbed status (with the Nodes)" cargo xtask testbed status
 crash_down() {
   # As after a crash: the PID files are gone, the processes still run. `down` must still find
   # and stop every process and remove the namespace.
   rm -rf target/testbed/pids
   cargo xtask testbed down
-  if ip netns list | grep -q '^strait-core'; then echo "strait-core netns left behind" >&2; return 1; fi
+  if ip netns list | grep -q '^strait-'; then echo "testbed netns left behind: $(ip netns list | grep '^strait-')" >&2; return 1; fi
+  if pgrep -f 'mc-agent run' >/dev/null; then echo "mc-agent left running" >&2; return 1; fi
+  if pgrep -x kube-proxy >/dev/null; then echo "kube-proxy left running" >&2; return 1; fi
   if pgrep -f 'kube-apiserver --etcd-servers' >/dev/null; then echo "kube-apiserver left running" >&2; return 1; fi
   if pgrep -x etcd >/dev/null; then echo "etcd left running" >&2; return 1; fi
 }

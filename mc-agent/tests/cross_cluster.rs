@@ -357,6 +357,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         .cmd("tcpdump")
         .args(["-i", "gw-w", "-n", "-U", "-w"])
         .arg(&pcap)
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("tcpdump");

@@ -77,7 +77,7 @@ pub enum PodCommand {
         /// A label `key=value` (repeatable).
         #[arg(long = "label")]
         labels: Vec<String>,
-        /// Answer HTTP on this port with "hello from <cluster>/<pod>".
+        /// Answer HTTP on this TCP port with "hello from <cluster>/<pod>", and echo UDP on it.
         #[arg(long)]
         serve_http: Option<u16>,
     },

@@ -558,9 +558,21 @@ pub fn node_ready(cluster_name: &str, node_name: &str, ready: bool) -> anyhow::R
     set_ready(&node(cluster_name, node_name)?, ready)
 }
 
-/// A Pod's HTTP server: answers every request with one line.
+/// A Pod's server: HTTP on TCP `port` answers every request with one line; UDP `port` echoes
+/// each datagram prefixed with the same line.
 pub fn serve_http(port: u16, answer: &str) -> anyhow::Result<()> {
     use std::io::{Read as _, Write as _};
+    let udp = std::net::UdpSocket::bind(("0.0.0.0", port))
+        .with_context(|| format!("binding UDP port {port}"))?;
+    let prefix = format!("{answer}: ");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while let Ok((n, from)) = udp.recv_from(&mut buf) {
+            let mut reply = prefix.clone().into_bytes();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = udp.send_to(&reply, from);
+        }
+    });
     let listener = std::net::TcpListener::bind(("0.0.0.0", port))
         .with_context(|| format!("binding port {port}"))?;
     for conn in listener.incoming() {

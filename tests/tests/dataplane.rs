@@ -1,0 +1,387 @@
+//! Cross-cluster traffic on the testbed with everything real: the controllers elect the
+//! gateways and exchange ClusterInfo, kube-proxy on every Node does the Service DNAT, mc-agent on
+//! every Node programs the eBPF dataplane from the API. Pods on east's regular Node and on
+//! east's gateway Node reach a Service exported from west through its `antrea-mc-<name>`
+//! ClusterIP (TCP and UDP), and the other way round; Pods ping Pods across clusters; a capture on
+//! the router shows only Geneve between the two gateways, and the agents' counters account for
+//! the traffic without drops.
+//!
+//! Needs the testbed's Nodes: `cargo xtask testbed up --join --nodes`. The test command runs it
+//! on a fresh testbed after the control-plane tests (which create Nodes of their own).
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream, UdpSocket},
+    os::fd::AsFd as _,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use mc_integration::{Testbed, join, repo_root, wait_for};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+fn xtask(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO"))
+        .arg("xtask")
+        .args(args)
+        .current_dir(repo_root())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running cargo xtask");
+    assert!(
+        out.status.success(),
+        "cargo xtask {}: {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn pod_netns(cluster: &str, pod: &str) -> String {
+    format!("/run/netns/strait-{cluster}-pod-{pod}")
+}
+
+/// Runs `f` on a thread inside the Pod's network namespace.
+fn in_pod<T: Send + 'static>(
+    cluster: &str,
+    pod: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let path = pod_netns(cluster, pod);
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: setns on this thread only, with a valid namespace file descriptor.
+        let rc = unsafe {
+            libc::setns(
+                std::os::fd::AsRawFd::as_raw_fd(&file.as_fd()),
+                libc::CLONE_NEWNET,
+            )
+        };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("thread in the Pod")
+}
+
+fn http_get(addr: SocketAddr) -> Result<String, String> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(conn, "GET / HTTP/1.0\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)
+        .map_err(|e| format!("reading from {addr}: {e}"))?;
+    answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .map(|b| b.trim().to_owned())
+        .ok_or_else(|| format!("no HTTP body in {answer:?}"))
+}
+
+fn udp_echo(addr: SocketAddr, payload: &str) -> Result<String, String> {
+    let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    sock.send_to(payload.as_bytes(), addr)
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 2048];
+    let (n, _) = sock
+        .recv_from(&mut buf)
+        .map_err(|e| format!("no UDP answer from {addr}: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+fn ping(cluster: &str, pod: &str, ip: &str) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("strait-{cluster}-pod-{pod}"),
+            "ping",
+            "-c",
+            "2",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            ip,
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// A web Pod and an exported Service `name` (TCP and UDP on port 80) in `cluster`.
+fn export_web(tb: &Testbed, cluster: &str, node: &str, name: &str) {
+    xtask(&[
+        "testbed",
+        "pod",
+        "add",
+        cluster,
+        node,
+        name,
+        "--label",
+        &format!("app={name}"),
+        "--serve-http",
+        "8080",
+    ]);
+    tb.apply(
+        cluster,
+        "default",
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector:\n    app: {name}\n  ports:\n    - {{name: http, port: 80, targetPort: 8080, protocol: TCP}}\n    - {{name: echo, port: 80, targetPort: 8080, protocol: UDP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {name}\n"
+        ),
+    );
+}
+
+/// The ClusterIP of `antrea-mc-<name>` in `cluster`, once imported.
+fn imported_ip(tb: &Testbed, cluster: &str, name: &str) -> String {
+    wait_for(&format!("antrea-mc-{name} in {cluster}"), T, || {
+        let si = tb
+            .try_json(cluster, &["get", "serviceimport", "-n", "default", name])
+            .ok_or("no ServiceImport")?;
+        let ip = si["spec"]["ips"][0].as_str().ok_or("no IP yet")?.to_owned();
+        let ep = tb
+            .try_json(
+                cluster,
+                &[
+                    "get",
+                    "endpoints",
+                    "-n",
+                    "default",
+                    &format!("antrea-mc-{name}"),
+                ],
+            )
+            .ok_or("no Endpoints")?;
+        if ep["subsets"][0]["addresses"]
+            .as_array()
+            .is_none_or(|a| a.is_empty())
+        {
+            return Err("no endpoint yet".into());
+        }
+        Ok(ip)
+    })
+}
+
+fn pod_ip(tb: &Testbed, cluster: &str, pod: &str) -> String {
+    tb.get_json(cluster, &["get", "pod", "-n", "default", pod])["status"]["podIP"]
+        .as_str()
+        .expect("podIP")
+        .to_owned()
+}
+
+/// Counters of a Node's agent (from its own pinned map, through `testbed exec`).
+fn counters(cluster: &str, node: &str) -> Value {
+    let agent = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"))
+        .join("debug/mc-agent");
+    let out = xtask(&[
+        "testbed",
+        "exec",
+        &format!("{cluster}/{node}"),
+        "--",
+        agent.to_str().unwrap(),
+        "counters",
+        "--json",
+    ]);
+    serde_json::from_str(&out).expect("counters JSON")
+}
+
+fn packets(counters: &Value, name: &str) -> u64 {
+    counters
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no counter {name}"))["packets"]
+        .as_u64()
+        .unwrap()
+}
+
+fn drops(counters: &Value) -> Vec<String> {
+    counters
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["drop"] == true && c["packets"].as_u64() != Some(0))
+        .map(|c| format!("{}={}", c["name"], c["packets"]))
+        .collect()
+}
+
+/// tcpdump, stopped when the test ends (also when it fails).
+struct Capture(std::process::Child);
+
+impl Capture {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+#[ignore = "needs the testbed's Nodes: cargo xtask testbed up --join --nodes"]
+fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    for c in ["east", "west"] {
+        wait_for(&format!("{c}'s Gateway node-a"), T, || {
+            let g = tb
+                .try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
+                .ok_or("none")?;
+            Ok::<_, String>(g)
+        });
+    }
+
+    // A capture on the router, on west's underlay, for the whole test: not promiscuous, so
+    // only what the router routes (between clusters, to the API servers) is seen, not west's
+    // own Node-to-Node frames crossing the bridge.
+    let pcap = std::env::temp_dir().join(format!("strait-testbed-{}.pcap", std::process::id()));
+    let mut capture = Capture(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                "strait-core",
+                "tcpdump",
+                "-p",
+                "-i",
+                "br-west",
+                "-n",
+                "-U",
+                "-w",
+            ])
+            .arg(&pcap)
+            .arg("ip and not net 198.18.0.0/24")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tcpdump"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+
+    export_web(&tb, "west", "node-b", "web-w");
+    export_web(&tb, "east", "node-b", "web-e");
+    xtask(&["testbed", "pod", "add", "east", "node-b", "client-eb"]);
+    xtask(&["testbed", "pod", "add", "east", "node-a", "client-ea"]);
+    xtask(&["testbed", "pod", "add", "west", "node-b", "client-wb"]);
+    let west_svc = imported_ip(&tb, "east", "web-w");
+    let east_svc = imported_ip(&tb, "west", "web-e");
+
+    // east -> west, from the regular Node and from the gateway Node.
+    for client in ["client-eb", "client-ea"] {
+        let addr: SocketAddr = format!("{west_svc}:80").parse().unwrap();
+        let body = wait_for(
+            &format!("HTTP from east/{client} to antrea-mc-web-w"),
+            T,
+            || in_pod("east", client, move || http_get(addr)),
+        );
+        assert_eq!(body, "hello from west/web-w", "answered by the Pod in west");
+        let echo = in_pod("east", client, move || udp_echo(addr, "ping over udp")).expect("UDP");
+        assert_eq!(echo, "hello from west/web-w: ping over udp");
+    }
+    // west -> east.
+    let addr: SocketAddr = format!("{east_svc}:80").parse().unwrap();
+    let body = wait_for("HTTP from west/client-wb to antrea-mc-web-e", T, || {
+        in_pod("west", "client-wb", move || http_get(addr))
+    });
+    assert_eq!(body, "hello from east/web-e");
+    assert_eq!(
+        in_pod("west", "client-wb", move || udp_echo(addr, "x")).expect("UDP"),
+        "hello from east/web-e: x"
+    );
+    // Pod to Pod (enablePodToPodConnectivity in the testbed's agent config).
+    let web_w = pod_ip(&tb, "west", "web-w");
+    let web_e = pod_ip(&tb, "east", "web-e");
+    for client in ["client-eb", "client-ea"] {
+        wait_for(
+            &format!("ping east/{client} -> west/web-w {web_w}"),
+            T,
+            || ping("east", client, &web_w),
+        );
+    }
+    wait_for(
+        &format!("ping west/client-wb -> east/web-e {web_e}"),
+        T,
+        || ping("west", "client-wb", &web_e),
+    );
+
+    std::thread::sleep(Duration::from_millis(500));
+    capture.stop();
+
+    // The counters: every path of the walk was taken, nothing dropped.
+    let east_b = counters("east", "node-b");
+    let east_a = counters("east", "node-a");
+    let west_a = counters("west", "node-a");
+    let west_b = counters("west", "node-b");
+    assert!(packets(&east_b, "tx_to_gateway") > 0 && packets(&east_b, "rx_from_gateway") > 0);
+    assert!(
+        packets(&east_a, "hairpin_snat") > 0,
+        "east's gateway hairpins node-b's requests"
+    );
+    assert!(packets(&east_a, "hairpin_unsnat") > 0);
+    assert!(
+        packets(&east_a, "tx_snat_to_remote") > 0,
+        "the gateway Node's own Pod"
+    );
+    assert!(packets(&east_a, "rx_unsnat_local") > 0);
+    assert!(
+        packets(&east_a, "rx_from_remote") > 0,
+        "west's requests to web-e"
+    );
+    assert!(packets(&west_a, "rx_from_remote") > 0 && packets(&west_a, "tx_reply_to_remote") > 0);
+    assert!(
+        packets(&west_b, "tx_to_gateway") > 0,
+        "west/client-wb's requests"
+    );
+    for (node, c) in [
+        ("east/node-a", &east_a),
+        ("east/node-b", &east_b),
+        ("west/node-a", &west_a),
+        ("west/node-b", &west_b),
+    ] {
+        assert!(drops(c).is_empty(), "drops on {node}: {:?}", drops(c));
+    }
+
+    // Between the clusters there is nothing but Geneve between the two gateways.
+    let out = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&pcap)
+        .output()
+        .expect("tcpdump -r");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.len() >= 20,
+        "too few packets captured: {}",
+        lines.len()
+    );
+    for line in &lines {
+        let outer = line.split(" IP ").nth(1).unwrap_or("");
+        let ok = (outer.starts_with("198.18.11.1.")
+            && outer.contains(" > 198.18.12.1.6081: Geneve"))
+            || (outer.starts_with("198.18.12.1.") && outer.contains(" > 198.18.11.1.6081: Geneve"));
+        assert!(
+            ok,
+            "a packet between the clusters that is not gateway-to-gateway Geneve:\n{line}"
+        );
+    }
+    println!(
+        "{} packets between the clusters, all Geneve between the gateways",
+        lines.len()
+    );
+    let _ = std::fs::remove_file(&pcap);
+}
