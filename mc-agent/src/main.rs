@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
             };
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
-                let client = client(kubeconfig.as_ref()).await?;
+                let client = mc_controller::kube_util::client(kubeconfig.as_ref()).await?;
                 let metrics = Metrics::default();
                 let serve = metrics.clone().serve(&health_addr);
                 let opts = RunOptions {
@@ -167,20 +167,6 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Maps => print_maps(&layout),
     }
-}
-
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig and no in-cluster configuration")?,
-    };
-    Ok(kube::Client::try_from(config)?)
 }
 
 fn attach(layout: PinLayout, uplink: &str) -> anyhow::Result<()> {

@@ -5,10 +5,8 @@
 
 mod support;
 
-use aya::programs::{TestRun as _, TestRunOptions};
 use mc_agent::{
     bpffs::PinLayout,
-    counters,
     dataplane::{Dataplane, Direction},
 };
 use mc_common::{
@@ -94,27 +92,11 @@ impl Fixture {
     }
 
     fn run(&mut self, direction: Direction, frame: &[u8]) -> (u32, Vec<u8>) {
-        let mut out = vec![0u8; frame.len() + 256];
-        let program = self.dp.program(direction).expect("program");
-        let result = program
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN ({direction:?}): {e}"));
-        out.truncate(result.data_size_out as usize);
-        (result.return_value, out)
+        support::test_run(&mut self.dp, direction, frame)
     }
 
     fn packets(&self, counter: Counter) -> u64 {
-        let map = self.dp.counters().expect("counters");
-        counters::read(&map)
-            .expect("reading counters")
-            .into_iter()
-            .find(|r| r.key == counter.key())
-            .expect("known counter")
-            .packets
+        support::packets(&self.dp, counter)
     }
 
     /// (forward, reverse) SNAT entries.

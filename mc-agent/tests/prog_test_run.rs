@@ -3,10 +3,8 @@
 
 mod support;
 
-use aya::programs::{TestRun as _, TestRunOptions};
 use mc_agent::{
     bpffs::PinLayout,
-    counters,
     dataplane::{Dataplane, Direction},
 };
 use mc_common::Counter;
@@ -18,27 +16,11 @@ const NEXT: u32 = u32::MAX;
 const SHOT: u32 = 2;
 
 fn run_frame(dataplane: &mut Dataplane, frame: &[u8]) -> (u32, Vec<u8>) {
-    let mut out = vec![0u8; frame.len() + 256];
-    let program = dataplane.program(Direction::Egress).expect("program");
-    let result = program
-        .test_run(TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN with a {}-byte frame: {e}", frame.len()));
-    out.truncate(result.data_size_out as usize);
-    (result.return_value, out)
+    support::test_run(dataplane, Direction::Egress, frame)
 }
 
 fn packets(dataplane: &Dataplane, counter: Counter) -> u64 {
-    let map = dataplane.counters().expect("counters map");
-    counters::read(&map)
-        .expect("reading counters")
-        .into_iter()
-        .find(|r| r.key == counter.key())
-        .expect("known counter")
-        .packets
+    support::packets(dataplane, counter)
 }
 
 #[test]

@@ -28,6 +28,22 @@ use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
+/// A client from a kubeconfig file, or from the in-cluster configuration when there is none.
+pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<kube::Client> {
+    use anyhow::Context as _;
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// Field manager of every server-side apply the controllers make.
 pub const MANAGER: &str = "strait-mc-controller";
 

@@ -59,20 +59,6 @@ struct Common {
     log_json: bool,
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig and no in-cluster configuration")?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<MultiClusterConfig> {
     match path {
         None => Ok(MultiClusterConfig::default()),
@@ -110,7 +96,7 @@ async fn main() -> anyhow::Result<()> {
     };
     init_logs(common.log_json);
     let config = load_config(common.config.as_ref())?;
-    let client = client(common.kubeconfig.as_ref()).await?;
+    let client = mc_controller::kube_util::client(common.kubeconfig.as_ref()).await?;
     let metrics = Metrics::default();
     let addr = common
         .health_addr

@@ -88,19 +88,25 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
     }
 }
 
-/// Translates the source of a packet leaving the cluster to `gateway_ip` and an allocated port,
-/// creating both table entries for a new flow. `node` is the Node that sent it.
+/// The SNAT table key of a packet as it is on the wire.
 #[inline(always)]
-pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<(), Counter> {
-    let p = ports(ctx, ip, true)?;
-    let key = FlowKey {
+fn flow_key(ip: &Ipv4, p: &Ports) -> FlowKey {
+    FlowKey {
         src: ip.src,
         dst: ip.dst,
         src_port: p.src,
         dst_port: p.dst,
         proto: ip.proto,
         _pad: [0; 3],
-    };
+    }
+}
+
+/// Translates the source of a packet leaving the cluster to `gateway_ip` and an allocated port,
+/// creating both table entries for a new flow. `node` is the Node that sent it.
+#[inline(always)]
+pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<(), Counter> {
+    let p = ports(ctx, ip, true)?;
+    let key = flow_key(ip, &p);
     let port = match SNAT.get_ptr(&key) {
         // SAFETY: a pointer into the map's value, valid for this program run.
         Some(entry) => unsafe { (*entry).port },
@@ -124,14 +130,7 @@ pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> R
 #[inline(always)]
 pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<SnatEntry, Counter> {
     let p = ports(ctx, ip, false)?;
-    let key = FlowKey {
-        src: ip.src,
-        dst: ip.dst,
-        src_port: p.src,
-        dst_port: p.dst,
-        proto: ip.proto,
-        _pad: [0; 3],
-    };
+    let key = flow_key(ip, &p);
     let entry = match SNAT.get_ptr(&key) {
         // SAFETY: as above; copied out at once.
         Some(entry) => unsafe { *entry },

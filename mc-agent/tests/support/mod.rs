@@ -132,6 +132,42 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// Pushes `frame` through the program of one hook with `BPF_PROG_TEST_RUN`: (verdict, frame out).
+pub fn test_run(
+    dp: &mut mc_agent::dataplane::Dataplane,
+    direction: mc_agent::dataplane::Direction,
+    frame: &[u8],
+) -> (u32, Vec<u8>) {
+    use aya::programs::{TestRun as _, TestRunOptions};
+    let mut out = vec![0u8; frame.len() + 256];
+    let program = dp.program(direction).expect("program");
+    let result = program
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "BPF_PROG_TEST_RUN ({direction:?}) with a {}-byte frame: {e}",
+                frame.len()
+            )
+        });
+    out.truncate(result.data_size_out as usize);
+    (result.return_value, out)
+}
+
+/// Packets counted under `counter` by a loaded dataplane, summed over the CPUs.
+pub fn packets(dp: &mc_agent::dataplane::Dataplane, counter: mc_common::Counter) -> u64 {
+    let map = dp.counters().expect("counters map");
+    mc_agent::counters::read(&map)
+        .expect("reading counters")
+        .into_iter()
+        .find(|r| r.key == counter.key())
+        .expect("known counter")
+        .packets
+}
+
 pub fn agent_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mc-agent"))
 }

@@ -185,7 +185,7 @@ fn wait_ready(procs: &Procs, cluster: &Cluster) -> anyhow::Result<()> {
     }
 }
 
-fn apply(kubectl: &Path, cluster: &Cluster, yaml: &str) -> anyhow::Result<()> {
+pub(super) fn apply(kubectl: &Path, cluster: &Cluster, yaml: &str) -> anyhow::Result<()> {
     let mut child = kubectl_for(kubectl, cluster)
         .args(["apply", "-f", "-"])
         .stdin(Stdio::piped())

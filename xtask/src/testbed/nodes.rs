@@ -12,7 +12,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command as Cmd, Stdio},
+    process::Command as Cmd,
 };
 
 use anyhow::{Context as _, bail};
@@ -192,27 +192,7 @@ fn register(node: &TestNode) -> anyhow::Result<()> {
 }
 
 fn apply(cluster: &Cluster, manifest: &str) -> anyhow::Result<()> {
-    let mut child = kubectl(cluster)?
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .context("kubectl stdin")?
-        .write_all(manifest.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "kubectl apply in {}: {}",
-            cluster.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    controllers::apply(&super::kube_bin_dir()?.join("kubectl"), cluster, manifest)
 }
 
 /// Sets the Node's addresses and Ready condition (the kubelet's job).
