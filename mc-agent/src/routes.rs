@@ -144,3 +144,55 @@ pub fn set_sysctl(path: &str, value: &str) -> std::io::Result<String> {
     }
     Ok(old)
 }
+
+/// An interface's MTU (`SIOCGIFMTU` on a socket of this network namespace).
+pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    #[repr(C)]
+    struct IfReqMtu {
+        name: [libc::c_char; libc::IFNAMSIZ],
+        mtu: libc::c_int,
+        _pad: [u8; 20],
+    }
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{name:?} is not an interface name"),
+        ));
+    }
+    let mut req = IfReqMtu {
+        name: [0; libc::IFNAMSIZ],
+        mtu: 0,
+        _pad: [0; 20],
+    };
+    for (dst, src) in req.name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: plain socket(2); the descriptor is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new, valid descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: SIOCGIFMTU reads the name and writes the int that follows it in `req`, which is
+    // as large as a struct ifreq.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(req.mtu as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mtu_comes_from_this_namespace() {
+        // Loopback's MTU is 65536 in every network namespace.
+        assert_eq!(interface_mtu("lo").unwrap(), 65536);
+        assert!(interface_mtu("no-such-if0").is_err());
+        assert!(interface_mtu("a-name-longer-than-ifnamsiz").is_err());
+    }
+}

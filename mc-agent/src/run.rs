@@ -349,9 +349,11 @@ fn internal_ip(node: &Node) -> Option<Ipv4Addr> {
         .find_map(|a| a.address.parse().ok())
 }
 
+/// The uplink's MTU, asked of the kernel in this network namespace (not from /sys, which can
+/// belong to another namespace, as in a container with the host's sysfs).
 fn uplink_mtu(uplink: &str) -> u32 {
-    std::fs::read_to_string(format!("/sys/class/net/{uplink}/mtu"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1500)
+    routes::interface_mtu(uplink).unwrap_or_else(|e| {
+        tracing::warn!(uplink, error = %e, "cannot read the uplink's MTU; assuming 1500");
+        1500
+    })
 }
