@@ -39,7 +39,9 @@ use mc_agent::{
 use support::{Bpffs, NetNs, agent_bin, require_root, run};
 
 const PORT_HTTP: u16 = 8080;
-const POD_MTU: &str = "1464"; // uplink 1500 minus the tunnel's 36 bytes
+/// The Pods keep the full MTU (nothing tuned for the tunnel): full-size TCP segments must get
+/// through by MSS clamping, and an oversize DF datagram must teach the sender the tunnel's MTU.
+const POD_MTU: &str = "1500";
 
 fn sh_in(ns: &NetNs, line: &str) {
     run(ns.cmd("sh").arg("-c").arg(line));
@@ -393,6 +395,56 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     .join()
     .unwrap();
     assert_eq!(echoed, 5, "every UDP datagram must come back");
+
+    // A 1472-byte DF datagram does not fit the tunnel: the Node answers with fragmentation-
+    // needed, so the Pod's kernel learns the path MTU (1464) and refuses the next one itself.
+    let (first, second, learned) = in_netns(&pod_n, || {
+        use std::os::fd::AsRawFd as _;
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.connect("10.245.0.7:5353").unwrap();
+        let fd = sock.as_raw_fd();
+        let set = |opt: libc::c_int, val: libc::c_int| {
+            // SAFETY: setsockopt with an int option on our own socket.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_IP,
+                    opt,
+                    (&val as *const libc::c_int).cast(),
+                    4,
+                )
+            }
+        };
+        assert_eq!(set(libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO), 0);
+        let first = sock.send(&[1u8; 1472]).map(|_| ());
+        thread::sleep(Duration::from_millis(300));
+        let second = sock.send(&[1u8; 1472]).map_err(|e| e.raw_os_error());
+        let mut mtu: libc::c_int = 0;
+        let mut len: libc::socklen_t = 4;
+        // SAFETY: getsockopt IP_MTU into an int we own.
+        unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_MTU,
+                (&mut mtu as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (first, second, mtu)
+    })
+    .join()
+    .unwrap();
+    assert!(
+        first.is_ok(),
+        "the first datagram leaves the Pod: {first:?}"
+    );
+    assert_eq!(
+        second,
+        Err(Some(libc::EMSGSIZE)),
+        "the Pod's kernel must have learned the smaller path MTU"
+    );
+    assert_eq!(learned, 1464, "the path MTU the ICMP error taught");
     run(pod_n
         .cmd("ping")
         .args(["-c", "3", "-i", "0.2", "-W", "2", "10.245.0.7"]));
@@ -428,6 +480,9 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         (&east_gw, "hairpin_snat"),
         (&east_gw, "hairpin_unsnat"),
         (&east_gw, "pass_own_tunnel"),
+        (&east_node, "tcp_mss_clamped"),
+        (&east_node, "tx_frag_needed"),
+        (&west_gw, "tcp_mss_clamped"),
         (&west_gw, "rx_from_remote"),
         (&west_gw, "tx_reply_to_remote"),
     ] {

@@ -18,7 +18,10 @@ use mc_common::{
 };
 use support::{
     Bpffs,
-    frames::{ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, icmp_echo, ipv4, tcp, udp},
+    frames::{
+        ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, icmp_echo, ipv4, tcp, tcp_mss,
+        tcp_syn_mss, udp, without_df,
+    },
     require_root,
 };
 
@@ -448,4 +451,81 @@ fn bad_tunnel_packets_are_dropped_and_counted() {
     assert_eq!((v, out), (NEXT, eth(&other)));
     assert_eq!(f.packets(Counter::PassIpv4), 1);
     let _ = (TCP, UDP);
+}
+
+#[test]
+fn syn_mss_is_clamped_to_the_tunnel_and_oversize_df_packets_get_frag_needed() {
+    let mut f = Fixture::new("node-mtu", ROLE_NODE);
+    // Uplink MTU 1500: inner packets up to 1464 bytes, so MSS up to 1424.
+
+    // A SYN announcing 1460 leaves with 1424 and a checksum that still adds up.
+    let syn = tcp_syn_mss(POD_N, WEST_SVC, 40000, 80, false, 1460);
+    let (verdict, out) = f.run(Direction::Egress, &eth(&syn));
+    assert_eq!(verdict, REDIRECT);
+    let e = decode_geneve(&out);
+    e.inner.assert_checksums("clamped SYN");
+    assert_eq!(tcp_mss(e.inner.0), Some(1424));
+    // A SYN-ACK too (a reply to a remote-opened flow); a small MSS is left alone.
+    let synack = tcp_syn_mss(POD_N, W, 80, 42000, true, 8960);
+    let (_, out) = f.run(Direction::Egress, &eth(&synack));
+    assert_eq!(tcp_mss(decode_geneve(&out).inner.0), Some(1424));
+    let small = tcp_syn_mss(POD_N, WEST_SVC, 40001, 80, false, 1200);
+    let (_, out) = f.run(Direction::Egress, &eth(&small));
+    assert_eq!(
+        decode_geneve(&out).inner.0,
+        &small[..],
+        "a small MSS stays as it is"
+    );
+
+    // A 1465-byte DF datagram does not fit: ICMP fragmentation-needed goes back to the Pod.
+    let big = udp(POD_N, WEST_SVC, 5353, 53, &[7u8; 1465 - 28], true);
+    let (verdict, out) = f.run(Direction::Egress, &eth(&big));
+    assert_eq!(
+        verdict, REDIRECT,
+        "the ICMP error is redirected to the uplink's ingress"
+    );
+    assert_eq!(
+        &out[..6],
+        &eth(&big)[6..12],
+        "sent back to where the packet came from"
+    );
+    let icmp = Ip(&out[ETH_HLEN..]);
+    icmp.assert_checksums("fragmentation-needed");
+    assert_eq!(
+        (icmp.src(), icmp.dst(), icmp.proto()),
+        (WEST_SVC, POD_N, ICMP),
+        "from the unreachable destination (the Node's own address would be a martian) to the Pod"
+    );
+    let l4 = icmp.l4();
+    assert_eq!(
+        (l4[0], l4[1]),
+        (3, 4),
+        "destination unreachable, fragmentation needed"
+    );
+    assert_eq!(
+        u16::from_be_bytes([l4[6], l4[7]]),
+        1464,
+        "the tunnel's inner MTU"
+    );
+    assert_eq!(
+        &l4[8..36],
+        &big[..28],
+        "the original header and 8 bytes of its data"
+    );
+    // Exactly at the limit it fits.
+    let fits = udp(POD_N, WEST_SVC, 5353, 53, &[7u8; 1464 - 28], true);
+    let (verdict, out) = f.run(Direction::Egress, &eth(&fits));
+    assert_eq!(verdict, REDIRECT);
+    assert_eq!(decode_geneve(&out).inner.0, &fits[..]);
+    // Too big without DF: the tunnel cannot fragment it; dropped and counted.
+    let (verdict, _) = f.run(Direction::Egress, &eth(&without_df(&big)));
+    assert_eq!(verdict, SHOT);
+
+    f.assert_counters(&[
+        (Counter::TxToGateway, 4),
+        (Counter::TcpMssClamped, 2),
+        (Counter::TxFragNeeded, 1),
+        (Counter::DropTooBig, 1),
+    ]);
+    let _ = TCP;
 }

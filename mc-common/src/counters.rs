@@ -101,6 +101,15 @@ counters! {
     DropRewriteFailed = 21, "drop_rewrite_failed", true;
     /// Tunnel traffic arrived while this Node has no role yet (the agent has not configured it).
     PassNotConfigured = 22, "pass_not_configured", false;
+    /// An oversize packet with DF set for the tunnel: answered with ICMP fragmentation-needed
+    /// (the packet itself is not sent).
+    TxFragNeeded = 23, "tx_frag_needed", false;
+    /// An oversize packet for the tunnel that cannot be answered with fragmentation-needed (no
+    /// DF, IP options, or itself an ICMP error): dropped.
+    DropTooBig = 24, "drop_too_big", true;
+    /// Not a verdict: SYNs and SYN-ACKs whose MSS was lowered to fit the tunnel (each is also
+    /// counted under its verdict).
+    TcpMssClamped = 25, "tcp_mss_clamped", false;
 }
 
 impl Counter {

@@ -8,6 +8,7 @@
 // The program macros expand to a `pub fn` taking the raw context pointer.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod mtu;
 mod nat;
 mod packet;
 mod tunnel;
@@ -120,10 +121,18 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     let route = remote_route(ip.dst);
     if cfg.role == ROLE_NODE {
         if route.is_some() || peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY {
+            if let Some(refused) = fit_tunnel(ctx, &ip, &cfg)? {
+                return Ok(refused);
+            }
             tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
             return Ok((Counter::TxToGateway, tunnel::send_out(ctx)));
         }
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
+    }
+    if (route.is_some() || peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY)
+        && let Some(refused) = fit_tunnel(ctx, &ip, &cfg)?
+    {
+        return Ok(refused);
     }
     if let Some(route) = route {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
@@ -137,6 +146,28 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         return Ok((Counter::TxReplyToRemote, tunnel::send_out(ctx)));
     }
     Ok((Counter::PassIpv4, VERDICT_NEXT))
+}
+
+/// Makes a packet bound for the tunnel fit it: clamps the MSS of SYNs and SYN-ACKs, and
+/// answers an oversize DF packet with ICMP fragmentation-needed (`Some`: the packet's outcome).
+#[inline(always)]
+fn fit_tunnel(
+    ctx: &TcContext,
+    ip: &packet::Ipv4,
+    cfg: &LocalConfig,
+) -> Result<Option<(Counter, i32)>, Counter> {
+    match mtu::check(ctx, ip, cfg.mtu) {
+        mtu::Fit::Fits => {}
+        mtu::Fit::TooBig => {
+            let verdict = mtu::frag_needed(ctx, ip, cfg.mtu)?;
+            return Ok(Some((Counter::TxFragNeeded, verdict)));
+        }
+        mtu::Fit::TooBigNoDf => return Err(Counter::DropTooBig),
+    }
+    if mtu::clamp_mss(ctx, ip, cfg.mtu)? {
+        count(ctx, Counter::TcpMssClamped);
+    }
+    Ok(None)
 }
 
 fn try_ingress(ctx: &TcContext) -> Outcome {

@@ -65,6 +65,57 @@ pub fn tcp(
     ipv4(src, dst, TCP, &s)
 }
 
+/// TCP SYN (or SYN-ACK with `ack`) carrying an MSS option, with a correct checksum.
+pub fn tcp_syn_mss(
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    ack: bool,
+    mss: u16,
+) -> Vec<u8> {
+    let mut s = Vec::new();
+    s.extend_from_slice(&sport.to_be_bytes());
+    s.extend_from_slice(&dport.to_be_bytes());
+    s.extend_from_slice(&1000u32.to_be_bytes());
+    s.extend_from_slice(&0u32.to_be_bytes());
+    let flags = if ack { 0x12 } else { 0x02 };
+    s.extend_from_slice(&[0x60, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    s.extend_from_slice(&[2, 4]);
+    s.extend_from_slice(&mss.to_be_bytes());
+    let c = csum(&s, pseudo_sum(src, dst, TCP, s.len()));
+    s[16..18].copy_from_slice(&c.to_be_bytes());
+    ipv4(src, dst, TCP, &s)
+}
+
+/// The same packet with DF cleared (header checksum recomputed).
+pub fn without_df(packet: &[u8]) -> Vec<u8> {
+    let mut p = packet.to_vec();
+    p[6] &= !0x40;
+    p[10] = 0;
+    p[11] = 0;
+    let c = csum(&p[..20], 0);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
+/// The MSS option value of a TCP segment inside `packet`, if any.
+pub fn tcp_mss(packet: &[u8]) -> Option<u16> {
+    let ip = Ip(packet);
+    let l4 = ip.l4();
+    let header_len = usize::from(l4[12] >> 4) * 4;
+    let mut off = 20;
+    while off < header_len {
+        match l4[off] {
+            0 => return None,
+            1 => off += 1,
+            2 => return Some(u16::from_be_bytes([l4[off + 2], l4[off + 3]])),
+            _ => off += usize::from(l4[off + 1]).max(2),
+        }
+    }
+    None
+}
+
 /// UDP datagram; with `checksum` false the checksum field is 0 ("none").
 pub fn udp(
     src: [u8; 4],

@@ -1,0 +1,213 @@
+//! Nothing black-holes at the tunnel's MTU (DESIGN §4): TCP MSS is clamped on SYN and SYN-ACK
+//! before encapsulation, and an oversize packet with DF set gets ICMP fragmentation-needed back
+//! at its sender instead of vanishing. GSO packets need neither: growing them with the encap
+//! flags makes the kernel cut smaller segments.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{__sk_buff, BPF_F_INGRESS},
+    helpers::generated::bpf_redirect,
+    programs::TcContext,
+};
+use mc_common::{Counter, dataplane::ENCAP_OVERHEAD};
+
+use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, ipv4_header_checksum};
+
+const TCP_SYN: u8 = 0x02;
+const TCP_OPT_END: u8 = 0;
+const TCP_OPT_NOP: u8 = 1;
+const TCP_OPT_MSS: u8 = 2;
+/// TCP options are at most 40 bytes; every option is at least one byte.
+const MAX_OPTIONS: usize = 40;
+
+/// What a packet about to be encapsulated needs.
+pub enum Fit {
+    /// It fits (or is GSO, which the kernel segments to fit).
+    Fits,
+    /// Too large, DF set: answer with fragmentation-needed.
+    TooBig,
+    /// Too large without DF: the tunnel cannot fragment it (the outer packet has DF, and
+    /// outer fragments could not be decapsulated); dropped and counted.
+    TooBigNoDf,
+}
+
+/// The largest inner IPv4 packet the tunnel carries on an uplink with `mtu`.
+#[inline(always)]
+pub fn inner_mtu(mtu: u32) -> u32 {
+    mtu.saturating_sub(ENCAP_OVERHEAD)
+}
+
+#[inline(always)]
+pub fn check(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Fit {
+    if mtu == 0 {
+        return Fit::Fits;
+    }
+    let skb = ctx.as_ptr() as *const __sk_buff;
+    // SAFETY: the context pointer is valid for the whole program run.
+    let gso_size = unsafe { (*skb).gso_size };
+    let inner_len = ctx.len().saturating_sub(ip.off as u32);
+    let df = ip.frag & 0x4000 != 0;
+    if gso_size != 0 || inner_len <= inner_mtu(mtu) {
+        Fit::Fits
+    } else if df {
+        Fit::TooBig
+    } else {
+        Fit::TooBigNoDf
+    }
+}
+
+/// Lowers the MSS option of a TCP SYN or SYN-ACK so that full-size segments fit the tunnel.
+/// Returns whether it changed the packet.
+#[inline(always)]
+pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> {
+    if mtu == 0 || ip.proto != IPPROTO_TCP || ip.is_later_fragment() {
+        return Ok(false);
+    }
+    let l4 = ip.l4();
+    let head: [u8; 14] = ctx.load(l4).map_err(|_| Counter::DropTruncated)?;
+    if head[13] & TCP_SYN == 0 {
+        return Ok(false);
+    }
+    let header_len = usize::from(head[12] >> 4) * 4;
+    // IPv4 and TCP headers without options, inside the tunnel.
+    let max_mss = inner_mtu(mtu).saturating_sub(40) as u16;
+    let mut off = 20;
+    let mut steps = 0;
+    while steps < MAX_OPTIONS && off + 1 < header_len {
+        steps += 1;
+        let kind: u8 = ctx.load(l4 + off).map_err(|_| Counter::DropTruncated)?;
+        match kind {
+            TCP_OPT_END => break,
+            TCP_OPT_NOP => off += 1,
+            _ => {
+                let opt: [u8; 4] = ctx.load(l4 + off).map_err(|_| Counter::DropTruncated)?;
+                let len = usize::from(opt[1]);
+                if len < 2 {
+                    return Ok(false);
+                }
+                if kind == TCP_OPT_MSS && len == 4 {
+                    let mss = u16::from_be_bytes([opt[2], opt[3]]);
+                    // The value must sit on a 16-bit boundary of the segment for the
+                    // incremental checksum update; MSS is the first option almost always.
+                    if mss <= max_mss || (off + 2) % 2 != 0 {
+                        return Ok(false);
+                    }
+                    let fail = |_| Counter::DropRewriteFailed;
+                    ctx.l4_csum_replace(
+                        l4 + 16,
+                        u64::from(u16::from_ne_bytes(mss.to_be_bytes())),
+                        u64::from(u16::from_ne_bytes(max_mss.to_be_bytes())),
+                        2,
+                    )
+                    .map_err(fail)?;
+                    ctx.store(l4 + off + 2, &max_mss.to_be_bytes(), 0)
+                        .map_err(fail)?;
+                    return Ok(true);
+                }
+                off += len;
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Turns the packet into an ICMP fragmentation-needed error to its sender (carrying the tunnel's
+/// inner MTU and the first 28 bytes of the packet, as RFC 792 asks) and hands it to the uplink's
+/// ingress, where the stack routes it back to the sender. The error comes from the packet's
+/// destination: an error from the Node's own address, arriving at its own uplink, would be a
+/// martian to the stack and dropped. Only for IPv4 headers without options.
+#[inline(always)]
+pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter> {
+    let from = ip.dst;
+    if ip.hlen != 20 || (ip.proto == IPPROTO_ICMP && is_icmp_error(ctx, ip)) {
+        // Never answer an ICMP error with another one.
+        return Err(Counter::DropTooBig);
+    }
+    let fail = |_| Counter::DropRewriteFailed;
+    let eth: [u8; 12] = ctx.load(0).map_err(fail)?;
+    let quoted: [u8; 28] = ctx.load(ip.off).map_err(|_| Counter::DropTruncated)?;
+    const ICMP_LEN: usize = 8 + 28;
+    const TOTAL: usize = 20 + ICMP_LEN;
+    ctx.change_tail((ETH_HLEN + TOTAL) as u32, 0)
+        .map_err(fail)?;
+
+    // Back to where it came from: swap the MAC addresses.
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&eth[6..12]);
+    macs[6..].copy_from_slice(&eth[..6]);
+    ctx.store(0, &macs, 0).map_err(fail)?;
+
+    let total = (TOTAL as u16).to_be_bytes();
+    let src = ip.src;
+    let mut header = [
+        0x45,
+        0xc0,
+        total[0],
+        total[1],
+        0,
+        0,
+        0,
+        0,
+        64,
+        IPPROTO_ICMP,
+        0,
+        0, //
+        from[0],
+        from[1],
+        from[2],
+        from[3],
+        src[0],
+        src[1],
+        src[2],
+        src[3],
+    ];
+    let check = ipv4_header_checksum(&header).to_be_bytes();
+    header[10] = check[0];
+    header[11] = check[1];
+    ctx.store(ETH_HLEN, &header, 0).map_err(fail)?;
+
+    let next_hop_mtu = (inner_mtu(mtu) as u16).to_be_bytes();
+    let mut icmp = [0u8; ICMP_LEN];
+    icmp[0] = 3; // destination unreachable
+    icmp[1] = 4; // fragmentation needed and DF set
+    icmp[6] = next_hop_mtu[0];
+    icmp[7] = next_hop_mtu[1];
+    let mut i = 0;
+    while i < 28 {
+        icmp[8 + i] = quoted[i];
+        i += 1;
+    }
+    let check = checksum(&icmp).to_be_bytes();
+    icmp[2] = check[0];
+    icmp[3] = check[1];
+    ctx.store(ETH_HLEN + 20, &icmp, 0).map_err(fail)?;
+
+    let skb = ctx.as_ptr() as *const __sk_buff;
+    // SAFETY: the context pointer is valid for the whole program run.
+    let ifindex = unsafe { (*skb).ifindex };
+    // SAFETY: plain helper call.
+    Ok(unsafe { bpf_redirect(ifindex, u64::from(BPF_F_INGRESS)) } as i32)
+}
+
+#[inline(always)]
+fn is_icmp_error(ctx: &TcContext, ip: &Ipv4) -> bool {
+    match ctx.load::<u8>(ip.l4()) {
+        // Echo reply (0) and request (8) are queries; the rest an answer must not answer.
+        Ok(kind) => kind != 0 && kind != 8,
+        Err(_) => true,
+    }
+}
+
+/// RFC 1071 checksum of the ICMP message (its checksum field zero).
+#[inline(always)]
+fn checksum(data: &[u8; 36]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut i = 0;
+    while i < 36 {
+        sum += u32::from(u16::from_be_bytes([data[i], data[i + 1]]));
+        i += 2;
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
