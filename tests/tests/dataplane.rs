@@ -385,3 +385,192 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     );
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// `mc-agent maps` on a testbed Node.
+fn maps(cluster: &str, node: &str) -> String {
+    let agent = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"))
+        .join("debug/mc-agent");
+    xtask(&[
+        "testbed",
+        "exec",
+        &format!("{cluster}/{node}"),
+        "--",
+        agent.to_str().unwrap(),
+        "maps",
+    ])
+}
+
+#[test]
+#[ignore = "needs the testbed's Nodes: cargo xtask testbed up --join --nodes"]
+fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let gw = "multicluster.antrea.io/gateway";
+    export_web(&tb, "west", "node-b", "web-move");
+    xtask(&["testbed", "pod", "add", "east", "node-b", "client-move"]);
+    let addr: SocketAddr = format!("{}:80", imported_ip(&tb, "east", "web-move"))
+        .parse()
+        .unwrap();
+    let body = wait_for("HTTP before the move", T, || {
+        in_pod("east", "client-move", move || http_get(addr))
+    });
+    assert_eq!(body, "hello from west/web-move");
+    assert!(maps("east", "node-a").starts_with("ROLE gateway"));
+
+    // node-b becomes a candidate too; node-a (the active gateway) turns NotReady. node-a's
+    // dataplane keeps working meanwhile (only its Node object changed), so what is measured is
+    // the time until every Node's maps have moved to the new gateway.
+    tb.ok(
+        "east",
+        &[
+            "annotate",
+            "node",
+            "node-b",
+            &format!("{gw}=true"),
+            "--overwrite",
+        ],
+    );
+    let snat_before = packets(&counters("east", "node-b"), "tx_snat_to_remote");
+    let flipped = std::time::Instant::now();
+    xtask(&["testbed", "node", "ready", "east", "node-a", "false"]);
+    wait_for("every Node's maps to follow the new gateway", T, || {
+        let b = maps("east", "node-b");
+        let a = maps("east", "node-a");
+        let w: Vec<String> = ["node-a", "node-b"]
+            .iter()
+            .map(|n| maps("west", n))
+            .collect();
+        let moved = b.starts_with("ROLE gateway")
+            && a.starts_with("ROLE node")
+            && a.contains("GATEWAY internal 198.18.11.2")
+            && w.iter().all(|m| {
+                m.contains("198.18.11.2      remote-gateway")
+                    && !m.contains("198.18.11.1      remote-gateway")
+            });
+        if moved {
+            Ok(())
+        } else {
+            Err(format!(
+                "east/node-a:\n{a}\neast/node-b:\n{b}\nwest:\n{}",
+                w.join("\n")
+            ))
+        }
+    });
+    let maps_moved = flipped.elapsed();
+    let g = tb.get_json("east", &["get", "gateway", "-n", join::MEMBER_NS, "node-b"]);
+    assert_eq!(g["gatewayIP"], "198.18.11.2");
+    let body = wait_for("HTTP after the gateway moved", T, || {
+        in_pod("east", "client-move", move || http_get(addr))
+    });
+    let recovered = flipped.elapsed();
+    assert_eq!(body, "hello from west/web-move");
+    assert!(
+        packets(&counters("east", "node-b"), "tx_snat_to_remote") > snat_before,
+        "the new connection must leave through node-b, now the gateway"
+    );
+    println!(
+        "gateway moved from east/node-a to east/node-b: every Node's maps followed within {maps_moved:?}; \
+         a new connection through the new gateway answered {recovered:?} after the flip \
+         (polled through `testbed exec`, so both are upper bounds)"
+    );
+
+    // Back as it was: node-a Ready, node-b no longer a candidate, so node-a is elected again.
+    xtask(&["testbed", "node", "ready", "east", "node-a", "true"]);
+    tb.ok("east", &["annotate", "node", "node-b", &format!("{gw}-")]);
+    wait_for("east's gateway back on node-a", T, || {
+        tb.try_json("east", &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    let body = wait_for("HTTP after moving back", T, || {
+        in_pod("east", "client-move", move || http_get(addr))
+    });
+    assert_eq!(body, "hello from west/web-move");
+}
+
+/// An agent started with a bad setting keeps running and says why on /readyz.
+fn agent_readiness(uplink: &str, pin_path: &str, port: u16) -> String {
+    let cfg = std::env::temp_dir().join(format!("strait-bad-agent-{port}.conf"));
+    std::fs::write(
+        &cfg,
+        format!("multicluster:\n  enableGateway: true\n  namespace: kube-system\n  uplink: \"{uplink}\"\n  pinPath: {pin_path}\n"),
+    )
+    .unwrap();
+    let agent = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"))
+        .join("debug/mc-agent");
+    let kubeconfig = repo_root().join("target/testbed/east/admin.kubeconfig");
+    let mut child = Capture(
+        // The Node's own network and mount namespaces (its bpffs), as the testbed runs agents.
+        Command::new("nsenter")
+            .args([
+                "--net=/run/netns/strait-east-node-b",
+                "--mount=/run/strait-testbed/mnt/east-node-b",
+                "--",
+            ])
+            .arg(&agent)
+            .arg("run")
+            .arg(format!("--config={}", cfg.display()))
+            .args([
+                "--node-name=node-b",
+                &format!("--health-addr=198.18.11.2:{port}"),
+            ])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mc-agent"),
+    );
+    let reason = wait_for(
+        &format!(
+            "the agent with uplink {uplink:?} and pinPath {pin_path} to say why it is not ready"
+        ),
+        T,
+        || {
+            let out = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    "strait-east-node-b",
+                    "curl",
+                    "-s",
+                    "-w",
+                    " %{http_code}",
+                ])
+                .arg(format!("http://198.18.11.2:{port}/readyz"))
+                .output()
+                .map_err(|e| e.to_string())?;
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            let settled =
+                !text.starts_with("starting") && !text.contains("waiting for the first list");
+            if text.ends_with(" 503") && settled {
+                Ok(text)
+            } else {
+                Err(text)
+            }
+        },
+    );
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "the agent must keep running"
+    );
+    child.stop();
+    let _ = std::fs::remove_file(cfg);
+    reason
+}
+
+#[test]
+#[ignore = "needs the testbed's Nodes: cargo xtask testbed up --join --nodes"]
+fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let why = agent_readiness("nosuch0", "/sys/fs/bpf/strait-test-bad/v1", 9191);
+    assert!(
+        why.contains("\"nosuch0\" does not exist") && why.contains("uplink"),
+        "{why}"
+    );
+    let why = agent_readiness("eth0", "/tmp/strait-not-bpffs/v1", 9192);
+    assert!(why.contains("not on a BPF filesystem"), "{why}");
+}
