@@ -77,9 +77,16 @@ fn serve_http(listener: TcpListener, stop: Arc<AtomicBool>) {
         };
         conn.set_nonblocking(false).unwrap();
         thread::spawn(move || {
-            let mut req = [0u8; 512];
-            let n = conn.read(&mut req).unwrap_or(0);
-            let line = String::from_utf8_lossy(&req[..n]).into_owned();
+            // Read the whole request head: closing with unread data would send a reset.
+            let mut req = Vec::new();
+            let mut buf = [0u8; 512];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&req).into_owned();
             let path = line.split_whitespace().nth(1).unwrap_or("/0").to_owned();
             let (slow, size) = match path.strip_prefix("/slow/") {
                 Some(s) => (true, s.parse().unwrap_or(0)),
@@ -106,7 +113,9 @@ fn http_get(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("connect {addr}: {e}"))?;
     conn.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    write!(conn, "GET {path} HTTP/1.0\r\n\r\n").map_err(|e| e.to_string())?;
+    // One write: a request split over segments must not depend on the server's reads.
+    conn.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut all = Vec::new();
     conn.read_to_end(&mut all)
         .map_err(|e| format!("reading from {addr}: {e}"))?;

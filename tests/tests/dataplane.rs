@@ -71,7 +71,8 @@ fn http_get(addr: SocketAddr) -> Result<String, String> {
     let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| format!("connect {addr}: {e}"))?;
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(conn, "GET / HTTP/1.0\r\n\r\n").map_err(|e| e.to_string())?;
+    conn.write_all(b"GET / HTTP/1.0\r\n\r\n")
+        .map_err(|e| e.to_string())?;
     let mut answer = String::new();
     conn.read_to_string(&mut answer)
         .map_err(|e| format!("reading from {addr}: {e}"))?;

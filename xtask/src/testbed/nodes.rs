@@ -559,8 +559,15 @@ pub fn serve_http(port: u16, answer: &str) -> anyhow::Result<()> {
         let Ok(mut conn) = conn else { continue };
         let answer = answer.to_owned();
         std::thread::spawn(move || {
+            // Read the whole request head: closing with unread data would send a reset.
+            let mut req = Vec::new();
             let mut buf = [0u8; 2048];
-            let _ = conn.read(&mut buf);
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 65536 {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
             let body = format!("{answer}\n");
             let _ = write!(
                 conn,
