@@ -35,6 +35,16 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_values_t = [1, 100, 1000])]
         sizes: Vec<usize>,
     },
+    /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through one namespace topology:
+    /// TCP throughput (1 and 4 streams), request/response, small-packet rate, CPU per packet.
+    Dataplane {
+        /// Runs per measurement (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -45,6 +55,9 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 nodes: false,
             })?;
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
+        }
+        BenchCommand::Dataplane { runs, seconds } => {
+            crate::bench_dataplane::run(runs.max(1), seconds.max(1))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the project's own tasks.
 
 mod bench;
+mod bench_dataplane;
 mod crdgen;
 mod paths;
 mod testbed;

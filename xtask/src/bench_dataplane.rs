@@ -1,0 +1,621 @@
+//! `cargo xtask bench dataplane`: one namespace topology, three ways through it, measured in the
+//! same run (issue: the dataplane's Measure section).
+//!
+//! ```text
+//!  client 10.244.1.5 ── node 198.18.21.2 ─┐                    ┌─ wgw 198.18.22.1 ── server 10.245.0.7
+//!                                         ├ br-east ─ router ──┘
+//!                       egw  198.18.21.1 ─┘  .21.254    .22.254
+//! ```
+//!
+//! - (a) plain routing, client → node → egw → router → wgw → server: no tunnel, no NAT (the
+//!   ceiling);
+//! - (b) the kernel doing the gateway's job: egw SNATs (nftables masquerade) into a VXLAN device
+//!   to wgw; Pods' MTU lowered by VXLAN's 50 bytes;
+//! - (c) Strait: the node tunnels to egw (Geneve), egw SNATs and hairpins to wgw, wgw
+//!   decapsulates; Pods' MTU lowered by the tunnel's 36 bytes.
+//!
+//! For each: TCP throughput with 1 and 4 streams (iperf3), TCP request/response (1-byte
+//! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
+//! delivered (a sender thread in the client, a receiver in the server), and the kernel's
+//! softirq CPU time per delivered packet over the whole path (namespaces share one kernel, so
+//! one hop's CPU cannot be told apart). Each number is the median of several runs. It prints
+//! numbers; it asserts nothing.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket},
+    os::fd::AsFd as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use mc_agent::{
+    bpffs::PinLayout,
+    dataplane::DataplaneMaps,
+    state::{ClusterInfoObject, GatewayObject, Inputs, desired},
+    sync::apply,
+};
+
+const PREFIX: &str = "sbench";
+const SERVER: &str = "10.245.0.7";
+const IPERF_PORT: u16 = 5201;
+const RR_PORT: u16 = 7000;
+const UDP_PORT: u16 = 7001;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    Plain,
+    Kernel,
+    Strait,
+}
+
+impl Variant {
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Plain => "(a) plain routing",
+            Variant::Kernel => "(b) kernel VXLAN+SNAT",
+            Variant::Strait => "(c) Strait",
+        }
+    }
+
+    fn pod_mtu(self) -> u32 {
+        match self {
+            Variant::Plain => 1500,
+            Variant::Kernel => 1450,
+            Variant::Strait => 1464,
+        }
+    }
+}
+
+fn ns(name: &str) -> String {
+    format!("{PREFIX}-{name}")
+}
+
+fn sh(netns: &str, line: &str) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns(netns), "sh", "-c", line])
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "in {}: {line}: {}",
+            ns(netns),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+const NAMESPACES: [&str; 6] = ["client", "node", "egw", "router", "wgw", "server"];
+const BPF_NODES: [&str; 3] = ["node", "egw", "wgw"];
+
+fn bpffs(node: &str) -> PathBuf {
+    PathBuf::from(format!("/run/strait-bench/{node}"))
+}
+
+fn teardown() {
+    for n in NAMESPACES {
+        let _ = Command::new("ip").args(["netns", "del", &ns(n)]).output();
+    }
+    for n in BPF_NODES {
+        let _ = Command::new("umount").arg(bpffs(n)).output();
+    }
+}
+
+fn veth(a: &str, a_dev: &str, b: &str, b_dev: &str) -> anyhow::Result<()> {
+    ip(&[
+        "link",
+        "add",
+        a_dev,
+        "netns",
+        &ns(a),
+        "type",
+        "veth",
+        "peer",
+        b_dev,
+        "netns",
+        &ns(b),
+    ])
+}
+
+/// The namespaces, links and addresses every variant shares.
+fn build_common(variant: Variant) -> anyhow::Result<()> {
+    teardown();
+    for n in NAMESPACES {
+        ip(&["netns", "add", &ns(n)])?;
+        sh(n, "ip link set lo up")?;
+    }
+    veth("client", "eth0", "node", "vpod")?;
+    veth("node", "eth0", "router", "node-e")?;
+    veth("egw", "eth0", "router", "gw-e")?;
+    veth("wgw", "eth0", "router", "gw-w")?;
+    veth("server", "eth0", "wgw", "vpod")?;
+    sh(
+        "router",
+        "ip link add br-east type bridge && ip addr add 198.18.21.254/24 dev br-east && ip link set br-east up && \
+         ip link set node-e master br-east up && ip link set gw-e master br-east up && \
+         ip addr add 198.18.22.254/24 dev gw-w && ip link set gw-w up && sysctl -qw net.ipv4.ip_forward=1",
+    )?;
+    for (n, addr) in [
+        ("node", "198.18.21.2/24"),
+        ("egw", "198.18.21.1/24"),
+        ("wgw", "198.18.22.1/24"),
+    ] {
+        sh(
+            n,
+            &format!(
+                "ip addr add {addr} dev eth0 && ip link set eth0 up && sysctl -qw net.ipv4.ip_forward=1 && \
+                 sysctl -qw net.ipv4.conf.all.rp_filter=2 && sysctl -qw net.ipv4.conf.eth0.rp_filter=2"
+            ),
+        )?;
+    }
+    sh("node", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
+    sh("egw", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
+    sh("wgw", "ip route add 198.18.21.0/24 via 198.18.22.254")?;
+    let mtu = variant.pod_mtu();
+    sh(
+        "node",
+        &format!("ip addr add 10.244.1.1/24 dev vpod && ip link set vpod mtu {mtu} up"),
+    )?;
+    sh(
+        "client",
+        &format!(
+            "ip addr add 10.244.1.5/24 dev eth0 && ip link set eth0 mtu {mtu} up && \
+             ip route add 10.245.0.0/16 via 10.244.1.1"
+        ),
+    )?;
+    sh(
+        "wgw",
+        &format!("ip addr add 10.245.0.1/24 dev vpod && ip link set vpod mtu {mtu} up"),
+    )?;
+    sh(
+        "server",
+        &format!(
+            "ip addr add {SERVER}/24 dev eth0 && ip link set eth0 mtu {mtu} up && \
+             ip route add 10.244.0.0/16 via 10.245.0.1 && ip route add 198.18.21.0/24 via 10.245.0.1 && \
+             ip route add 169.254.42.0/30 via 10.245.0.1"
+        ),
+    )?;
+    Ok(())
+}
+
+fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
+    build_common(variant)?;
+    match variant {
+        Variant::Plain => {
+            // The same hops as the tunnel's: node -> egw -> router -> wgw.
+            sh("node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
+            sh(
+                "egw",
+                "ip route add 10.245.0.0/16 via 198.18.21.254 && ip route add 10.244.1.0/24 via 198.18.21.2",
+            )?;
+            sh(
+                "router",
+                "ip route add 10.245.0.0/16 via 198.18.22.1 && ip route add 10.244.0.0/16 via 198.18.21.1",
+            )?;
+            sh("wgw", "ip route add 10.244.0.0/16 via 198.18.22.254")?;
+        }
+        Variant::Kernel => {
+            sh("node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
+            sh(
+                "egw",
+                "ip link add vxlan0 type vxlan id 42 local 198.18.21.1 remote 198.18.22.1 dstport 4789 && \
+                 ip addr add 169.254.42.1/30 dev vxlan0 && ip link set vxlan0 up && \
+                 ip route add 10.245.0.0/16 via 169.254.42.2 dev vxlan0 && \
+                 ip route add 10.244.1.0/24 via 198.18.21.2 && \
+                 nft add table ip bench && \
+                 nft add chain ip bench post '{ type nat hook postrouting priority 100; }' && \
+                 nft add rule ip bench post oifname vxlan0 masquerade",
+            )?;
+            sh(
+                "wgw",
+                "ip link add vxlan0 type vxlan id 42 local 198.18.22.1 remote 198.18.21.1 dstport 4789 && \
+                 ip addr add 169.254.42.2/30 dev vxlan0 && ip link set vxlan0 up",
+            )?;
+        }
+        Variant::Strait => {
+            for n in BPF_NODES {
+                let dir = bpffs(n);
+                std::fs::create_dir_all(&dir)?;
+                let status = Command::new("mount")
+                    .args(["-t", "bpf", "bpf"])
+                    .arg(&dir)
+                    .status()?;
+                if !status.success() {
+                    bail!("mounting bpffs on {}", dir.display());
+                }
+                let out = Command::new("nsenter")
+                    .arg(format!("--net=/run/netns/{}", ns(n)))
+                    .arg(agent)
+                    .arg("--pin-root")
+                    .arg(dir.join("mc/v1"))
+                    .args(["attach", "--uplink", "eth0"])
+                    .output()?;
+                if !out.status.success() {
+                    bail!(
+                        "mc-agent attach in {}: {}",
+                        ns(n),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+            // The routes the agent installs for remote prefixes.
+            sh(
+                "node",
+                "ip route add 10.245.0.0/16 via 198.18.21.254 dev eth0",
+            )?;
+            sh(
+                "egw",
+                "ip route add 10.245.0.0/16 via 198.18.21.254 dev eth0",
+            )?;
+            sh(
+                "wgw",
+                "ip route add 10.244.0.0/16 via 198.18.22.254 dev eth0",
+            )?;
+            let east_gw = ("egw", "198.18.21.1", "10.97.0.0/16");
+            let west = ("west", "198.18.22.1", "10.98.0.0/16", "10.245.0.0/16");
+            let east_nodes = ["198.18.21.1", "198.18.21.2"];
+            sync(
+                "egw",
+                &inputs("egw", "198.18.21.1", east_gw, west, &east_nodes),
+            )?;
+            sync(
+                "node",
+                &inputs("node", "198.18.21.2", east_gw, west, &east_nodes),
+            )?;
+            sync(
+                "wgw",
+                &inputs(
+                    "wgw",
+                    "198.18.22.1",
+                    ("wgw", "198.18.22.1", "10.98.0.0/16"),
+                    ("east", "198.18.21.1", "10.97.0.0/16", "10.244.0.0/16"),
+                    &["198.18.22.1"],
+                ),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn inputs(
+    node: &str,
+    node_ip: &str,
+    gateway: (&str, &str, &str),
+    remote: (&str, &str, &str, &str),
+    nodes: &[&str],
+) -> Inputs {
+    Inputs {
+        node_name: node.into(),
+        node_ip: node_ip.parse().ok(),
+        gateways: vec![GatewayObject {
+            name: gateway.0.into(),
+            gateway_ip: Some(gateway.1.into()),
+            internal_ip: Some(gateway.1.into()),
+            service_cidr: Some(gateway.2.into()),
+        }],
+        cluster_infos: vec![ClusterInfoObject {
+            name: format!("{}-clusterinfo", remote.0),
+            cluster_id: Some(remote.0.into()),
+            service_cidr: Some(remote.2.into()),
+            gateway_ips: vec![remote.1.into()],
+            pod_cidrs: vec![remote.3.into()],
+        }],
+        local_nodes: nodes
+            .iter()
+            .filter_map(|n| n.parse::<Ipv4Addr>().ok())
+            .collect(),
+        pod_to_pod: true,
+        mtu: 1500,
+        ..Default::default()
+    }
+}
+
+fn sync(node: &str, inputs: &Inputs) -> anyhow::Result<()> {
+    let layout = PinLayout::new(bpffs(node).join("mc/v1"));
+    let mut maps = DataplaneMaps::open_pinned(&layout)?;
+    let d = desired(inputs);
+    if let Some(why) = d.not_ready {
+        bail!("{node}: {why}");
+    }
+    apply(&mut maps, &d)?;
+    Ok(())
+}
+
+/// Runs `f` on a thread inside a namespace of the topology.
+fn in_ns<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/run/netns/{}", ns(name));
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+        f()
+    })
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn iperf(streams: u32, seconds: u64) -> anyhow::Result<f64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns("client"), "iperf3", "-J", "-c", SERVER])
+        .args([
+            "-p",
+            &IPERF_PORT.to_string(),
+            "-t",
+            &seconds.to_string(),
+            "-P",
+            &streams.to_string(),
+        ])
+        .output()
+        .context("running iperf3")?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
+    if let Some(e) = v["error"].as_str() {
+        bail!("iperf3: {e}");
+    }
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("no bits_per_second in iperf3's report")
+}
+
+/// 1-byte ping-pong over one TCP connection: (transactions per second, median round trip).
+fn request_response(seconds: u64) -> anyhow::Result<(f64, Duration)> {
+    let ready = Arc::new(AtomicBool::new(false));
+    let r2 = ready.clone();
+    let server = in_ns("server", move || -> std::io::Result<()> {
+        let listener = TcpListener::bind((SERVER, RR_PORT))?;
+        r2.store(true, Ordering::Release);
+        let (mut conn, _) = listener.accept()?;
+        conn.set_nodelay(true)?;
+        let mut b = [0u8; 1];
+        while conn.read_exact(&mut b).is_ok() {
+            conn.write_all(&b)?;
+        }
+        Ok(())
+    });
+    while !ready.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let client = in_ns("client", move || -> std::io::Result<Vec<Duration>> {
+        let mut conn = TcpStream::connect((SERVER, RR_PORT))?;
+        conn.set_nodelay(true)?;
+        let mut rtts = Vec::new();
+        let end = Instant::now() + Duration::from_secs(seconds);
+        let mut b = [7u8; 1];
+        while Instant::now() < end {
+            let t = Instant::now();
+            conn.write_all(&b)?;
+            conn.read_exact(&mut b)?;
+            rtts.push(t.elapsed());
+        }
+        Ok(rtts)
+    });
+    let mut rtts = client
+        .join()
+        .map_err(|_| anyhow::anyhow!("client thread"))??;
+    let _ = server.join();
+    rtts.sort();
+    let rate = rtts.len() as f64 / seconds as f64;
+    Ok((rate, rtts.get(rtts.len() / 2).copied().unwrap_or_default()))
+}
+
+/// Softirq time in nanoseconds, all CPUs (from /proc/stat).
+fn softirq_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000_000 / hz
+}
+
+/// 64-byte UDP frames (18-byte payload) as fast as one sender thread goes: (delivered packets
+/// per second, softirq ns per delivered packet).
+fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
+    let received = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(AtomicBool::new(false));
+    let (r, s, rd) = (received.clone(), stop.clone(), ready.clone());
+    let receiver = in_ns("server", move || -> std::io::Result<()> {
+        let sock = UdpSocket::bind((SERVER, UDP_PORT))?;
+        sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+        rd.store(true, Ordering::Release);
+        let mut buf = [0u8; 64];
+        while !s.load(Ordering::Relaxed) {
+            if sock.recv(&mut buf).is_ok() {
+                r.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    });
+    while !ready.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let softirq_before = softirq_ns();
+    let start_count = received.load(Ordering::Relaxed);
+    let sender = in_ns("client", move || -> std::io::Result<()> {
+        let sock = UdpSocket::bind("10.244.1.5:0")?;
+        sock.connect((SERVER, UDP_PORT))?;
+        let payload = [0u8; 18];
+        let end = Instant::now() + Duration::from_secs(seconds);
+        while Instant::now() < end {
+            for _ in 0..64 {
+                let _ = sock.send(&payload);
+            }
+        }
+        Ok(())
+    });
+    sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("sender thread"))??;
+    std::thread::sleep(Duration::from_millis(200));
+    let delivered = received.load(Ordering::Relaxed) - start_count;
+    let softirq = softirq_ns() - softirq_before;
+    stop.store(true, Ordering::Relaxed);
+    receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver thread"))??;
+    if delivered == 0 {
+        bail!("no UDP packet was delivered");
+    }
+    Ok((
+        delivered as f64 / seconds as f64,
+        softirq as f64 / delivered as f64,
+    ))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+#[derive(Default, Clone, Copy)]
+struct Row {
+    tcp1: f64,
+    tcp4: f64,
+    rr: f64,
+    rtt_us: f64,
+    pps: f64,
+    softirq_ns: f64,
+}
+
+fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Row> {
+    build(variant, agent)
+        .with_context(|| format!("building the topology for {}", variant.label()))?;
+    let _server = Server(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns("server"),
+                "iperf3",
+                "-s",
+                "-p",
+                &IPERF_PORT.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting iperf3 -s")?,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // Warm up neighbours, conntrack and (for Strait) the SNAT entry's path.
+    let _ = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns("client"),
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "1",
+            SERVER,
+        ])
+        .output();
+    let (mut t1, mut t4, mut rr, mut rtt, mut pps, mut cpu) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for run in 0..runs {
+        eprintln!("  {} run {}/{runs}", variant.label(), run + 1);
+        t1.push(iperf(1, seconds)?);
+        t4.push(iperf(4, seconds)?);
+        let (rate, p50) = request_response(seconds)?;
+        rr.push(rate);
+        rtt.push(p50.as_secs_f64() * 1e6);
+        let (rate, ns_per_packet) = udp_flood(seconds)?;
+        pps.push(rate);
+        cpu.push(ns_per_packet);
+    }
+    Ok(Row {
+        tcp1: median(t1),
+        tcp4: median(t4),
+        rr: median(rr),
+        rtt_us: median(rtt),
+        pps: median(pps),
+        softirq_ns: median(cpu),
+    })
+}
+
+pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
+    let agent = crate::testbed::controllers::build_bin("mc-agent")?;
+    let mut rows = Vec::new();
+    for variant in [Variant::Plain, Variant::Kernel, Variant::Strait] {
+        let row = measure(variant, runs, seconds, &agent);
+        teardown();
+        rows.push((variant, row?));
+    }
+    let (a, b, c) = (rows[0].1, rows[1].1, rows[2].1);
+    println!(
+        "\ndataplane: medians of {runs} runs of {seconds} s; Pod MTU lowered by each tunnel's overhead\n"
+    );
+    println!(
+        "{:<24} {:>11} {:>11} {:>11} {:>9} {:>11} {:>13}",
+        "", "TCP 1 st.", "TCP 4 st.", "TCP RR", "RTT p50", "UDP 64 B", "softirq/pkt"
+    );
+    for (variant, r) in &rows {
+        println!(
+            "{:<24} {:>7.2} Gb/s {:>6.2} Gb/s {:>8.0} /s {:>6.1} us {:>7.0} kpps {:>10.0} ns",
+            variant.label(),
+            r.tcp1 / 1e9,
+            r.tcp4 / 1e9,
+            r.rr,
+            r.rtt_us,
+            r.pps / 1e3,
+            r.softirq_ns
+        );
+    }
+    for (name, base) in [("(c)/(a)", a), ("(c)/(b)", b)] {
+        println!(
+            "{:<24} {:>11.2}x {:>10.2}x {:>10.2}x {:>8.2}x {:>10.2}x {:>12.2}x",
+            name,
+            c.tcp1 / base.tcp1,
+            c.tcp4 / base.tcp4,
+            c.rr / base.rr,
+            c.rtt_us / base.rtt_us,
+            c.pps / base.pps,
+            c.softirq_ns / base.softirq_ns
+        );
+    }
+    println!(
+        "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a); softirq/pkt is the whole path's kernel time"
+    );
+    Ok(())
+}
