@@ -501,6 +501,16 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
             node.ns.name
         );
     }
+    // With the next hop resolved, an encapsulated packet continues out of the regular Node's
+    // uplink without going through the egress hook again; only the first packets, sent before
+    // the gateway's neighbour entry exists, take the kernel's resolution (and come back).
+    let sent = east_node.counter("tx_to_gateway");
+    let resolved_by_kernel = east_node.counter("pass_own_tunnel");
+    assert!(
+        resolved_by_kernel <= 3 && sent > 100,
+        "the regular Node should send its tunnel packets on directly (bpf_fib_lookup): \
+         {resolved_by_kernel} of {sent} went through bpf_redirect_neigh"
+    );
     for node in [&east_gw, &east_node, &west_gw] {
         assert!(
             node.drops().is_empty(),
