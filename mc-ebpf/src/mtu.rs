@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use mc_common::{Counter, dataplane::ENCAP_OVERHEAD};
 
-use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, ipv4_header_checksum};
+use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, checksum};
 
 const TCP_SYN: u8 = 0x02;
 const TCP_OPT_END: u8 = 0;
@@ -161,7 +161,7 @@ pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter>
         src[2],
         src[3],
     ];
-    let check = ipv4_header_checksum(&header).to_be_bytes();
+    let check = checksum(&header).to_be_bytes();
     header[10] = check[0];
     header[11] = check[1];
     ctx.store(ETH_HLEN, &header, 0).map_err(fail)?;
@@ -196,18 +196,4 @@ fn is_icmp_error(ctx: &TcContext, ip: &Ipv4) -> bool {
         Ok(kind) => kind != 0 && kind != 8,
         Err(_) => true,
     }
-}
-
-/// RFC 1071 checksum of the ICMP message (its checksum field zero).
-#[inline(always)]
-fn checksum(data: &[u8; 36]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut i = 0;
-    while i < 36 {
-        sum += u32::from(u16::from_be_bytes([data[i], data[i + 1]]));
-        i += 2;
-    }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
 }

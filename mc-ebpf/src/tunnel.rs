@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use mc_common::{Counter, dataplane::VNI_UNKNOWN};
 
-use crate::packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, ipv4_at, ipv4_header_checksum};
+use crate::packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, checksum, ipv4_at};
 
 const UDP_HLEN: usize = 8;
 const GENEVE_HLEN: usize = 8;
@@ -107,7 +107,7 @@ pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(
             dst[2],
             dst[3],
         ];
-        let check = ipv4_header_checksum(&ip).to_be_bytes();
+        let check = checksum(&ip).to_be_bytes();
         ip[10] = check[0];
         ip[11] = check[1];
         ip
@@ -160,7 +160,7 @@ pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Re
     h[16..20].copy_from_slice(&dst);
     let mut ip = [0u8; 20];
     ip.copy_from_slice(&h[..20]);
-    let check = ipv4_header_checksum(&ip).to_be_bytes();
+    let check = checksum(&ip).to_be_bytes();
     h[10] = check[0];
     h[11] = check[1];
     h[26] = 0;

@@ -44,6 +44,30 @@ pub fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {
     p
 }
 
+/// TCP segment with `options` (a multiple of 4 bytes) and a correct checksum.
+fn tcp_segment(
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    flags: u8,
+    options: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut s = Vec::new();
+    s.extend_from_slice(&sport.to_be_bytes());
+    s.extend_from_slice(&dport.to_be_bytes());
+    s.extend_from_slice(&1000u32.to_be_bytes());
+    s.extend_from_slice(&0u32.to_be_bytes());
+    let offset = ((20 + options.len()) / 4) as u8;
+    s.extend_from_slice(&[offset << 4, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    s.extend_from_slice(options);
+    s.extend_from_slice(payload);
+    let c = csum(&s, pseudo_sum(src, dst, TCP, s.len()));
+    s[16..18].copy_from_slice(&c.to_be_bytes());
+    ipv4(src, dst, TCP, &s)
+}
+
 /// TCP segment (20-byte header) with a correct checksum.
 pub fn tcp(
     src: [u8; 4],
@@ -53,16 +77,7 @@ pub fn tcp(
     flags: u8,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut s = Vec::new();
-    s.extend_from_slice(&sport.to_be_bytes());
-    s.extend_from_slice(&dport.to_be_bytes());
-    s.extend_from_slice(&1000u32.to_be_bytes());
-    s.extend_from_slice(&0u32.to_be_bytes());
-    s.extend_from_slice(&[0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    s.extend_from_slice(payload);
-    let c = csum(&s, pseudo_sum(src, dst, TCP, s.len()));
-    s[16..18].copy_from_slice(&c.to_be_bytes());
-    ipv4(src, dst, TCP, &s)
+    tcp_segment(src, dst, sport, dport, flags, &[], payload)
 }
 
 /// TCP SYN (or SYN-ACK with `ack`) carrying an MSS option, with a correct checksum.
@@ -74,18 +89,9 @@ pub fn tcp_syn_mss(
     ack: bool,
     mss: u16,
 ) -> Vec<u8> {
-    let mut s = Vec::new();
-    s.extend_from_slice(&sport.to_be_bytes());
-    s.extend_from_slice(&dport.to_be_bytes());
-    s.extend_from_slice(&1000u32.to_be_bytes());
-    s.extend_from_slice(&0u32.to_be_bytes());
+    let m = mss.to_be_bytes();
     let flags = if ack { 0x12 } else { 0x02 };
-    s.extend_from_slice(&[0x60, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    s.extend_from_slice(&[2, 4]);
-    s.extend_from_slice(&mss.to_be_bytes());
-    let c = csum(&s, pseudo_sum(src, dst, TCP, s.len()));
-    s[16..18].copy_from_slice(&c.to_be_bytes());
-    ipv4(src, dst, TCP, &s)
+    tcp_segment(src, dst, sport, dport, flags, &[2, 4, m[0], m[1]], &[])
 }
 
 /// The same packet with DF cleared (header checksum recomputed).
