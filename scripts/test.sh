@@ -3,8 +3,8 @@
 #   sudo bash scripts/test.sh
 # installs what is missing (scripts/setup.sh), then: rustfmt, clippy (user space and the eBPF
 # crate separately), unit tests, the CRD drift check, the eBPF kernel tests, the tests against
-# the real testbed, and cross-cluster traffic on a testbed with Nodes (it brings the testbed up
-# and takes it down).
+# the real testbed, cross-cluster traffic on a testbed with Nodes, and the demo's walk-through
+# (it brings the testbed up and takes it down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/env.sh
@@ -51,6 +51,8 @@ crash_down() {
   if pgrep -x etcd >/dev/null; then echo "etcd left running" >&2; return 1; fi
 }
 step "testbed down (after losing its PID files)" crash_down
+# The README's demo is a test too: it exits 0 only if a Pod in east got west's answer.
+step "demo (the guide's walk-through, end to end)" bash scripts/demo.sh
 trap - EXIT
 
 printf '\nall tests passed in %ss\n' "$(( $(date +%s) - total_start ))"
