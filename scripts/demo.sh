@@ -31,7 +31,7 @@ say "Starting three clusters: north (leader), east and west (members), each with
 echo "    (one etcd; per cluster a kube-apiserver, kube-controller-manager and Strait's controller;"
 echo "     per Node a network namespace, kube-proxy and mc-agent. Takes about a minute.)"
 cargo xtask testbed down >/dev/null 2>&1 || true
-cargo xtask testbed up --join --nodes | sed 's/^/    /'
+cargo xtask testbed up --join | sed 's/^/    /'
 source target/testbed/env
 k() { local c=$1; shift; local kc="KUBECONFIG_${c^^}"; "$KUBECTL" --kubeconfig "${!kc}" "$@"; }
 

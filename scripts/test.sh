@@ -33,12 +33,6 @@ step "testbed down (leftovers)" cargo xtask testbed down
 step "testbed up" cargo xtask testbed up
 step "testbed tests" cargo test -p mc-integration -- --test-threads=1
 step "testbed status (memory after the tests)" cargo xtask testbed status
-# Cross-cluster traffic needs the testbed's Nodes (kube-proxy and mc-agent on each). The
-# control-plane tests create Nodes of their own, so this runs on a fresh testbed.
-step "testbed down (before the Nodes)" cargo xtask testbed down
-step "testbed up --join --nodes" cargo xtask testbed up --join --nodes
-step "testbed dataplane tests" cargo test -p mc-integration --test dataplane -- --ignored --test-threads=1
-step "testbed status (with the Nodes)" cargo xtask testbed status
 crash_down() {
   # As after a crash: the PID files are gone, the processes still run. `down` must still find
   # and stop every process and remove the namespace.

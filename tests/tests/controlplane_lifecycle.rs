@@ -131,6 +131,16 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let gw = "multicluster.antrea.io/gateway";
+    // The testbed's own Nodes (node-a is its gateway candidate) step aside for this test, which
+    // needs the election to start from nothing; they are restored at the end.
+    let _ = tb
+        .kubectl("east")
+        .args(["annotate", "node", "node-a", &format!("{gw}-")])
+        .output();
+    wait_for("east without a Gateway", T, || match gateway(&tb, "east") {
+        Err(e) if e == "0 Gateways" => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
     node(
         &tb,
         "east",
@@ -199,9 +209,23 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
     let c = cii("198.18.1.2");
     assert_eq!(c["spec"]["clusterID"], id("east"));
     assert_eq!(c["spec"]["serviceCIDR"], "10.97.0.0/16");
-    assert_eq!(
-        c["spec"]["podCIDRs"],
-        json!(["10.244.10.0/24", "10.244.11.0/24", "10.244.12.0/24"])
+    // Every Node's Pod CIDR: the test's three, and the testbed's own Nodes' if it has them.
+    let cidrs: Vec<&str> = c["spec"]["podCIDRs"]
+        .as_array()
+        .expect("podCIDRs")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let tests = ["10.244.10.0/24", "10.244.11.0/24", "10.244.12.0/24"];
+    let testbed_nodes = ["10.244.1.0/24", "10.244.2.0/24"];
+    for want in tests {
+        assert!(cidrs.contains(&want), "{want} missing from {cidrs:?}");
+    }
+    assert!(
+        cidrs
+            .iter()
+            .all(|c| tests.contains(c) || testbed_nodes.contains(c)),
+        "unexpected Pod CIDRs {cidrs:?}"
     );
     let table = tb.ok("west", &["get", "clusterinfoimport", "-n", MEMBER_NS]);
     assert_eq!(
@@ -275,6 +299,23 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
             Some(_) => Err("still there".into()),
         }
     });
+    // The testbed's gateway candidate back, if the testbed has Nodes.
+    if tb.try_json("east", &["get", "node", "node-a"]).is_some() {
+        tb.ok(
+            "east",
+            &[
+                "annotate",
+                "node",
+                "node-a",
+                &format!("{gw}=true"),
+                "--overwrite",
+            ],
+        );
+        wait_for("east's Gateway back on node-a", T, || {
+            tb.try_json("east", &["get", "gateway", "-n", MEMBER_NS, "node-a"])
+                .ok_or_else(|| "not yet".to_owned())
+        });
+    }
 }
 
 #[test]

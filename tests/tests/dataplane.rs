@@ -6,8 +6,7 @@
 //! the router shows only Geneve between the two gateways, and the agents' counters account for
 //! the traffic without drops.
 //!
-//! Needs the testbed's Nodes: `cargo xtask testbed up --join --nodes`. The test command runs it
-//! on a fresh testbed after the control-plane tests (which create Nodes of their own).
+//! Needs the testbed's Nodes (`cargo xtask testbed up` brings them up unless `--no-nodes`).
 
 use std::{
     io::{Read as _, Write as _},
@@ -234,7 +233,6 @@ impl Drop for Capture {
 }
 
 #[test]
-#[ignore = "needs the testbed's Nodes: cargo xtask testbed up --join --nodes"]
 fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
@@ -404,7 +402,6 @@ fn maps(cluster: &str, node: &str) -> String {
 }
 
 #[test]
-#[ignore = "needs the testbed's Nodes: cargo xtask testbed up --join --nodes"]
 fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
@@ -563,7 +560,6 @@ fn agent_readiness(uplink: &str, pin_path: &str, port: u16) -> String {
 }
 
 #[test]
-#[ignore = "needs the testbed's Nodes: cargo xtask testbed up --join --nodes"]
 fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);

@@ -52,7 +52,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::ControlPlane { sizes } => {
             testbed::run(testbed::TestbedCommand::Up {
                 join: true,
-                nodes: false,
+                no_nodes: true,
             })?;
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }

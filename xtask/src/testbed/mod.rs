@@ -30,10 +30,10 @@ pub enum TestbedCommand {
         /// Also join east and west to north's ClusterSet `test-clusterset`, as the guides do.
         #[arg(long)]
         join: bool,
-        /// Also bring up two Nodes per cluster (network namespaces registered as Node objects,
-        /// the first a gateway candidate), each with kube-proxy and mc-agent.
+        /// Leave out the two Nodes per cluster (network namespaces registered as Node objects,
+        /// the first a gateway candidate, each with kube-proxy and mc-agent).
         #[arg(long)]
-        nodes: bool,
+        no_nodes: bool,
     },
     /// Stop everything and remove the namespaces and state, also after a crash.
     Down,
@@ -99,7 +99,7 @@ pub enum NodeCommand {
 pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
     require_root()?;
     match command {
-        TestbedCommand::Up { join, nodes } => up(join, nodes),
+        TestbedCommand::Up { join, no_nodes } => up(join, !no_nodes),
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
         TestbedCommand::Pod {

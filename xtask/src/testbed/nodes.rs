@@ -1,4 +1,4 @@
-//! The testbed's Nodes and Pods (DESIGN §5), with `cargo xtask testbed up --nodes`.
+//! The testbed's Nodes and Pods (DESIGN §5); `cargo xtask testbed up --no-nodes` leaves them out.
 //!
 //! Per cluster, two Nodes: network namespaces whose `eth0` sits on the cluster's underlay
 //! (`198.18.<n>.0/24`, a bridge in `strait-core`, which routes between the underlays and to the
@@ -348,7 +348,7 @@ fn cluster(name: &str) -> anyhow::Result<Cluster> {
 
 fn node(cluster: &str, name: &str) -> anyhow::Result<TestNode> {
     TestNode::find(cluster, name).with_context(|| {
-        format!("no Node {cluster}/{name}: the testbed's Nodes are node-a and node-b (is it up with --nodes?)")
+        format!("no Node {cluster}/{name}: the testbed's Nodes are node-a and node-b (was it brought up with --no-nodes?)")
     })
 }
 
@@ -363,7 +363,7 @@ pub fn pod_add(
     let c = cluster(cluster_name)?;
     let n = node(cluster_name, node_name)?;
     if !netns_exists(&n.netns()) {
-        bail!("Node {cluster_name}/{node_name} is not up: run `cargo xtask testbed up --nodes`");
+        bail!("Node {cluster_name}/{node_name} is not up: run `cargo xtask testbed up`");
     }
     let dir = pods_dir(&c);
     std::fs::create_dir_all(&dir)?;

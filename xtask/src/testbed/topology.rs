@@ -41,7 +41,7 @@ impl Cluster {
     }
 }
 
-/// The testbed's Nodes in every cluster (with `up --nodes`): the first is a gateway candidate.
+/// The testbed's Nodes in every cluster (unless `up --no-nodes`): the first is a gateway candidate.
 pub const NODES: [&str; 2] = ["node-a", "node-b"];
 
 /// A testbed Node.
