@@ -91,7 +91,12 @@ where
         let ready = Arc::new(AtomicBool::new(false));
         let ready2 = ready.clone();
         let task = tokio::spawn(async move {
-            let stream = watcher(api, config).default_backoff().reflect(writer);
+            // managedFields is often the largest part of an object and nothing here reads it:
+            // keep it out of the stores.
+            let stream = watcher(api, config)
+                .default_backoff()
+                .modify(|obj| obj.managed_fields_mut().clear())
+                .reflect(writer);
             futures::pin_mut!(stream);
             let mut failing = false;
             while let Some(event) = stream.next().await {
