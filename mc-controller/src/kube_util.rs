@@ -161,7 +161,9 @@ pub fn json_subset(desired: &Value, actual: &Value) -> bool {
 #[derive(Clone)]
 pub struct Writer {
     metrics: Metrics,
-    applied: Arc<Mutex<HashMap<String, (Value, Instant)>>>,
+    /// Per object written: a hash of what was written, and when. (A hash, not the object: this
+    /// holds an entry per object the controller ever wrote.)
+    applied: Arc<Mutex<HashMap<String, (u64, Instant)>>>,
 }
 
 /// How long a write with no store to confirm it is trusted before it is made again.
@@ -208,6 +210,7 @@ impl Writer {
         } else {
             UNCONFIRMED_TTL
         };
+        let want = value_hash(&want);
         let applied = self.applied.lock().expect("writer cache");
         !matches!(applied.get(&Self::cache_key(desired)), Some((v, at)) if *v == want && at.elapsed() < ttl)
     }
@@ -241,13 +244,15 @@ impl Writer {
             .await;
         self.metrics.write(&kind, "apply", result.is_ok());
         result?;
-        self.applied.lock().expect("writer cache").insert(
-            Self::cache_key(desired),
-            (
-                serde_json::to_value(desired).unwrap_or(Value::Null),
-                Instant::now(),
-            ),
-        );
+        let written = value_hash(&serde_json::to_value(desired).unwrap_or(Value::Null));
+        let mut applied = self.applied.lock().expect("writer cache");
+        // Entries past the longest time they are trusted only take memory: drop them now and
+        // then (objects deleted with their namespace never get a delete call here).
+        if applied.len() % 1024 == 1023 {
+            applied.retain(|_, (_, at)| at.elapsed() < UNCONFIRMED_TTL);
+        }
+        applied.insert(Self::cache_key(desired), (written, Instant::now()));
+        drop(applied);
         tracing::debug!(kind, name, "applied");
         Ok(())
     }
@@ -296,6 +301,15 @@ impl Writer {
     pub fn forget(&self) {
         self.applied.lock().expect("writer cache").clear();
     }
+}
+
+/// A hash of a JSON value (serde_json's text of it is deterministic for the same value: maps are
+/// ordered).
+fn value_hash(v: &Value) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    h.finish()
 }
 
 /// Runs futures with bounded concurrency, logging and counting failures; returns how many failed.
