@@ -25,6 +25,9 @@ use crate::{
     sync,
 };
 
+/// How often counters and map occupancy are read for /metrics.
+const PUBLISH_EVERY: Duration = Duration::from_secs(10);
+
 pub struct RunOptions {
     pub node_name: String,
     /// Where the Gateway and ClusterInfoImports live.
@@ -70,6 +73,7 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
     let mut attached: Option<Attached> = None;
     let mut problems: Vec<String> = Vec::new();
     let mut tick = tokio::time::interval(opts.resync);
+    let mut published: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             _ = trigger.wait() => {}
@@ -103,7 +107,11 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
             usize::from(outcome.not_ready.is_some()),
         );
         metrics.set_ready(outcome.not_ready);
-        publish(&metrics, attached.as_mut());
+        // Counting the maps walks the whole SNAT table: not on every event, at most every 10 s.
+        if published.is_none_or(|at| at.elapsed() >= PUBLISH_EVERY) {
+            publish(&metrics, attached.as_mut());
+            published = Some(std::time::Instant::now());
+        }
     }
 }
 
