@@ -45,6 +45,29 @@ pub struct MultiClusterConfig {
     pub enable_stretched_network_policy: bool,
     #[serde(default)]
     pub health: HealthConfig,
+    #[serde(default)]
+    pub webhook: WebhookConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookConfig {
+    /// The port of the admission webhooks (HTTPS; the Service antrea-mc-webhook-service maps
+    /// 443 to it).
+    #[serde(default = "default_webhook_port")]
+    pub port: u16,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            port: default_webhook_port(),
+        }
+    }
+}
+
+fn default_webhook_port() -> u16 {
+    9443
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,3 +10,4 @@ pub mod kube_util;
 pub mod leader;
 pub mod member;
 pub mod metrics;
+pub mod webhook;

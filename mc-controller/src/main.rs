@@ -10,6 +10,7 @@ use mc_controller::{
     leader::{self, members::Liveness},
     member,
     metrics::Metrics,
+    webhook,
 };
 
 #[derive(Parser)]
@@ -54,6 +55,20 @@ struct Common {
     /// Leader: seconds a member may stay Disconnected before its endpoints are withdrawn.
     #[arg(long, default_value_t = 60)]
     withdraw_after: i64,
+    /// Where the admission webhooks listen (HTTPS). Default: every address, port webhook.port
+    /// of the config file (9443).
+    #[arg(long)]
+    webhook_addr: Option<String>,
+    /// Another DNS name or IP address for the webhooks' serving certificate (repeatable), for
+    /// API servers that reach the webhooks by URL rather than through the Service.
+    #[arg(long)]
+    webhook_host: Vec<String>,
+    /// Where the webhooks' self-managed CA is kept.
+    #[arg(
+        long,
+        default_value = "/var/run/antrea/multicluster-controller-self-signed"
+    )]
+    webhook_cert_dir: PathBuf,
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
@@ -111,6 +126,21 @@ async fn main() -> anyhow::Result<()> {
         }
         .into()
     });
+    let webhooks = webhook::WebhookOptions {
+        role: if is_leader {
+            webhook::Role::Leader
+        } else {
+            webhook::Role::Member
+        },
+        namespace: namespace.clone(),
+        addr: common
+            .webhook_addr
+            .clone()
+            .unwrap_or_else(|| format!(":{}", config.webhook.port)),
+        hosts: common.webhook_host.clone(),
+        cert_dir: common.webhook_cert_dir.clone(),
+    };
+    let webhooks = webhook::start(client.clone(), webhooks, metrics.clone()).await?;
     let work = async {
         if is_leader {
             let liveness = Liveness {
@@ -141,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
     };
     tokio::select! {
         r = serve => r,
+        r = webhooks => r,
         r = work => r,
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted; exiting");

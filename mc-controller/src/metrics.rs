@@ -51,6 +51,10 @@ impl Metrics {
             .or_default() += by;
     }
 
+    pub fn inc(&self, name: &str, labels: &[(&str, &str)]) {
+        self.add(name, labels, 1);
+    }
+
     /// Sets a counter whose running total is kept elsewhere (the kernel's per-CPU counters).
     pub fn set_counter(&self, name: &str, labels: &[(&str, &str)], total: u64) {
         self.0

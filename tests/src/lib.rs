@@ -491,3 +491,76 @@ impl Drop for ControllersPaused {
         }
     }
 }
+
+/// kubectl as a ServiceAccount (a token from the TokenRequest API), as a member's controller
+/// talks to the leader.
+pub struct AsServiceAccount {
+    kubectl: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Testbed {
+    pub fn as_service_account(&self, cluster: &str, namespace: &str, sa: &str) -> AsServiceAccount {
+        let token = self.ok(
+            cluster,
+            &["create", "token", sa, "-n", namespace, "--duration=1h"],
+        );
+        let view: Value = serde_json::from_str(&self.ok(
+            cluster,
+            &["config", "view", "--raw", "--minify", "-o", "json"],
+        ))
+        .expect("kubeconfig JSON");
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": view["clusters"],
+            "users": [{"name": sa, "user": {"token": token.trim()}}],
+            "contexts": [{"name": sa, "context": {"cluster": view["clusters"][0]["name"], "user": sa}}],
+            "current-context": sa,
+        });
+        let dir = std::env::temp_dir().join("strait-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let kubeconfig = dir.join(format!(
+            "{cluster}-{namespace}-{sa}-{}.json",
+            std::process::id()
+        ));
+        std::fs::write(&kubeconfig, config.to_string()).expect("writing a kubeconfig");
+        AsServiceAccount {
+            kubectl: self.kubectl.clone(),
+            kubeconfig,
+        }
+    }
+}
+
+impl AsServiceAccount {
+    /// Runs kubectl with `input` on stdin (when given): (success, stdout, stderr).
+    pub fn run(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
+        use std::io::Write as _;
+        let mut child = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(input) = input {
+            stdin.write_all(input.as_bytes()).expect("writing stdin");
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for AsServiceAccount {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}

@@ -13,6 +13,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use serde::Deserialize as _;
 
 use super::{
     admin_kubeconfig, cluster_dir, kubectl_for,
@@ -34,6 +35,45 @@ pub fn process_name(cluster: &Cluster) -> String {
 
 pub fn health_addr(cluster: &Cluster) -> String {
     format!("{}:8080", cluster.api_ip)
+}
+
+/// Where the cluster's controller serves its admission webhooks.
+pub fn webhook_addr(cluster: &Cluster) -> String {
+    format!("{}:9443", cluster.api_ip)
+}
+
+/// The role's webhook configurations from `deploy/<role>/webhooks.yaml`, pointed at the
+/// controller process by URL (the testbed has no Service network for the API server to reach
+/// `antrea-mc-webhook-service` through). The controller fills caBundle in when it starts.
+fn register_webhooks(kubectl: &Path, cluster: &Cluster) -> anyhow::Result<()> {
+    let role = if cluster.leader { "leader" } else { "member" };
+    let path = repo_root().join(format!("deploy/{role}/webhooks.yaml"));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut v = serde_yaml::Value::deserialize(doc)?;
+        if let Some(hooks) = v
+            .get_mut("webhooks")
+            .and_then(serde_yaml::Value::as_sequence_mut)
+        {
+            for hook in hooks {
+                let path = hook["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .with_context(|| format!("a webhook in {} has no service path", role))?
+                    .to_owned();
+                let mut cc = serde_yaml::Mapping::new();
+                cc.insert(
+                    "url".into(),
+                    format!("https://{}{path}", webhook_addr(cluster)).into(),
+                );
+                hook["clientConfig"] = cc.into();
+            }
+        }
+        docs.push(serde_yaml::to_string(&v)?);
+    }
+    apply(kubectl, cluster, &docs.join("---\n"))
+        .with_context(|| format!("registering the {role} webhooks in {}", cluster.name))
 }
 
 /// Builds one binary of the workspace and returns the path cargo reports for it.
@@ -117,6 +157,9 @@ pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
     )
     .context("creating the Common Area and the member Role in the leader")?;
     for cluster in &CLUSTERS {
+        register_webhooks(kubectl, cluster)?;
+    }
+    for cluster in &CLUSTERS {
         let (role, ns) = if cluster.leader {
             ("leader", LEADER_NS)
         } else {
@@ -128,6 +171,12 @@ pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
             format!("--namespace={ns}"),
             format!("--config={}", config_file(cluster)?.display()),
             format!("--health-addr={}", health_addr(cluster)),
+            format!("--webhook-addr={}", webhook_addr(cluster)),
+            format!("--webhook-host={}", cluster.api_ip),
+            format!(
+                "--webhook-cert-dir={}",
+                cluster_dir(cluster).join("webhook-ca").display()
+            ),
         ];
         if cluster.leader {
             // Shorter than the 60 s default, so that the tests of withdrawal stay quick.

@@ -1,0 +1,619 @@
+//! The admission webhooks (DESIGN §3): an HTTPS server with a self-managed CA (`tls`), the rules
+//! as pure functions (`rules`), and here the glue: read the facts a rule needs from the API,
+//! apply the rule, answer the API server, record a ServiceAccount's binding when a rule says so.
+//!
+//! Paths (the same as Antrea's):
+//! - leader and member: `/validate-multicluster-crd-antrea-io-v1alpha2-clusterset`
+//! - leader: `/validate-multicluster-crd-antrea-io-v1alpha1-memberclusterannounce`,
+//!   `/validate-multicluster-crd-antrea-io-v1alpha1-resourceexport`,
+//!   `/mutate-multicluster-crd-antrea-io-v1alpha1-resourceexport`
+//! - member: `/validate-multicluster-crd-antrea-io-v1alpha1-gateway`
+
+pub mod rules;
+pub mod tls;
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use axum::{
+    Json, Router,
+    extract::{DefaultBodyLimit, State},
+    routing::post,
+};
+use k8s_openapi::api::{
+    admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+    authentication::v1::SelfSubjectReview,
+    core::v1::{ConfigMap, ServiceAccount},
+};
+use kube::{
+    Api, Client, ResourceExt as _,
+    api::{ListParams, Patch, PatchParams, PostParams},
+    core::{
+        DynamicObject,
+        admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
+    },
+};
+use mc_api::{
+    clusterset::v1alpha2::ClusterSet, memberclusterannounce::MemberClusterAnnounce,
+    names::annotations,
+};
+use serde_json::{Value, json};
+
+use crate::{kube_util::MANAGER, metrics::Metrics};
+use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
+
+pub const SERVICE_NAME: &str = "antrea-mc-webhook-service";
+pub const CA_CONFIGMAP: &str = "antrea-mc-ca";
+/// Labels that select the webhook configurations a controller keeps the CA of.
+pub const LABEL_SERVED_BY: (&str, &str) = ("served-by", "antrea-mc-controller");
+pub const LABEL_ROLE: &str = "role";
+/// Optional: when present, only the controller of this namespace serves the configuration.
+pub const LABEL_SERVED_IN: &str = "served-in";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Member,
+}
+
+impl Role {
+    fn label(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Member => "member",
+        }
+    }
+}
+
+pub struct WebhookOptions {
+    pub role: Role,
+    pub namespace: String,
+    /// Where to listen, e.g. `0.0.0.0:9443`.
+    pub addr: String,
+    /// Extra names and addresses for the serving certificate (beyond the Service's DNS names).
+    pub hosts: Vec<String>,
+    pub cert_dir: PathBuf,
+}
+
+struct Ctx {
+    client: Client,
+    ns: String,
+    own_username: Option<String>,
+    metrics: Metrics,
+}
+
+/// Prepares the webhooks — CA, serving certificate, listener, CA published — and returns the
+/// future that serves them (and keeps the published CA right).
+pub async fn start(
+    client: Client,
+    opts: WebhookOptions,
+    metrics: Metrics,
+) -> anyhow::Result<impl Future<Output = anyhow::Result<()>>> {
+    let review = Api::<SelfSubjectReview>::all(client.clone());
+    let (pp, ssr) = (PostParams::default(), SelfSubjectReview::default());
+    let review = review.create(&pp, &ssr);
+    let own_username = match tokio::time::timeout(Duration::from_secs(10), review).await {
+        Ok(Ok(r)) => r.status.and_then(|s| s.user_info).and_then(|u| u.username),
+        Err(_) => {
+            tracing::warn!(
+                "cannot learn this controller's own identity (SelfSubjectReview timed out); its own writes are checked like anyone's"
+            );
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot learn this controller's own identity (SelfSubjectReview); its own writes are checked like anyone's");
+            None
+        }
+    };
+    tracing::info!(identity = ?own_username, "webhooks: this controller's identity");
+    let authority = Arc::new(tls::Authority::load_or_create(
+        &opts.cert_dir,
+        &opts.namespace,
+    )?);
+    let mut hosts = vec![
+        format!("{SERVICE_NAME}.{}.svc", opts.namespace),
+        format!("{SERVICE_NAME}.{}.svc.cluster.local", opts.namespace),
+    ];
+    hosts.extend(opts.hosts.iter().cloned());
+    let serving = authority.issue(&hosts)?;
+    let resolver = tls::Resolver::new(&serving);
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(resolver.clone())?));
+    let addr = normalize_addr(&opts.addr);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for the admission webhooks"))?;
+    tracing::info!(
+        addr,
+        role = opts.role.label(),
+        "admission webhooks listening"
+    );
+
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        ns: opts.namespace.clone(),
+        own_username,
+        metrics: metrics.clone(),
+    });
+    const CLUSTERSET_PATH: &str = "/validate-multicluster-crd-antrea-io-v1alpha2-clusterset";
+    let app = match opts.role {
+        Role::Leader => Router::new()
+            .route(CLUSTERSET_PATH, post(validate_clusterset_leader))
+            .route(
+                "/validate-multicluster-crd-antrea-io-v1alpha1-memberclusterannounce",
+                post(validate_announce),
+            )
+            .route(
+                "/validate-multicluster-crd-antrea-io-v1alpha1-resourceexport",
+                post(validate_export),
+            )
+            .route(
+                "/mutate-multicluster-crd-antrea-io-v1alpha1-resourceexport",
+                post(mutate_export),
+            ),
+        Role::Member => Router::new()
+            .route(CLUSTERSET_PATH, post(validate_clusterset_member))
+            .route(
+                "/validate-multicluster-crd-antrea-io-v1alpha1-gateway",
+                post(validate_gateway),
+            ),
+    };
+    let app = app.layer(DefaultBodyLimit::max(16 << 20)).with_state(ctx);
+
+    let publisher = Publisher {
+        client,
+        role: opts.role,
+        ns: opts.namespace,
+        ca: authority.pem.clone(),
+    };
+    // The first publication before serving, so that the API server trusts us from the start.
+    if let Err(e) = publisher.publish().await {
+        tracing::warn!(error = %format!("{e:#}"), "publishing the webhook CA failed; retrying");
+    }
+    let serve = async move {
+        tokio::spawn(tls::renew(authority, hosts, resolver, serving.not_after));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                if let Err(e) = publisher.publish().await {
+                    tracing::warn!(error = %format!("{e:#}"), "publishing the webhook CA failed; retrying");
+                }
+            }
+        });
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move { connection(acceptor, app, tcp, peer).await });
+        }
+    };
+    Ok(serve)
+}
+
+fn normalize_addr(addr: &str) -> String {
+    if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_owned()
+    }
+}
+
+async fn connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+) {
+    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "webhook TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let svc = hyper_util::service::TowerToHyperService::new(app);
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+        .await
+    {
+        tracing::debug!(%peer, error = %e, "webhook connection ended");
+    }
+}
+
+/// Keeps ConfigMap `antrea-mc-ca` and the caBundle of this controller's webhook configurations
+/// equal to the CA.
+struct Publisher {
+    client: Client,
+    role: Role,
+    ns: String,
+    ca: String,
+}
+
+impl Publisher {
+    async fn publish(&self) -> anyhow::Result<()> {
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CA_CONFIGMAP, "namespace": self.ns},
+            "data": {"ca.crt": self.ca},
+        });
+        cms.patch(
+            CA_CONFIGMAP,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(cm),
+        )
+        .await
+        .with_context(|| format!("writing ConfigMap {}/{CA_CONFIGMAP}", self.ns))?;
+        let selector = format!(
+            "{}={},{LABEL_ROLE}={}",
+            LABEL_SERVED_BY.0,
+            LABEL_SERVED_BY.1,
+            self.role.label()
+        );
+        let bundle = k8s_openapi::ByteString(self.ca.as_bytes().to_vec());
+        let lp = ListParams::default().labels(&selector);
+        let mut found = 0;
+        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        for mut c in vapi
+            .list(&lp)
+            .await
+            .context("listing ValidatingWebhookConfigurations")?
+        {
+            if !self.ours(c.labels()) {
+                continue;
+            }
+            found += 1;
+            let mut changed = false;
+            for w in c.webhooks.iter_mut().flatten() {
+                if w.client_config.ca_bundle.as_ref() != Some(&bundle) {
+                    w.client_config.ca_bundle = Some(bundle.clone());
+                    changed = true;
+                }
+            }
+            if changed {
+                let name = c.name_any();
+                c.metadata.managed_fields = None;
+                vapi.replace(&name, &PostParams::default(), &c)
+                    .await
+                    .with_context(|| format!("updating ValidatingWebhookConfiguration {name}"))?;
+                tracing::info!(name, "published the webhook CA");
+            }
+        }
+        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        for mut c in mapi
+            .list(&lp)
+            .await
+            .context("listing MutatingWebhookConfigurations")?
+        {
+            if !self.ours(c.labels()) {
+                continue;
+            }
+            found += 1;
+            let mut changed = false;
+            for w in c.webhooks.iter_mut().flatten() {
+                if w.client_config.ca_bundle.as_ref() != Some(&bundle) {
+                    w.client_config.ca_bundle = Some(bundle.clone());
+                    changed = true;
+                }
+            }
+            if changed {
+                let name = c.name_any();
+                c.metadata.managed_fields = None;
+                mapi.replace(&name, &PostParams::default(), &c)
+                    .await
+                    .with_context(|| format!("updating MutatingWebhookConfiguration {name}"))?;
+                tracing::info!(name, "published the webhook CA");
+            }
+        }
+        if found == 0 {
+            anyhow::bail!(
+                "no webhook configuration is labelled {selector}: the identity-binding rules are not enforced until deploy/{}/webhooks.yaml is applied",
+                self.role.label()
+            );
+        }
+        Ok(())
+    }
+
+    fn ours(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        labels.get(LABEL_SERVED_IN).is_none_or(|ns| *ns == self.ns)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+
+type Review = Json<AdmissionReview<DynamicObject>>;
+
+struct Request {
+    req: AdmissionRequest<DynamicObject>,
+    op: Op,
+    caller: Caller,
+    old: Option<Value>,
+    new: Option<Value>,
+}
+
+fn unpack(ctx: &Ctx, review: AdmissionReview<DynamicObject>) -> Result<Request, Box<Review>> {
+    let req: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(_) => {
+            return Err(Box::new(Json(
+                AdmissionResponse::invalid("the AdmissionReview carries no request").into_review(),
+            )));
+        }
+    };
+    let op = match req.operation {
+        Operation::Create => Op::Create,
+        Operation::Update => Op::Update,
+        Operation::Delete => Op::Delete,
+        Operation::Connect => {
+            return Err(Box::new(Json(AdmissionResponse::from(&req).into_review())));
+        }
+    };
+    let caller = Caller::classify(
+        req.user_info.username.as_deref().unwrap_or(""),
+        req.user_info.groups.as_deref().unwrap_or(&[]),
+        ctx.own_username.as_deref(),
+    );
+    let to_value =
+        |o: &Option<DynamicObject>| o.as_ref().and_then(|o| serde_json::to_value(o).ok());
+    Ok(Request {
+        old: to_value(&req.old_object),
+        new: to_value(&req.object),
+        op,
+        caller,
+        req,
+    })
+}
+
+fn answer(ctx: &Ctx, webhook: &str, r: &Request, verdict: Result<Verdict, String>) -> Review {
+    let resp = AdmissionResponse::from(&r.req);
+    let (resp, outcome) = match verdict {
+        Ok(Verdict::Allow | Verdict::AllowAndBind(_)) => (resp, "allowed"),
+        Ok(Verdict::Deny(message)) => {
+            tracing::info!(
+                webhook,
+                user = r.req.user_info.username.as_deref().unwrap_or(""),
+                operation = ?r.req.operation,
+                name = r.req.name,
+                message,
+                "admission denied"
+            );
+            let mut resp = resp.deny(message);
+            resp.result.code = 403;
+            resp.result.reason = "Forbidden".into();
+            (resp, "denied")
+        }
+        Err(message) => {
+            // The facts could not be read: refuse rather than guess (failurePolicy is Fail too).
+            tracing::warn!(webhook, message, "admission failed");
+            let mut resp = resp.deny(format!("{message}; retry"));
+            resp.result.code = 500;
+            (resp, "error")
+        }
+    };
+    ctx.metrics.inc(
+        "strait_mc_webhook_requests_total",
+        &[("webhook", webhook), ("outcome", outcome)],
+    );
+    Json(resp.into_review())
+}
+
+fn err(what: &str, e: kube::Error) -> String {
+    format!("the webhook could not read {what}: {e}")
+}
+
+async fn clusterset_facts(ctx: &Ctx, r: &Request, leader: bool) -> Result<Verdict, String> {
+    let sets: Api<ClusterSet> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let others: Vec<String> = sets
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| err("the ClusterSets", e))?
+        .into_iter()
+        .map(|m| m.name_any())
+        .filter(|n| *n != r.req.name)
+        .collect();
+    let announces = if leader && r.op == Op::Delete {
+        let mcas: Api<MemberClusterAnnounce> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+        mcas.list_metadata(&ListParams::default())
+            .await
+            .map_err(|e| err("the MemberClusterAnnounces", e))?
+            .items
+            .len()
+    } else {
+        0
+    };
+    Ok(rules::clusterset(
+        r.op,
+        r.old.as_ref(),
+        r.new.as_ref(),
+        &others,
+        announces,
+    ))
+}
+
+async fn validate_clusterset_leader(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let v = clusterset_facts(&ctx, &r, true).await;
+    answer(&ctx, "clusterset", &r, v)
+}
+
+async fn validate_clusterset_member(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let v = clusterset_facts(&ctx, &r, false).await;
+    answer(&ctx, "clusterset", &r, v)
+}
+
+/// The caller's ServiceAccount in the controller's namespace; `Account::default()` (not found)
+/// for any other caller.
+async fn account(ctx: &Ctx, caller: &Caller) -> Result<(Account, Option<ServiceAccount>), String> {
+    let Caller::ServiceAccount { namespace, name } = caller else {
+        return Ok((Account::default(), None));
+    };
+    if *namespace != ctx.ns {
+        return Ok((Account::default(), None));
+    }
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let sa = api
+        .get_opt(name)
+        .await
+        .map_err(|e| err(&format!("ServiceAccount {namespace}/{name}"), e))?;
+    Ok((
+        Account {
+            found: sa.is_some(),
+            cluster_id: sa
+                .as_ref()
+                .and_then(|s| s.annotations().get(annotations::CLUSTER_ID).cloned()),
+        },
+        sa,
+    ))
+}
+
+async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
+    let (account, sa) = account(ctx, &r.caller).await?;
+    let sets: Api<ClusterSet> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let mut sets = sets
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| err("the ClusterSets", e))?
+        .items;
+    sets.sort_by_key(|s| {
+        (
+            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            s.name_any(),
+        )
+    });
+    let clusterset = sets.first().map(|s| {
+        (
+            s.name_any(),
+            s.spec
+                .leaders
+                .first()
+                .and_then(|l| l.cluster_id.clone())
+                .unwrap_or_default(),
+        )
+    });
+    let me = sa.as_ref().map(|s| s.name_any());
+    let bound = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &ctx.ns)
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| err("the ServiceAccounts", e))?
+        .into_iter()
+        .filter(|m| Some(m.name_any()) != me)
+        .filter_map(|m| {
+            let id = m.annotations().get(annotations::CLUSTER_ID)?.clone();
+            (!id.is_empty()).then(|| (m.name_any(), id))
+        })
+        .collect();
+    let facts = AnnounceFacts {
+        leader_ns: &ctx.ns,
+        account,
+        clusterset,
+        bound,
+    };
+    let verdict = rules::member_announce(r.op, &r.caller, r.old.as_ref(), r.new.as_ref(), &facts);
+    if let (Verdict::AllowAndBind(id), Some(sa)) = (&verdict, &sa)
+        && !r.req.dry_run
+    {
+        return bind(ctx, sa, id).await.map(|()| verdict);
+    }
+    Ok(verdict)
+}
+
+/// Records on the ServiceAccount the cluster ID it now speaks for. The resourceVersion
+/// precondition makes two concurrent first announces of one ServiceAccount bind it once.
+async fn bind(ctx: &Ctx, sa: &ServiceAccount, id: &str) -> Result<(), String> {
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let patch = json!({"metadata": {
+        "annotations": {annotations::CLUSTER_ID: id},
+        "resourceVersion": sa.resource_version(),
+    }});
+    api.patch(
+        &sa.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map_err(|e| {
+        format!(
+            "binding ServiceAccount {} to cluster ID {id:?} failed: {e}",
+            sa.name_any()
+        )
+    })?;
+    tracing::info!(
+        service_account = sa.name_any(),
+        cluster_id = id,
+        "bound a member ServiceAccount to the cluster ID of its first announce"
+    );
+    Ok(())
+}
+
+async fn validate_announce(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let v = announce_verdict(&ctx, &r).await;
+    answer(&ctx, "memberclusterannounce", &r, v)
+}
+
+async fn validate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let v = account(&ctx, &r.caller).await.map(|(account, _)| {
+        rules::resource_export(
+            r.op,
+            &r.caller,
+            &ctx.ns,
+            &account,
+            r.old.as_ref(),
+            r.new.as_ref(),
+        )
+    });
+    answer(&ctx, "resourceexport", &r, v)
+}
+
+async fn mutate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let ops = r
+        .new
+        .as_ref()
+        .map(rules::mutate_resource_export)
+        .unwrap_or_default();
+    let resp = AdmissionResponse::from(&r.req);
+    if ops.is_empty() {
+        return Json(resp.into_review());
+    }
+    let patch = serde_json::from_value::<json_patch::Patch>(Value::Array(ops))
+        .map_err(|e| e.to_string())
+        .and_then(|p| resp.clone().with_patch(p).map_err(|e| e.to_string()));
+    match patch {
+        Ok(resp) => Json(resp.into_review()),
+        Err(e) => answer(&ctx, "mutate-resourceexport", &r, Err(e)),
+    }
+}
+
+async fn validate_gateway(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let v = rules::gateway(&r.caller);
+    answer(&ctx, "gateway", &r, Ok(v))
+}

@@ -1,0 +1,1081 @@
+//! The admission rules, as pure functions of the request and of facts read from the API before
+//! (DESIGN §3, reference §3.5). Nothing here does I/O, so every allow/deny case is a unit test.
+//!
+//! The identity binding: a member's controller talks to the leader with the token of a
+//! ServiceAccount in the leader's namespace. That ServiceAccount speaks for one cluster ID, named
+//! by its annotation `multicluster.antrea.io/cluster-id`. The guides create the ServiceAccount
+//! without the annotation; such a ServiceAccount is bound to the cluster ID of its first
+//! MemberClusterAnnounce (the webhook records the annotation before it admits the announce), and
+//! until then may not write ResourceExports at all.
+
+use mc_api::names::{self, annotations, finalizers, labels};
+use serde_json::Value;
+
+/// Who sent the request, from the AdmissionReview's userInfo.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// This controller itself (its own identity, learnt at start).
+    Controller,
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
+    /// A member of `system:masters`: a cluster administrator.
+    Admin,
+    /// Any other user.
+    User(String),
+}
+
+impl Caller {
+    pub fn classify(username: &str, groups: &[String], own_username: Option<&str>) -> Caller {
+        if own_username == Some(username) {
+            return Caller::Controller;
+        }
+        if let Some(rest) = username.strip_prefix("system:serviceaccount:")
+            && let Some((ns, name)) = rest.split_once(':')
+        {
+            return Caller::ServiceAccount {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+            };
+        }
+        if groups.iter().any(|g| g == "system:masters") {
+            return Caller::Admin;
+        }
+        Caller::User(username.to_owned())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create,
+    Update,
+    Delete,
+}
+
+/// What the webhook answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    /// Allow, after recording on the caller's ServiceAccount that it speaks for this cluster ID.
+    AllowAndBind(String),
+    Deny(String),
+}
+
+use Verdict::{Allow, AllowAndBind, Deny};
+
+fn deny(message: impl Into<String>) -> Verdict {
+    Deny(message.into())
+}
+
+/// The caller's ServiceAccount, as read from the API.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Account {
+    /// None: the ServiceAccount does not exist.
+    pub found: bool,
+    /// The value of its cluster-id annotation; None when it has none.
+    pub cluster_id: Option<String>,
+}
+
+/// Other ServiceAccounts of the leader namespace bound to cluster IDs: (name, cluster ID).
+pub type Bindings = Vec<(String, String)>;
+
+fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_str().unwrap_or("")
+}
+
+fn label<'a>(obj: &'a Value, key: &str) -> &'a str {
+    obj["metadata"]["labels"][key].as_str().unwrap_or("")
+}
+
+fn object_name(obj: &Value) -> &str {
+    s(obj, &["metadata", "name"])
+}
+
+/// `east` and `east-1` (either way round): names made by joining IDs with dashes could collide.
+pub fn prefix_pair(a: &str, b: &str) -> bool {
+    a != b
+        && (b.strip_prefix(a).is_some_and(|rest| rest.starts_with('-'))
+            || a.strip_prefix(b).is_some_and(|rest| rest.starts_with('-')))
+}
+
+/// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
+pub fn dns1123_label(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !v.starts_with('-')
+        && !v.ends_with('-')
+}
+
+// ---------------------------------------------------------------------------------------------
+// ClusterSet (leader and member)
+
+/// `others`: the ClusterSets already in the namespace, other than this one. `announces`: how
+/// many MemberClusterAnnounces the namespace holds (leader only; 0 on a member).
+pub fn clusterset(
+    op: Op,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    others: &[String],
+    announces: usize,
+) -> Verdict {
+    match op {
+        Op::Create => {
+            if let Some(other) = others.first() {
+                return deny(format!(
+                    "multiple ClusterSets in a Namespace are not allowed: ClusterSet {other} already exists here"
+                ));
+            }
+            Allow
+        }
+        Op::Update => {
+            let (Some(old), Some(new)) = (old, new) else {
+                return Allow;
+            };
+            let (was, is) = (
+                s(old, &["spec", "clusterID"]),
+                s(new, &["spec", "clusterID"]),
+            );
+            if !was.is_empty() && was != is {
+                return deny(format!(
+                    "the field 'clusterID' is immutable (it is {was:?}); delete and re-create the ClusterSet to change it"
+                ));
+            }
+            let leader = |v: &Value| {
+                v["spec"]["leaders"][0]["clusterID"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let (was, is) = (leader(old), leader(new));
+            if !was.is_empty() && was != is {
+                return deny(format!(
+                    "the field 'leaders[0].clusterID' is immutable (it is {was:?}); delete and re-create the ClusterSet to change it"
+                ));
+            }
+            Allow
+        }
+        Op::Delete => {
+            if announces > 0 {
+                let name = old.map(object_name).unwrap_or_default();
+                return deny(format!(
+                    "failed to delete the ClusterSet {name} since there are still member clusters connecting to this leader cluster ({announces} MemberClusterAnnounce(s)): let the members leave first (delete their ClusterSets)"
+                ));
+            }
+            Allow
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MemberClusterAnnounce (leader)
+
+/// Facts for a MemberClusterAnnounce request.
+pub struct AnnounceFacts<'a> {
+    pub leader_ns: &'a str,
+    /// The caller's ServiceAccount (meaningful when the caller is one in `leader_ns`).
+    pub account: Account,
+    /// The ClusterSet of the namespace: (name, leaders[0].clusterID).
+    pub clusterset: Option<(String, String)>,
+    /// Other ServiceAccounts already bound.
+    pub bound: Bindings,
+}
+
+fn announce_fields(v: &Value) -> (&str, &str, &str) {
+    (
+        s(v, &["clusterID"]),
+        s(v, &["clusterSetID"]),
+        s(v, &["leaderClusterID"]),
+    )
+}
+
+/// The cluster ID the caller may speak for, binding it to `claimed` if it has none yet.
+fn bind_or_check(sa: &str, account: &Account, claimed: &str, bound: &Bindings) -> Verdict {
+    match account.cluster_id.as_deref() {
+        Some(id) if id == claimed => Allow,
+        Some("") => deny(format!(
+            "ServiceAccount {sa} has an empty {} annotation",
+            annotations::CLUSTER_ID
+        )),
+        Some(id) => deny(format!(
+            "ServiceAccount {sa} speaks for cluster {id:?}; it may not announce or change cluster {claimed:?}"
+        )),
+        None => {
+            if let Some((other, _)) = bound.iter().find(|(_, id)| id == claimed) {
+                return deny(format!(
+                    "cluster ID {claimed:?} is already bound to ServiceAccount {other}; ServiceAccount {sa} may not announce it"
+                ));
+            }
+            if claimed.is_empty() {
+                return deny("clusterID must not be empty");
+            }
+            AllowAndBind(claimed.to_owned())
+        }
+    }
+}
+
+pub fn member_announce(
+    op: Op,
+    caller: &Caller,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    facts: &AnnounceFacts,
+) -> Verdict {
+    if op == Op::Update
+        && let (Some(old), Some(new)) = (old, new)
+    {
+        let (o, n) = (announce_fields(old), announce_fields(new));
+        for (field, was, is) in [
+            ("clusterID", o.0, n.0),
+            ("clusterSetID", o.1, n.1),
+            ("leaderClusterID", o.2, n.2),
+        ] {
+            if was != is {
+                return deny(format!(
+                    "the field '{field}' of a MemberClusterAnnounce is immutable ({was:?} -> {is:?})"
+                ));
+            }
+        }
+    }
+    let (ns, sa) = match caller {
+        Caller::Controller => return Allow,
+        Caller::Admin | Caller::User(_) => {
+            return if op == Op::Delete {
+                Allow
+            } else {
+                deny(
+                    "MemberClusterAnnounces are written by member controllers with their ServiceAccount's token, not by users",
+                )
+            };
+        }
+        Caller::ServiceAccount { namespace, name } => (namespace, name),
+    };
+    let who = format!("{ns}/{sa}");
+    if ns != facts.leader_ns {
+        return if op == Op::Delete {
+            Allow
+        } else {
+            deny(format!(
+                "ServiceAccount {who} is not in the leader namespace {}; members use a ServiceAccount of that namespace",
+                facts.leader_ns
+            ))
+        };
+    }
+    if !facts.account.found {
+        return if op == Op::Delete {
+            Allow
+        } else {
+            deny(format!("ServiceAccount {who} does not exist"))
+        };
+    }
+    let target = match op {
+        Op::Create => new,
+        Op::Update | Op::Delete => old,
+    }
+    .map(announce_fields)
+    .unwrap_or_default();
+    let claimed = target.0;
+    if op == Op::Delete {
+        // Deleting never binds: an unbound ServiceAccount may not delete announces.
+        return match facts.account.cluster_id.as_deref() {
+            Some(id) if id == claimed => Allow,
+            Some(id) => deny(format!(
+                "ServiceAccount {who} speaks for cluster {id:?}; it may not delete the announce of cluster {claimed:?}"
+            )),
+            None => deny(format!(
+                "ServiceAccount {who} is not bound to a cluster ID ({}); it may not delete announces",
+                annotations::CLUSTER_ID
+            )),
+        };
+    }
+    if op == Op::Create {
+        let Some((set, leader)) = &facts.clusterset else {
+            return deny(format!(
+                "there is no ClusterSet in the leader namespace {}; create it first",
+                facts.leader_ns
+            ));
+        };
+        if target.1 != set {
+            return deny(format!(
+                "clusterSetID {:?} is not the ClusterSet of this leader ({set:?})",
+                target.1
+            ));
+        }
+        if target.2 != leader {
+            return deny(format!(
+                "leaderClusterID {:?} is not this leader's cluster ID ({leader:?})",
+                target.2
+            ));
+        }
+        let expected = names::member_announce(claimed);
+        let name = new.map(object_name).unwrap_or_default();
+        if name != expected {
+            return deny(format!(
+                "a MemberClusterAnnounce of cluster {claimed:?} must be named {expected:?}, not {name:?}"
+            ));
+        }
+        if let Some((other, id)) = facts.bound.iter().find(|(_, id)| prefix_pair(id, claimed)) {
+            return deny(format!(
+                "cluster ID {claimed:?} and cluster ID {id:?} (ServiceAccount {other}) differ only by a '-' suffix, which makes the names of their exports ambiguous; choose another cluster ID"
+            ));
+        }
+    }
+    bind_or_check(&who, &facts.account, claimed, &facts.bound)
+}
+
+// ---------------------------------------------------------------------------------------------
+// ResourceExport (leader)
+
+pub const MEMBER_KINDS: [&str; 4] = ["Service", "Endpoints", "ClusterInfo", "LabelIdentity"];
+
+pub fn resource_export(
+    op: Op,
+    caller: &Caller,
+    leader_ns: &str,
+    account: &Account,
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> Verdict {
+    let (ns, sa) = match caller {
+        // Administrators export ACNPs by hand; the controller manages finalizers.
+        Caller::Controller | Caller::Admin | Caller::User(_) => return Allow,
+        Caller::ServiceAccount { namespace, name } => (namespace, name),
+    };
+    if ns != leader_ns {
+        // Not a member identity (members use ServiceAccounts of the leader namespace).
+        return Allow;
+    }
+    let who = format!("{ns}/{sa}");
+    if !account.found {
+        let terminating = old.is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null());
+        return if op == Op::Delete && terminating {
+            Allow
+        } else {
+            deny(format!("ServiceAccount {who} does not exist"))
+        };
+    }
+    let id = match account.cluster_id.as_deref() {
+        None => {
+            return deny(format!(
+                "ServiceAccount {who} is not bound to a cluster ID yet: a member announces itself (MemberClusterAnnounce) before it exports"
+            ));
+        }
+        Some("") => {
+            return deny(format!(
+                "ServiceAccount {who} has an empty {} annotation",
+                annotations::CLUSTER_ID
+            ));
+        }
+        Some(id) => id,
+    };
+    if let Some(old) = old {
+        let owner = s(old, &["spec", "clusterID"]);
+        if owner != id {
+            return deny(format!(
+                "ServiceAccount {who} speaks for cluster {id:?}; it may not change the ResourceExport {} of cluster {owner:?}",
+                object_name(old)
+            ));
+        }
+    }
+    if op == Op::Delete {
+        return Allow;
+    }
+    let Some(new) = new else {
+        return deny("the request carries no object");
+    };
+    if let Some(old) = old {
+        let has = |v: &Value, f: &str| {
+            v["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x.as_str() == Some(f)))
+        };
+        for f in [
+            finalizers::RESOURCE_EXPORT,
+            finalizers::RESOURCE_EXPORT_LEGACY,
+        ] {
+            if has(old, f) && !has(new, f) {
+                return deny(format!(
+                    "the finalizer {f} is the leader's; a member may not remove it"
+                ));
+            }
+        }
+        let kind = s(old, &["spec", "kind"]);
+        if kind == "Service" || kind == "Endpoints" {
+            let tuple = |v: &Value| {
+                (
+                    s(v, &["spec", "namespace"]).to_owned(),
+                    s(v, &["spec", "name"]).to_owned(),
+                    s(v, &["spec", "kind"]).to_owned(),
+                )
+            };
+            if tuple(old) != tuple(new) {
+                return deny(
+                    "spec.namespace, spec.name and spec.kind of a Service or Endpoints export are immutable",
+                );
+            }
+        }
+    }
+    check_export(&who, id, new)
+}
+
+fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
+    let kind = s(re, &["spec", "kind"]);
+    if !MEMBER_KINDS.contains(&kind) {
+        return deny(format!(
+            "a member may export kinds {MEMBER_KINDS:?} only, not {kind:?}"
+        ));
+    }
+    let spec_id = s(re, &["spec", "clusterID"]);
+    if spec_id != id {
+        return deny(format!(
+            "ServiceAccount {who} speaks for cluster {id:?}; spec.clusterID {spec_id:?} is spoofed"
+        ));
+    }
+    let source = label(re, labels::SOURCE_CLUSTER_ID);
+    if source != id {
+        return deny(format!(
+            "ServiceAccount {who} speaks for cluster {id:?}; label {} = {source:?} is spoofed",
+            labels::SOURCE_CLUSTER_ID
+        ));
+    }
+    let source_kind = label(re, labels::SOURCE_KIND);
+    if source_kind != kind {
+        return deny(format!(
+            "label {} = {source_kind:?} differs from spec.kind {kind:?}",
+            labels::SOURCE_KIND
+        ));
+    }
+    let name = object_name(re);
+    let expected = match kind {
+        "Service" | "Endpoints" => {
+            let payload = if kind == "Service" {
+                "service"
+            } else {
+                "endpoints"
+            };
+            if re["spec"][payload].is_null() {
+                return deny(format!("a {kind} export needs spec.{payload}"));
+            }
+            let (ns, n) = (s(re, &["spec", "namespace"]), s(re, &["spec", "name"]));
+            for (what, v) in [("spec.namespace", ns), ("spec.name", n)] {
+                if !dns1123_label(v) {
+                    return deny(format!("{what} {v:?} is not a DNS-1123 label"));
+                }
+            }
+            for (key, v) in [(labels::SOURCE_NAMESPACE, ns), (labels::SOURCE_NAME, n)] {
+                if label(re, key) != v {
+                    return deny(format!(
+                        "label {key} = {:?} differs from the exported object ({v:?})",
+                        label(re, key)
+                    ));
+                }
+            }
+            names::resource_export(id, ns, n, kind)
+        }
+        "ClusterInfo" => {
+            let info_id = s(re, &["spec", "clusterInfo", "clusterID"]);
+            if info_id != id {
+                return deny(format!(
+                    "ServiceAccount {who} speaks for cluster {id:?}; spec.clusterInfo.clusterID {info_id:?} is spoofed"
+                ));
+            }
+            names::cluster_info_export(id)
+        }
+        _ => {
+            // LabelIdentity: `<clusterID>-<hash>`.
+            if s(re, &["spec", "labelIdentity", "normalizedLabel"]).is_empty() {
+                return deny("a LabelIdentity export needs spec.labelIdentity.normalizedLabel");
+            }
+            if name
+                .strip_prefix(id)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return Allow;
+            }
+            return deny(format!(
+                "a LabelIdentity export of cluster {id:?} must be named {id}-<hash>, not {name:?}"
+            ));
+        }
+    };
+    if name != expected {
+        return deny(format!(
+            "this ResourceExport must be named {expected:?}, not {name:?}"
+        ));
+    }
+    Allow
+}
+
+/// The mutating webhook: an ACNP export gets its source labels and the leader's finalizer.
+/// Returns JSON-patch operations (empty: nothing to change).
+pub fn mutate_resource_export(re: &Value) -> Vec<Value> {
+    let policy = if !re["spec"]["clusterNetworkPolicy"].is_null() {
+        true
+    } else {
+        !re["spec"]["clusternetworkpolicy"].is_null()
+    };
+    if !policy {
+        return Vec::new();
+    }
+    let mut ops = Vec::new();
+    let want = [
+        (labels::SOURCE_NAME, s(re, &["spec", "name"]).to_owned()),
+        (labels::SOURCE_NAMESPACE, String::new()),
+        (labels::SOURCE_KIND, "AntreaClusterNetworkPolicy".to_owned()),
+    ];
+    if !re["metadata"]["labels"].is_object() {
+        ops.push(serde_json::json!({"op": "add", "path": "/metadata/labels", "value": {}}));
+    }
+    for (k, v) in want {
+        if label(re, k) != v || re["metadata"]["labels"][k].is_null() {
+            ops.push(serde_json::json!({"op": "add", "path": format!("/metadata/labels/{k}"), "value": v}));
+        }
+    }
+    let deleting = !re["metadata"]["deletionTimestamp"].is_null();
+    let fins = re["metadata"]["finalizers"].as_array();
+    let has = fins.is_some_and(|a| {
+        a.iter()
+            .any(|f| f.as_str() == Some(finalizers::RESOURCE_EXPORT))
+    });
+    if !deleting && !has {
+        if fins.is_none() {
+            ops.push(serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizers::RESOURCE_EXPORT]}));
+        } else {
+            ops.push(serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizers::RESOURCE_EXPORT}));
+        }
+    }
+    ops
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway (member)
+
+/// Only the controller (which elects the gateway) and the agents (which add their WireGuard
+/// key) write Gateways; cluster administrators may repair them by hand.
+pub fn gateway(caller: &Caller) -> Verdict {
+    match caller {
+        Caller::Controller | Caller::Admin => Allow,
+        Caller::ServiceAccount { name, .. }
+            if name == "antrea-mc-controller"
+                || name == "antrea-agent"
+                || name == "strait-agent" =>
+        {
+            Allow
+        }
+        Caller::ServiceAccount { namespace, name } => deny(format!(
+            "Gateways are written by the multi-cluster controller and the agents only, not by ServiceAccount {namespace}/{name}"
+        )),
+        Caller::User(u) => deny(format!(
+            "Gateways are written by the multi-cluster controller and the agents only, not by user {u}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NS: &str = "antrea-multicluster";
+
+    fn sa(name: &str) -> Caller {
+        Caller::ServiceAccount {
+            namespace: NS.into(),
+            name: name.into(),
+        }
+    }
+
+    fn bound(id: &str) -> Account {
+        Account {
+            found: true,
+            cluster_id: Some(id.into()),
+        }
+    }
+
+    fn unbound() -> Account {
+        Account {
+            found: true,
+            cluster_id: None,
+        }
+    }
+
+    fn mca(id: &str) -> Value {
+        json!({"metadata": {"name": format!("member-announce-from-{id}")},
+               "clusterID": id, "clusterSetID": "set", "leaderClusterID": "north"})
+    }
+
+    fn facts(account: Account) -> AnnounceFacts<'static> {
+        AnnounceFacts {
+            leader_ns: NS,
+            account,
+            clusterset: Some(("set".into(), "north".into())),
+            bound: vec![("member-west".into(), "west".into())],
+        }
+    }
+
+    fn denied(v: Verdict, needle: &str) {
+        match v {
+            Deny(m) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
+            other => panic!("expected a denial mentioning {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn callers_are_classified() {
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            Caller::classify("system:serviceaccount:a:b", &g(&[]), None),
+            Caller::ServiceAccount {
+                namespace: "a".into(),
+                name: "b".into()
+            }
+        );
+        assert_eq!(
+            Caller::classify("kubernetes-admin", &g(&["system:masters"]), None),
+            Caller::Admin
+        );
+        assert_eq!(
+            Caller::classify("me", &g(&["system:masters"]), Some("me")),
+            Caller::Controller
+        );
+        assert_eq!(
+            Caller::classify("bob", &g(&["devs"]), Some("me")),
+            Caller::User("bob".into())
+        );
+    }
+
+    #[test]
+    fn announce_create() {
+        let east = sa("member-east");
+        let new = mca("east");
+        // Bound to its own ID: allowed.
+        assert_eq!(
+            member_announce(Op::Create, &east, None, Some(&new), &facts(bound("east"))),
+            Allow
+        );
+        // Unbound (the guides' ServiceAccount): allowed and bound.
+        assert_eq!(
+            member_announce(Op::Create, &east, None, Some(&new), &facts(unbound())),
+            AllowAndBind("east".into())
+        );
+        // Spoofing a cluster bound elsewhere, bound or not.
+        denied(
+            member_announce(
+                Op::Create,
+                &east,
+                None,
+                Some(&mca("west")),
+                &facts(unbound()),
+            ),
+            "already bound to ServiceAccount member-west",
+        );
+        denied(
+            member_announce(
+                Op::Create,
+                &east,
+                None,
+                Some(&mca("west")),
+                &facts(bound("east")),
+            ),
+            "speaks for cluster \"east\"",
+        );
+        // Wrong ClusterSet, wrong leader, wrong name, no ClusterSet.
+        let mut v = new.clone();
+        v["clusterSetID"] = json!("other");
+        denied(
+            member_announce(Op::Create, &east, None, Some(&v), &facts(bound("east"))),
+            "clusterSetID",
+        );
+        let mut v = new.clone();
+        v["leaderClusterID"] = json!("south");
+        denied(
+            member_announce(Op::Create, &east, None, Some(&v), &facts(bound("east"))),
+            "leaderClusterID",
+        );
+        let mut v = new.clone();
+        v["metadata"]["name"] = json!("hello");
+        denied(
+            member_announce(Op::Create, &east, None, Some(&v), &facts(bound("east"))),
+            "must be named \"member-announce-from-east\"",
+        );
+        let mut f = facts(bound("east"));
+        f.clusterset = None;
+        denied(
+            member_announce(Op::Create, &east, None, Some(&new), &f),
+            "no ClusterSet",
+        );
+        // Empty annotation, missing ServiceAccount, other namespace, users.
+        denied(
+            member_announce(Op::Create, &east, None, Some(&new), &facts(bound(""))),
+            "empty",
+        );
+        denied(
+            member_announce(
+                Op::Create,
+                &east,
+                None,
+                Some(&new),
+                &facts(Account::default()),
+            ),
+            "does not exist",
+        );
+        let other = Caller::ServiceAccount {
+            namespace: "default".into(),
+            name: "member-east".into(),
+        };
+        denied(
+            member_announce(Op::Create, &other, None, Some(&new), &facts(unbound())),
+            "not in the leader namespace",
+        );
+        denied(
+            member_announce(
+                Op::Create,
+                &Caller::Admin,
+                None,
+                Some(&new),
+                &facts(unbound()),
+            ),
+            "not by users",
+        );
+        // IDs that differ by a dash suffix, both ways round.
+        denied(
+            member_announce(
+                Op::Create,
+                &east,
+                None,
+                Some(&mca("west-1")),
+                &facts(unbound()),
+            ),
+            "differ only by a '-' suffix",
+        );
+        let mut f = facts(unbound());
+        f.bound = vec![("member-x".into(), "east-1".into())];
+        denied(
+            member_announce(Op::Create, &east, None, Some(&new), &f),
+            "differ only by a '-' suffix",
+        );
+    }
+
+    #[test]
+    fn announce_update_and_delete() {
+        let east = sa("member-east");
+        let old = mca("east");
+        let mut beat = old.clone();
+        beat["metadata"]["annotations"] = json!({"touch-ts": "now"});
+        assert_eq!(
+            member_announce(
+                Op::Update,
+                &east,
+                Some(&old),
+                Some(&beat),
+                &facts(bound("east"))
+            ),
+            Allow
+        );
+        // An announce made before the webhook existed binds on its next heartbeat.
+        assert_eq!(
+            member_announce(
+                Op::Update,
+                &east,
+                Some(&old),
+                Some(&beat),
+                &facts(unbound())
+            ),
+            AllowAndBind("east".into())
+        );
+        for field in ["clusterID", "clusterSetID", "leaderClusterID"] {
+            let mut v = old.clone();
+            v[field] = json!("changed");
+            denied(
+                member_announce(
+                    Op::Update,
+                    &Caller::Controller,
+                    Some(&old),
+                    Some(&v),
+                    &facts(bound("east")),
+                ),
+                "immutable",
+            );
+        }
+        let west = mca("west");
+        denied(
+            member_announce(
+                Op::Update,
+                &east,
+                Some(&west),
+                Some(&west),
+                &facts(bound("east")),
+            ),
+            "speaks for cluster",
+        );
+        denied(
+            member_announce(Op::Delete, &east, Some(&west), None, &facts(bound("east"))),
+            "may not delete",
+        );
+        denied(
+            member_announce(Op::Delete, &east, Some(&old), None, &facts(unbound())),
+            "not bound",
+        );
+        assert_eq!(
+            member_announce(Op::Delete, &east, Some(&old), None, &facts(bound("east"))),
+            Allow
+        );
+        // Administrators, the controller, gone ServiceAccounts and other namespaces may delete.
+        for caller in [Caller::Admin, Caller::Controller, Caller::User("x".into())] {
+            assert_eq!(
+                member_announce(Op::Delete, &caller, Some(&west), None, &facts(unbound())),
+                Allow
+            );
+        }
+        assert_eq!(
+            member_announce(
+                Op::Delete,
+                &east,
+                Some(&west),
+                None,
+                &facts(Account::default())
+            ),
+            Allow
+        );
+        // The controller updates (finalizers) without a binding.
+        assert_eq!(
+            member_announce(
+                Op::Update,
+                &Caller::Controller,
+                Some(&west),
+                Some(&west),
+                &facts(unbound())
+            ),
+            Allow
+        );
+    }
+
+    fn svc_export(id: &str, kind: &str) -> Value {
+        json!({
+            "metadata": {
+                "name": names::resource_export(id, "default", "nginx", kind),
+                "labels": {"sourceClusterID": id, "sourceKind": kind,
+                           "sourceNamespace": "default", "sourceName": "nginx"}
+            },
+            "spec": {"clusterID": id, "kind": kind, "namespace": "default", "name": "nginx",
+                     "service": {"serviceSpec": {}}, "endpoints": {"subsets": []}}
+        })
+    }
+
+    fn info_export(id: &str) -> Value {
+        json!({
+            "metadata": {"name": format!("{id}-clusterinfo"),
+                         "labels": {"sourceClusterID": id, "sourceKind": "ClusterInfo"}},
+            "spec": {"clusterID": id, "kind": "ClusterInfo", "name": id, "namespace": "kube-system",
+                     "clusterInfo": {"clusterID": id}}
+        })
+    }
+
+    #[test]
+    fn export_rules() {
+        let east = sa("member-east");
+        let me = bound("east");
+        let re = |op, old: Option<&Value>, new: Option<&Value>| {
+            resource_export(op, &east, NS, &me, old, new)
+        };
+        for kind in ["Service", "Endpoints"] {
+            let v = svc_export("east", kind);
+            assert_eq!(re(Op::Create, None, Some(&v)), Allow, "{kind}");
+            assert_eq!(re(Op::Update, Some(&v), Some(&v)), Allow, "{kind}");
+            assert_eq!(re(Op::Delete, Some(&v), None), Allow, "{kind}");
+        }
+        let info = info_export("east");
+        assert_eq!(re(Op::Create, None, Some(&info)), Allow);
+        // A peer's exports.
+        let west = svc_export("west", "Service");
+        denied(re(Op::Update, Some(&west), Some(&west)), "may not change");
+        denied(re(Op::Delete, Some(&west), None), "may not change");
+        denied(re(Op::Create, None, Some(&west)), "spec.clusterID");
+        // Spoofed label, kind label, name, ClusterInfo.
+        let mut v = svc_export("east", "Service");
+        v["metadata"]["labels"]["sourceClusterID"] = json!("west");
+        denied(re(Op::Create, None, Some(&v)), "sourceClusterID");
+        let mut v = svc_export("east", "Service");
+        v["metadata"]["labels"]["sourceKind"] = json!("Endpoints");
+        denied(re(Op::Create, None, Some(&v)), "sourceKind");
+        let mut v = svc_export("east", "Service");
+        v["metadata"]["name"] = json!("west-default-nginx-service");
+        denied(re(Op::Create, None, Some(&v)), "must be named");
+        let mut v = svc_export("east", "Service");
+        v["metadata"]["labels"]["sourceName"] = json!("other");
+        denied(re(Op::Create, None, Some(&v)), "sourceName");
+        let mut v = info_export("east");
+        v["spec"]["clusterInfo"]["clusterID"] = json!("west");
+        denied(re(Op::Create, None, Some(&v)), "clusterInfo.clusterID");
+        // Kinds a member may not export, payloads missing, bad names.
+        let mut v = svc_export("east", "Service");
+        v["spec"]["kind"] = json!("AntreaClusterNetworkPolicy");
+        v["metadata"]["labels"]["sourceKind"] = json!("AntreaClusterNetworkPolicy");
+        denied(re(Op::Create, None, Some(&v)), "may export kinds");
+        let mut v = svc_export("east", "Service");
+        v["spec"]["service"] = Value::Null;
+        denied(re(Op::Create, None, Some(&v)), "needs spec.service");
+        let mut v = svc_export("east", "Endpoints");
+        v["spec"]["endpoints"] = Value::Null;
+        denied(re(Op::Create, None, Some(&v)), "needs spec.endpoints");
+        let mut v = svc_export("east", "Service");
+        v["spec"]["name"] = json!("Bad_Name");
+        v["metadata"]["labels"]["sourceName"] = json!("Bad_Name");
+        denied(re(Op::Create, None, Some(&v)), "DNS-1123");
+        // Immutable tuple; the leader's finalizer stays.
+        let old = svc_export("east", "Service");
+        let mut v = old.clone();
+        v["spec"]["name"] = json!("other");
+        denied(re(Op::Update, Some(&old), Some(&v)), "immutable");
+        let mut old = svc_export("east", "Service");
+        old["metadata"]["finalizers"] = json!([finalizers::RESOURCE_EXPORT]);
+        denied(
+            re(Op::Update, Some(&old), Some(&svc_export("east", "Service"))),
+            "finalizer",
+        );
+        // Identity problems.
+        let v = svc_export("east", "Service");
+        denied(
+            resource_export(Op::Create, &east, NS, &unbound(), None, Some(&v)),
+            "not bound to a cluster ID yet",
+        );
+        denied(
+            resource_export(Op::Create, &east, NS, &bound(""), None, Some(&v)),
+            "empty",
+        );
+        denied(
+            resource_export(Op::Create, &east, NS, &Account::default(), None, Some(&v)),
+            "does not exist",
+        );
+        let mut dying = v.clone();
+        dying["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(
+            resource_export(
+                Op::Delete,
+                &east,
+                NS,
+                &Account::default(),
+                Some(&dying),
+                None
+            ),
+            Allow
+        );
+        // Administrators (ACNP exports), other namespaces and the controller are trusted.
+        let mut acnp = svc_export("", "Service");
+        acnp["spec"]["kind"] = json!("AntreaClusterNetworkPolicy");
+        for caller in [
+            Caller::Admin,
+            Caller::User("bob".into()),
+            Caller::Controller,
+            Caller::ServiceAccount {
+                namespace: "default".into(),
+                name: "ci".into(),
+            },
+        ] {
+            assert_eq!(
+                resource_export(Op::Create, &caller, NS, &unbound(), None, Some(&acnp)),
+                Allow
+            );
+        }
+    }
+
+    #[test]
+    fn label_identity_names() {
+        let me = bound("east");
+        let v = json!({
+            "metadata": {"name": "east-0123456789abcdef",
+                         "labels": {"sourceClusterID": "east", "sourceKind": "LabelIdentity"}},
+            "spec": {"clusterID": "east", "kind": "LabelIdentity",
+                     "labelIdentity": {"normalizedLabel": "ns:a=b&pod:c=d"}}
+        });
+        let east = sa("member-east");
+        assert_eq!(
+            resource_export(Op::Create, &east, NS, &me, None, Some(&v)),
+            Allow
+        );
+        let mut bad = v.clone();
+        bad["metadata"]["name"] = json!("west-0123456789abcdef");
+        denied(
+            resource_export(Op::Create, &east, NS, &me, None, Some(&bad)),
+            "must be named east-<hash>",
+        );
+    }
+
+    #[test]
+    fn clusterset_rules() {
+        let cs = |id: &str, leader: &str| {
+            json!({"metadata": {"name": "set"},
+                   "spec": {"clusterID": id, "leaders": [{"clusterID": leader}]}})
+        };
+        assert_eq!(
+            clusterset(Op::Create, None, Some(&cs("a", "l")), &[], 0),
+            Allow
+        );
+        denied(
+            clusterset(Op::Create, None, Some(&cs("a", "l")), &["other".into()], 0),
+            "multiple ClusterSets",
+        );
+        assert_eq!(
+            clusterset(Op::Update, Some(&cs("", "l")), Some(&cs("a", "l")), &[], 0),
+            Allow
+        );
+        denied(
+            clusterset(Op::Update, Some(&cs("a", "l")), Some(&cs("b", "l")), &[], 0),
+            "'clusterID' is immutable",
+        );
+        denied(
+            clusterset(Op::Update, Some(&cs("a", "l")), Some(&cs("a", "m")), &[], 0),
+            "'leaders[0].clusterID' is immutable",
+        );
+        denied(
+            clusterset(Op::Delete, Some(&cs("a", "l")), None, &[], 2),
+            "still member clusters",
+        );
+        assert_eq!(
+            clusterset(Op::Delete, Some(&cs("a", "l")), None, &[], 0),
+            Allow
+        );
+    }
+
+    #[test]
+    fn acnp_exports_are_labelled() {
+        let v = json!({"metadata": {"name": "x"},
+                       "spec": {"kind": "AntreaClusterNetworkPolicy", "name": "strict",
+                                "clusterNetworkPolicy": {}}});
+        let ops = mutate_resource_export(&v);
+        let mut patched = v.clone();
+        json_patch::patch(
+            &mut patched,
+            &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(patched["metadata"]["labels"]["sourceName"], "strict");
+        assert_eq!(patched["metadata"]["labels"]["sourceNamespace"], "");
+        assert_eq!(
+            patched["metadata"]["labels"]["sourceKind"],
+            "AntreaClusterNetworkPolicy"
+        );
+        assert_eq!(
+            patched["metadata"]["finalizers"],
+            json!([finalizers::RESOURCE_EXPORT])
+        );
+        // Applying again changes nothing; a Service export is left alone.
+        assert!(mutate_resource_export(&patched).is_empty());
+        assert!(mutate_resource_export(&svc_export("east", "Service")).is_empty());
+    }
+
+    #[test]
+    fn gateway_writers() {
+        assert_eq!(gateway(&Caller::Controller), Allow);
+        assert_eq!(gateway(&Caller::Admin), Allow);
+        assert_eq!(gateway(&sa("strait-agent")), Allow);
+        denied(gateway(&sa("default")), "not by ServiceAccount");
+        denied(gateway(&Caller::User("bob".into())), "not by user bob");
+    }
+}
