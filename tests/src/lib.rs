@@ -466,15 +466,50 @@ pub mod procs {
 }
 
 /// Pauses the testbed's controllers while it lives (tests of the API alone, like the guides'
-/// YAML read-back, must not race with controllers acting on what they apply).
-pub struct ControllersPaused;
+/// YAML read-back, must not race with controllers acting on what they apply). The admission
+/// webhooks they serve are unregistered meanwhile (tests/webhooks.rs tests them) and put back,
+/// with their CA, on drop.
+pub struct ControllersPaused {
+    webhooks: Vec<(String, String)>,
+}
+
+const WEBHOOK_KINDS: [&str; 2] = [
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+];
 
 impl ControllersPaused {
     pub fn new() -> Self {
+        let tb = Testbed::from_env();
+        let mut webhooks = Vec::new();
+        for c in CLUSTERS {
+            for kind in WEBHOOK_KINDS {
+                let list = tb.get_json(c, &["get", kind, "-l", "served-by=antrea-mc-controller"]);
+                for mut item in list["items"].as_array().cloned().unwrap_or_default() {
+                    let name = item["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    if let Some(m) = item["metadata"].as_object_mut() {
+                        for k in [
+                            "resourceVersion",
+                            "uid",
+                            "creationTimestamp",
+                            "managedFields",
+                            "generation",
+                        ] {
+                            m.remove(k);
+                        }
+                    }
+                    tb.delete(c, &[kind, &name]);
+                    webhooks.push((c.to_owned(), item.to_string()));
+                }
+            }
+        }
         for c in CLUSTERS {
             procs::pause(&format!("{c}-mc-controller"));
         }
-        Self
+        Self { webhooks }
     }
 }
 
@@ -488,6 +523,16 @@ impl Drop for ControllersPaused {
     fn drop(&mut self) {
         for c in CLUSTERS {
             procs::resume(&format!("{c}-mc-controller"));
+        }
+        let tb = Testbed::from_env();
+        for (c, json) in &self.webhooks {
+            let out = tb.with_stdin(c, &["create", "-f", "-"], json);
+            if !out.status.success() {
+                eprintln!(
+                    "restoring a webhook configuration in {c} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
     }
 }
