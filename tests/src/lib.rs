@@ -473,6 +473,16 @@ pub struct ControllersPaused {
     webhooks: Vec<(String, String)>,
 }
 
+/// The testbed's controller processes: one per cluster, and north's second (dual-role) member.
+pub fn controller_processes() -> Vec<String> {
+    let mut v: Vec<String> = CLUSTERS
+        .iter()
+        .map(|c| format!("{c}-mc-controller"))
+        .collect();
+    v.push("north-mc-member".into());
+    v
+}
+
 const WEBHOOK_KINDS: [&str; 2] = [
     "validatingwebhookconfigurations",
     "mutatingwebhookconfigurations",
@@ -506,8 +516,8 @@ impl ControllersPaused {
                 }
             }
         }
-        for c in CLUSTERS {
-            procs::pause(&format!("{c}-mc-controller"));
+        for name in controller_processes() {
+            procs::pause(&name);
         }
         Self { webhooks }
     }
@@ -521,8 +531,8 @@ impl Default for ControllersPaused {
 
 impl Drop for ControllersPaused {
     fn drop(&mut self) {
-        for c in CLUSTERS {
-            procs::resume(&format!("{c}-mc-controller"));
+        for name in controller_processes() {
+            procs::resume(&name);
         }
         let tb = Testbed::from_env();
         for (c, json) in &self.webhooks {
@@ -607,5 +617,43 @@ impl AsServiceAccount {
 impl Drop for AsServiceAccount {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}
+
+/// The `mcctl` binary of this checkout (built once per test process, as a user would build it).
+pub fn mcctl_bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "mcctl", "--message-format=json"])
+            .current_dir(repo_root())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cargo build -p mcctl");
+        assert!(out.status.success(), "building mcctl failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|m| m["target"]["name"] == "mcctl")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reported no mcctl executable")
+    })
+    .clone()
+}
+
+impl Testbed {
+    /// `mcctl --kubeconfig <cluster's admin kubeconfig> args...`: (success, stdout, stderr).
+    pub fn mcctl(&self, cluster: &str, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(mcctl_bin())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfigs[cluster])
+            .args(args)
+            .output()
+            .expect("running mcctl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 }

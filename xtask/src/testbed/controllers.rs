@@ -33,20 +33,79 @@ pub fn process_name(cluster: &Cluster) -> String {
     format!("{}-mc-controller", cluster.name)
 }
 
-pub fn health_addr(cluster: &Cluster) -> String {
-    format!("{}:8080", cluster.api_ip)
+/// The north cluster's second controller: a member in kube-system beside the leader (the
+/// dual-role cluster of the guides). It joins nothing until someone joins it.
+pub fn dual_member_name(cluster: &Cluster) -> String {
+    format!("{}-mc-member", cluster.name)
 }
 
-/// Where the cluster's controller serves its admission webhooks.
-pub fn webhook_addr(cluster: &Cluster) -> String {
-    format!("{}:9443", cluster.api_ip)
+/// One controller process of the testbed.
+pub struct Instance {
+    pub cluster: &'static Cluster,
+    pub leader: bool,
+}
+
+impl Instance {
+    /// Every controller: the leader and a member in north, a member in east and in west.
+    pub fn all() -> Vec<Instance> {
+        let mut v = Vec::new();
+        for cluster in &CLUSTERS {
+            v.push(Instance {
+                cluster,
+                leader: cluster.leader,
+            });
+            if cluster.leader {
+                v.push(Instance {
+                    cluster,
+                    leader: false,
+                });
+            }
+        }
+        v
+    }
+
+    /// The second controller of a dual-role cluster.
+    fn dual(&self) -> bool {
+        self.cluster.leader && !self.leader
+    }
+
+    pub fn name(&self) -> String {
+        if self.dual() {
+            dual_member_name(self.cluster)
+        } else {
+            process_name(self.cluster)
+        }
+    }
+
+    fn role(&self) -> &'static str {
+        if self.leader { "leader" } else { "member" }
+    }
+
+    fn namespace(&self) -> &'static str {
+        if self.leader { LEADER_NS } else { MEMBER_NS }
+    }
+
+    pub fn health_addr(&self) -> String {
+        let port = if self.dual() { 8081 } else { 8080 };
+        format!("{}:{port}", self.cluster.api_ip)
+    }
+
+    /// Where the controller serves its admission webhooks.
+    pub fn webhook_addr(&self) -> String {
+        let port = if self.dual() { 9444 } else { 9443 };
+        format!("{}:{port}", self.cluster.api_ip)
+    }
+
+    fn cert_dir(&self) -> PathBuf {
+        cluster_dir(self.cluster).join(format!("webhook-ca-{}", self.role()))
+    }
 }
 
 /// The role's webhook configurations from `deploy/<role>/webhooks.yaml`, pointed at the
 /// controller process by URL (the testbed has no Service network for the API server to reach
 /// `antrea-mc-webhook-service` through). The controller fills caBundle in when it starts.
-fn register_webhooks(kubectl: &Path, cluster: &Cluster) -> anyhow::Result<()> {
-    let role = if cluster.leader { "leader" } else { "member" };
+fn register_webhooks(kubectl: &Path, instance: &Instance) -> anyhow::Result<()> {
+    let (cluster, role) = (instance.cluster, instance.role());
     let path = repo_root().join(format!("deploy/{role}/webhooks.yaml"));
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -65,7 +124,7 @@ fn register_webhooks(kubectl: &Path, cluster: &Cluster) -> anyhow::Result<()> {
                 let mut cc = serde_yaml::Mapping::new();
                 cc.insert(
                     "url".into(),
-                    format!("https://{}{path}", webhook_addr(cluster)).into(),
+                    format!("https://{}{path}", instance.webhook_addr()).into(),
                 );
                 hook["clientConfig"] = cc.into();
             }
@@ -129,9 +188,9 @@ pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(&bin_dir)?;
     let installed = bin_dir.join("mc-controller");
     if !same_file(&built, &installed) {
-        let running: Vec<i32> = CLUSTERS
+        let running: Vec<i32> = Instance::all()
             .iter()
-            .filter_map(|c| procs.running(&process_name(c)))
+            .filter_map(|i| procs.running(&i.name()))
             .collect();
         if !running.is_empty() {
             say("mc-controller changed: restarting the controllers");
@@ -156,41 +215,34 @@ pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
             .arg(repo_root().join("deploy/leader/member-cluster-role.yaml")),
     )
     .context("creating the Common Area and the member Role in the leader")?;
-    for cluster in &CLUSTERS {
-        register_webhooks(kubectl, cluster)?;
+    for instance in Instance::all() {
+        register_webhooks(kubectl, &instance)?;
     }
-    for cluster in &CLUSTERS {
-        let (role, ns) = if cluster.leader {
-            ("leader", LEADER_NS)
-        } else {
-            ("member", MEMBER_NS)
-        };
+    for instance in Instance::all() {
+        let (cluster, role) = (instance.cluster, instance.role());
         let mut args = vec![
             role.to_owned(),
             format!("--kubeconfig={}", admin_kubeconfig(cluster).display()),
-            format!("--namespace={ns}"),
+            format!("--namespace={}", instance.namespace()),
             format!("--config={}", config_file(cluster)?.display()),
-            format!("--health-addr={}", health_addr(cluster)),
-            format!("--webhook-addr={}", webhook_addr(cluster)),
+            format!("--health-addr={}", instance.health_addr()),
+            format!("--webhook-addr={}", instance.webhook_addr()),
             format!("--webhook-host={}", cluster.api_ip),
-            format!(
-                "--webhook-cert-dir={}",
-                cluster_dir(cluster).join("webhook-ca").display()
-            ),
+            format!("--webhook-cert-dir={}", instance.cert_dir().display()),
         ];
-        if cluster.leader {
+        if instance.leader {
             // Shorter than the 60 s default, so that the tests of withdrawal stay quick.
             args.push(format!("--withdraw-after={WITHDRAW_AFTER_SECS}"));
         }
-        if procs.ensure(&process_name(cluster), CORE_NETNS, &installed, &args)? {
+        if procs.ensure(&instance.name(), CORE_NETNS, &installed, &args)? {
             say(format!(
                 "started the {role} controller for {}",
                 cluster.name
             ));
         }
     }
-    for cluster in &CLUSTERS {
-        wait_ready(procs, cluster)?;
+    for instance in Instance::all() {
+        wait_ready(procs, &instance)?;
     }
     Ok(())
 }
@@ -207,11 +259,11 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
-fn wait_ready(procs: &Procs, cluster: &Cluster) -> anyhow::Result<()> {
-    let name = process_name(cluster);
+fn wait_ready(procs: &Procs, instance: &Instance) -> anyhow::Result<()> {
+    let (cluster, name) = (instance.cluster, instance.name());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let answer = http_get(&health_addr(cluster), "/readyz");
+        let answer = http_get(&instance.health_addr(), "/readyz");
         if matches!(answer, Some((200, _))) {
             return Ok(());
         }

@@ -473,7 +473,9 @@ fn status() -> anyhow::Result<()> {
     for c in &CLUSTERS {
         names.push(format!("{}-apiserver", c.name));
         names.push(format!("{}-controller-manager", c.name));
-        names.push(controllers::process_name(c));
+    }
+    for i in controllers::Instance::all() {
+        names.push(i.name());
     }
     for n in topology::TestNode::all().filter(|n| netns_exists(&n.netns())) {
         names.push(format!("{}-{}-kube-proxy", n.cluster.name, n.name));
