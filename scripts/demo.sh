@@ -24,16 +24,20 @@ say "Installing what is missing (toolchains, bpf-linker, Kubernetes built from s
 bash scripts/setup.sh
 
 say "Building Strait (controllers, agent, and the eBPF programs the agent embeds)"
-cargo build --quiet -p mc-controller -p mc-agent -p xtask
+cargo build --quiet -p mc-controller -p mc-agent -p mcctl -p xtask
 agent="$CARGO_TARGET_DIR/debug/mc-agent"
+mcctl_bin="$CARGO_TARGET_DIR/debug/mcctl"
 
 say "Starting three clusters: north (leader), east and west (members), each with two Nodes"
 echo "    (one etcd; per cluster a kube-apiserver, kube-controller-manager and Strait's controller;"
 echo "     per Node a network namespace, kube-proxy and mc-agent. Takes about a minute.)"
 cargo xtask testbed down >/dev/null 2>&1 || true
-cargo xtask testbed up --join | sed 's/^/    /'
+cargo xtask testbed up | sed 's/^/    /'
 source target/testbed/env
 k() { local c=$1; shift; local kc="KUBECONFIG_${c^^}"; "$KUBECTL" --kubeconfig "${!kc}" "$@"; }
+mcctl() { local c=$1; shift; local kc="KUBECONFIG_${c^^}"; "$mcctl_bin" --kubeconfig "${!kc}" "$@"; }
+work=target/testbed/demo
+mkdir -p "$work"
 
 wait_for() {  # wait_for <what> <seconds> <command...>
   local what=$1 secs=$2; shift 2
@@ -46,13 +50,32 @@ wait_for() {  # wait_for <what> <seconds> <command...>
   return 1
 }
 
-say "The ClusterSet: east and west joined north as in the guide (member ServiceAccounts, token Secrets, ClusterSets)"
+say "North becomes the leader: mcctl init creates ClusterSet test-clusterset in antrea-multicluster"
+mcctl north init -n antrea-multicluster --clusterset test-clusterset --clusterid test-cluster-north \
+  -j "$work/join-config.yaml" | sed 's/^/    /'
+
+for m in east west; do
+  say "A token for $m in north (mcctl create membertoken: ServiceAccount bound to test-cluster-$m, RoleBinding, token Secret)"
+  mcctl north create membertoken "member-$m" -n antrea-multicluster --cluster-id "test-cluster-$m" \
+    -o "$work/$m-token.yaml" | sed 's/^/    /'
+  say "$m joins with the join config and its token (mcctl join waits until the leader accepts it)"
+  mcctl "$m" join -f "$work/join-config.yaml" --clusterid "test-cluster-$m" \
+    --token-secret-file "$work/$m-token.yaml" | sed 's/^/    /'
+done
+
+say "The ClusterSet: east and west joined north"
+bold "north (leader): mcctl get clusterset -n antrea-multicluster"
+mcctl north get clusterset -n antrea-multicluster
 bold "north (leader): kubectl get clusterset -n antrea-multicluster"
 k north get clusterset -n antrea-multicluster
 bold "east (member): kubectl get clusterset -n kube-system"
 k east get clusterset -n kube-system
 
 say "Gateways: node-a of each member is annotated multicluster.antrea.io/gateway=true and Ready"
+for c in east west; do
+  bold "$c: kubectl annotate node node-a multicluster.antrea.io/gateway=true"
+  k "$c" annotate node node-a multicluster.antrea.io/gateway=true --overwrite | sed 's/^/    /'
+done
 wait_for "east's Gateway" 60 k east get gateway node-a -n kube-system
 wait_for "west's Gateway" 60 k west get gateway node-a -n kube-system
 wait_for "east's ClusterInfoImport from west" 60 bash -c "$(declare -f k); KUBECTL=$KUBECTL KUBECONFIG_EAST=$KUBECONFIG_EAST k east get clusterinfoimport -n kube-system -o name | grep -q ."
@@ -121,6 +144,8 @@ Everything is still up. Try:
   source target/testbed/env
   \$KUBECTL --kubeconfig \$KUBECONFIG_NORTH get clusterset,resourceexport,resourceimport -n antrea-multicluster
   \$KUBECTL --kubeconfig \$KUBECONFIG_EAST get gateway,clusterinfoimport -n kube-system
+  $mcctl_bin --kubeconfig \$KUBECONFIG_NORTH get clusterset -n antrea-multicluster
+  $mcctl_bin --kubeconfig \$KUBECONFIG_NORTH get resourceexport --cluster-id test-cluster-west
   cargo xtask testbed exec east/client -- curl -s http://$ip/
   cargo xtask testbed exec east/node-a -- bpftool map dump pinned /sys/fs/bpf/mc/v1/mc_snat
   cargo xtask testbed exec east/node-a -- $agent maps
