@@ -68,4 +68,5 @@ fi
 
 # --- Kubernetes and etcd from source -----------------------------------------------------------
 "$here/build-kube.sh"
+"$here/build-helm.sh"
 log "done"

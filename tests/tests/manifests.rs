@@ -1,6 +1,8 @@
 //! The deployment manifests are valid for a real API server (`kubectl apply --dry-run=server`).
 
 use mc_integration::{Testbed, repo_root};
+use serde::Deserialize as _;
+use serde_json::Value;
 
 fn dry_run(tb: &Testbed, cluster: &str, dir: &str) {
     let path = repo_root().join(dir);
@@ -34,4 +36,265 @@ fn member_and_agent_manifests_validate_on_a_member() {
     let tb = Testbed::from_env();
     dry_run(&tb, "east", "deploy/member");
     dry_run(&tb, "east", "deploy/agent");
+}
+
+/// helm, built from its Go module by scripts/build-helm.sh (part of the set-up).
+fn helm() -> std::path::PathBuf {
+    let versions =
+        std::fs::read_to_string(repo_root().join("scripts/versions.env")).expect("versions.env");
+    let version = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("HELM_VERSION="))
+        .expect("HELM_VERSION in versions.env");
+    let cache = std::env::var("STRAIT_CACHE").unwrap_or_else(|_| "/var/cache/strait".into());
+    let path = std::path::Path::new(&cache)
+        .join("helm")
+        .join(version)
+        .join("helm");
+    assert!(
+        path.exists(),
+        "{} missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    let mut v: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| {
+            serde_json::to_value(serde_yaml::Value::deserialize(d).expect("YAML")).expect("JSON")
+        })
+        .filter(|d: &Value| !d.is_null())
+        .collect();
+    v.sort_by_key(|d| {
+        (
+            d["kind"].as_str().unwrap_or("").to_owned(),
+            d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+            d["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+        )
+    });
+    v
+}
+
+fn render(sets: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(helm());
+    cmd.args(["template", "strait"])
+        .arg(repo_root().join("deploy/chart/strait"));
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().expect("helm");
+    assert!(
+        out.status.success(),
+        "helm template {sets:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kustomize(tb: &Testbed, dirs: &[&str]) -> Vec<Value> {
+    let mut all = Vec::new();
+    for dir in dirs {
+        let out = tb
+            .kubectl("north")
+            .arg("kustomize")
+            .arg(repo_root().join(dir))
+            .output()
+            .expect("kubectl kustomize");
+        assert!(out.status.success(), "kubectl kustomize {dir}");
+        all.extend(docs(&String::from_utf8_lossy(&out.stdout)));
+    }
+    all.sort_by_key(|d| {
+        (
+            d["kind"].as_str().unwrap_or("").to_owned(),
+            d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+            d["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+        )
+    });
+    all
+}
+
+fn dry_run_yaml(tb: &Testbed, cluster: &str, yaml: &str) {
+    let out = tb.with_stdin(cluster, &["apply", "--dry-run=server", "-f", "-"], yaml);
+    assert!(
+        out.status.success(),
+        "the chart's objects are not valid for {cluster}'s API server:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_chart_renders_the_manifests_objects_and_they_validate() {
+    let tb = Testbed::from_env();
+    for (sets, dirs, cluster) in [
+        (
+            &["leader.enabled=true"][..],
+            &["deploy/leader"][..],
+            "north",
+        ),
+        (
+            &["member.enabled=true", "agent.enabled=true"][..],
+            &["deploy/member", "deploy/agent"][..],
+            "east",
+        ),
+        (
+            &[
+                "leader.enabled=true",
+                "member.enabled=true",
+                "agent.enabled=true",
+            ][..],
+            &["deploy/leader", "deploy/member", "deploy/agent"][..],
+            "north",
+        ),
+    ] {
+        let rendered = render(sets);
+        let (chart, plain) = (docs(&rendered), kustomize(&tb, dirs));
+        let ids = |v: &[Value]| -> Vec<String> {
+            v.iter()
+                .map(|d| {
+                    format!(
+                        "{} {}/{}",
+                        d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            ids(&chart),
+            ids(&plain),
+            "{sets:?}: the chart and the manifests differ in objects"
+        );
+        for (c, p) in chart.iter().zip(&plain) {
+            assert_eq!(c, p, "{sets:?}: the chart renders this object differently");
+        }
+        dry_run_yaml(&tb, cluster, &rendered);
+    }
+    // Values: another leader namespace, images and configuration.
+    let rendered = render(&[
+        "leader.enabled=true",
+        "leader.namespace=mc-leader",
+        "image.controller=registry.example/strait/mc-controller:dev",
+        "controllerConfig=serviceCIDR: 10.96.0.0/16\n",
+    ]);
+    let objs = docs(&rendered);
+    for o in &objs {
+        let ns = &o["metadata"]["namespace"];
+        assert!(ns.is_null() || ns == "mc-leader", "{o}");
+        assert!(!o.to_string().contains("antrea-multicluster"), "{o}");
+    }
+    let deploy = objs
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("Deployment");
+    let c = &deploy["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "registry.example/strait/mc-controller:dev");
+    assert_eq!(c["args"][1], "--namespace=mc-leader");
+    let cm = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("ConfigMap");
+    assert_eq!(
+        cm["data"]["controller_manager_config.yaml"],
+        "serviceCIDR: 10.96.0.0/16\n"
+    );
+    let hooks = objs
+        .iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .expect("webhooks");
+    assert_eq!(
+        hooks["webhooks"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "mc-leader"
+    );
+    assert!(
+        render(&[]).trim().is_empty(),
+        "nothing is enabled by default"
+    );
+}
+
+/// What the controllers' ServiceAccounts may do, once deploy/'s RBAC is applied for real: every
+/// call the webhooks make (the testbed runs the controllers with admin credentials, so only this
+/// test would notice a missing grant).
+#[test]
+fn the_controllers_rbac_grants_what_the_webhooks_use() {
+    let tb = Testbed::from_env();
+    for (cluster, dir) in [
+        ("north", "deploy/leader/rbac.yaml"),
+        ("east", "deploy/member/rbac.yaml"),
+    ] {
+        let out = tb
+            .kubectl(cluster)
+            .args(["apply", "-f"])
+            .arg(repo_root().join(dir))
+            .output()
+            .expect("kubectl");
+        assert!(
+            out.status.success(),
+            "{dir}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let can = |cluster: &str, sa: &str, args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "--as", sa];
+        all.extend(args);
+        let out = tb.kubectl(cluster).args(&all).output().expect("kubectl");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).trim() == "yes",
+            "{sa} in {cluster} may not {args:?}"
+        );
+    };
+    let leader = "system:serviceaccount:antrea-multicluster:antrea-mc-controller";
+    for args in [
+        &["list", "validatingwebhookconfigurations"][..],
+        &["list", "mutatingwebhookconfigurations"],
+        &[
+            "update",
+            "validatingwebhookconfigurations/antrea-mc-leader-validating",
+        ],
+        &[
+            "update",
+            "mutatingwebhookconfigurations/antrea-mc-leader-mutating",
+        ],
+        &[
+            "patch",
+            "configmaps/antrea-mc-ca",
+            "-n",
+            "antrea-multicluster",
+        ],
+        &["get", "serviceaccounts", "-n", "antrea-multicluster"],
+        &["list", "serviceaccounts", "-n", "antrea-multicluster"],
+        &["patch", "serviceaccounts", "-n", "antrea-multicluster"],
+        &[
+            "list",
+            "clustersets.multicluster.crd.antrea.io",
+            "-n",
+            "antrea-multicluster",
+        ],
+        &[
+            "list",
+            "memberclusterannounces.multicluster.crd.antrea.io",
+            "-n",
+            "antrea-multicluster",
+        ],
+        &["create", "selfsubjectreviews.authentication.k8s.io"],
+    ] {
+        can("north", leader, args);
+    }
+    let member = "system:serviceaccount:kube-system:antrea-mc-controller";
+    for args in [
+        &["list", "validatingwebhookconfigurations"][..],
+        &[
+            "update",
+            "validatingwebhookconfigurations/antrea-mc-member-validating",
+        ],
+        &["patch", "configmaps/antrea-mc-ca", "-n", "kube-system"],
+        &[
+            "list",
+            "clustersets.multicluster.crd.antrea.io",
+            "-n",
+            "kube-system",
+        ],
+        &["create", "selfsubjectreviews.authentication.k8s.io"],
+    ] {
+        can("east", member, args);
+    }
 }

@@ -285,12 +285,17 @@ impl Publisher {
                 tracing::info!(name, "published the webhook CA");
             }
         }
+        // Only the leader has a mutating webhook (and only its RBAC lists them).
         let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        for mut c in mapi
-            .list(&lp)
-            .await
-            .context("listing MutatingWebhookConfigurations")?
-        {
+        let mutating = if self.role == Role::Leader {
+            mapi.list(&lp)
+                .await
+                .context("listing MutatingWebhookConfigurations")?
+                .items
+        } else {
+            Vec::new()
+        };
+        for mut c in mutating {
             if !self.ours(c.labels()) {
                 continue;
             }

@@ -1,0 +1,34 @@
+{{/*
+strait.render: the objects of some manifest files, as kustomize renders them in deploy/.
+Arguments (a dict): root (the chart context), files (paths under files/), from (the namespace the
+files name), ns (the namespace to install into), role (leader|member, for the controller), and
+configKey/config (a ConfigMap key to replace when config is not empty).
+*/}}
+{{- define "strait.render" -}}
+{{- $root := .root -}}
+{{- range $file := .files }}
+{{- $text := $root.Files.Get $file | replace $.from $.ns }}
+{{- range $doc := regexSplit "(?m)^---[ \\t]*$" $text -1 }}
+{{- $o := fromYaml $doc }}
+{{- if $o.kind }}
+{{- if and (not $o.metadata.namespace) (not (has $o.kind (list "Namespace" "ClusterRole" "ClusterRoleBinding" "ValidatingWebhookConfiguration" "MutatingWebhookConfiguration"))) }}
+{{- $_ := set $o.metadata "namespace" $.ns }}
+{{- end }}
+{{- if eq $o.kind "Deployment" }}
+{{- $c := index $o.spec.template.spec.containers 0 }}
+{{- $_ := set $c "image" $root.Values.image.controller }}
+{{- $_ := set $c "args" (list $.role (printf "--namespace=%s" $.ns) "--config=/etc/strait/controller_manager_config.yaml") }}
+{{- end }}
+{{- if eq $o.kind "DaemonSet" }}
+{{- $c := index $o.spec.template.spec.containers 0 }}
+{{- $_ := set $c "image" $root.Values.image.agent }}
+{{- end }}
+{{- if and (eq $o.kind "ConfigMap") $.config (hasKey (default dict $o.data) $.configKey) }}
+{{- $_ := set $o.data $.configKey $.config }}
+{{- end }}
+---
+{{ toYaml $o }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
