@@ -10,6 +10,7 @@ fn main() -> anyhow::Result<()> {
     // The nightly is pinned once, in scripts/versions.env (its LLVM must match bpf-linker's).
     let versions = workspace.join("scripts/versions.env");
     println!("cargo:rerun-if-changed={}", versions.display());
+    println!("cargo:rerun-if-env-changed=STRAIT_BUILD_ID");
     let text = std::fs::read_to_string(&versions)
         .with_context(|| format!("reading {}", versions.display()))?;
     let nightly = text

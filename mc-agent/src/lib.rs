@@ -11,5 +11,12 @@ pub mod run;
 pub mod state;
 pub mod sync;
 
+/// This build's version: the package version, or `STRAIT_BUILD_ID` when the build set it (an
+/// operator's own release tag; the upgrade test tells two builds apart by it).
+pub const VERSION: &str = match option_env!("STRAIT_BUILD_ID") {
+    Some(id) => id,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 /// The eBPF object built by `build.rs` from the `mc-ebpf` crate.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/mc-ebpf"));

@@ -19,7 +19,7 @@ use mc_common::{
 use mc_controller::metrics::Metrics;
 
 #[derive(Parser)]
-#[command(version, about = "Strait Node agent (eBPF dataplane)")]
+#[command(version = mc_agent::VERSION, about = "Strait Node agent (eBPF dataplane)")]
 struct Cli {
     /// Directory on bpffs where maps and links are pinned (overrides the config's pinPath).
     #[arg(long, global = true, env = "MC_PIN_ROOT")]

@@ -44,6 +44,7 @@ struct Attached {
 }
 
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
+    tracing::info!(version = crate::VERSION, "mc-agent starting");
     if !opts.config.enable_gateway {
         tracing::info!(
             "multicluster.enableGateway is false: this Node carries no cross-cluster traffic; nothing to attach"

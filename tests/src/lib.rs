@@ -434,6 +434,11 @@ pub mod procs {
     /// Starts `args` again as testbed process `name`, in the testbed's core network namespace,
     /// appending to its log (what `cargo xtask testbed up` does for a missing process).
     pub fn start(name: &str, args: &[String]) {
+        start_in(name, "/run/netns/strait-core", None, args);
+    }
+
+    /// Starts a process in a network namespace (and a mount namespace), as the testbed does.
+    pub fn start_in(name: &str, netns: &str, mount: Option<&str>, args: &[String]) {
         let root = repo_root().join("target/testbed");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -441,8 +446,11 @@ pub mod procs {
             .open(root.join(format!("logs/{name}.log")))
             .expect("log");
         let mut cmd = Command::new("nsenter");
-        cmd.arg("--net=/run/netns/strait-core")
-            .arg("--")
+        cmd.arg(format!("--net={netns}"));
+        if let Some(m) = mount {
+            cmd.arg(format!("--mount={m}"));
+        }
+        cmd.arg("--")
             .args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))

@@ -571,3 +571,141 @@ fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
     let why = agent_readiness("eth0", "/tmp/strait-not-bpffs/v1", 9192);
     assert!(why.contains("not on a BPF filesystem"), "{why}");
 }
+
+/// The tag of the second build the upgrade test runs.
+const UPGRADE_BUILD: &str = "0.1.0+upgrade-test";
+
+/// mc-agent built again as a different build (its own version tag, its own target directory),
+/// the way an operator's upgrade brings a new binary.
+fn other_agent_build() -> std::path::PathBuf {
+    let base = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"));
+    let dir = std::path::PathBuf::from(format!("{}-upgrade", base.display()));
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "mc-agent", "--bin", "mc-agent"])
+        .env("CARGO_TARGET_DIR", &dir)
+        .env("STRAIT_BUILD_ID", UPGRADE_BUILD)
+        .current_dir(repo_root())
+        .output()
+        .expect("cargo build");
+    assert!(
+        out.status.success(),
+        "building the second mc-agent: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("debug/mc-agent")
+}
+
+fn version(bin: &std::path::Path) -> String {
+    let out = Command::new(bin)
+        .arg("--version")
+        .output()
+        .expect("--version");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Replaces a Node's running agent by `bin` (same arguments, same namespaces); returns the new
+/// process's log from its start.
+fn replace_agent(cluster: &str, node: &str, bin: &std::path::Path) -> String {
+    let name = format!("{cluster}-{node}-mc-agent");
+    let log = repo_root().join(format!("target/testbed/logs/{name}.log"));
+    let mut args = mc_integration::procs::kill(&name);
+    let from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) as usize;
+    args[0] = bin.to_string_lossy().into_owned();
+    mc_integration::procs::start_in(
+        &name,
+        &format!("/run/netns/strait-{cluster}-{node}"),
+        Some(&format!("/run/strait-testbed/mnt/{cluster}-{node}")),
+        &args,
+    );
+    wait_for(&format!("{name} attached again"), T, || {
+        let text = std::fs::read(&log).map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&text[from.min(text.len())..]).into_owned();
+        if text.contains("reused=") {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+}
+
+#[test]
+fn an_agent_upgrade_to_another_build_keeps_established_streams() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let current = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"))
+        .join("debug/mc-agent");
+    let upgrade = other_agent_build();
+    assert_eq!(version(&upgrade), format!("mc-agent {UPGRADE_BUILD}"));
+    assert_ne!(version(&upgrade), version(&current), "two different builds");
+
+    export_web(&tb, "west", "node-b", "web-up");
+    xtask(&["testbed", "pod", "add", "east", "node-b", "up-client"]);
+    let ip = imported_ip(&tb, "east", "web-up");
+    let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
+    wait_for("web-up answers from east", T, || {
+        in_pod("east", "up-client", move || http_get(addr))
+    });
+
+    // A 12 MB stream (about 6 s) while the agents of every Node on its path are replaced.
+    const SIZE: usize = 12_000_000;
+    let stream = std::thread::spawn(move || {
+        in_pod("east", "up-client", move || -> Result<Vec<u8>, String> {
+            let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+                .map_err(|e| format!("connect: {e}"))?;
+            conn.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            conn.write_all(format!("GET /slow/{SIZE} HTTP/1.0\r\n\r\n").as_bytes())
+                .map_err(|e| e.to_string())?;
+            let mut all = Vec::new();
+            conn.read_to_end(&mut all)
+                .map_err(|e| format!("after {} bytes: {e}", all.len()))?;
+            Ok(all)
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let path = [
+        ("east", "node-b"),
+        ("east", "node-a"),
+        ("west", "node-a"),
+        ("west", "node-b"),
+    ];
+    for (cluster, node) in path {
+        let log = replace_agent(cluster, node, &upgrade);
+        assert!(
+            log.contains(UPGRADE_BUILD) && log.contains("reused=true"),
+            "{cluster}/{node}: the new build must reuse the pinned links:\n{log}"
+        );
+    }
+    let all = stream
+        .join()
+        .unwrap()
+        .expect("the stream across the upgrade");
+    let body = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| &all[i + 4..])
+        .expect("an HTTP answer");
+    assert_eq!(body.len(), SIZE, "no byte lost");
+    assert!(
+        body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
+        "no byte corrupted"
+    );
+    // New connections work on the new build; then back to this checkout's build.
+    in_pod("east", "up-client", move || http_get(addr)).expect("after the upgrade");
+    for (cluster, node) in path {
+        replace_agent(cluster, node, &current);
+    }
+    wait_for("web-up answers after going back", T, || {
+        in_pod("east", "up-client", move || http_get(addr))
+    });
+    xtask(&["testbed", "pod", "del", "east", "up-client"]);
+    xtask(&["testbed", "pod", "del", "west", "web-up"]);
+    tb.delete(
+        "west",
+        &["-n", "default", "service,serviceexport", "web-up"],
+    );
+}

@@ -568,6 +568,32 @@ pub fn serve_http(port: u16, answer: &str) -> anyhow::Result<()> {
                     Ok(n) => req.extend_from_slice(&buf[..n]),
                 }
             }
+            // `GET /slow/<bytes>`: a stream of a known pattern (byte i is i mod 251) paced at
+            // about 2 MB/s, for tests of what happens to established flows.
+            let head = String::from_utf8_lossy(&req).into_owned();
+            if let Some(n) = head
+                .strip_prefix("GET /slow/")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
+                );
+                let chunk = 64 * 1024;
+                let pause = std::time::Duration::from_millis(32);
+                let mut sent = 0;
+                while sent < n {
+                    let len = chunk.min(n - sent);
+                    let data: Vec<u8> = (sent..sent + len).map(|i| (i % 251) as u8).collect();
+                    if conn.write_all(&data).is_err() {
+                        return;
+                    }
+                    sent += len;
+                    std::thread::sleep(pause);
+                }
+                return;
+            }
             let body = format!("{answer}\n");
             let _ = write!(
                 conn,
