@@ -165,18 +165,16 @@ pub async fn start(
         ns: opts.namespace,
         ca: authority.pem.clone(),
     };
-    // The first publication before serving, so that the API server trusts us from the start.
-    if let Err(e) = publisher.publish().await {
-        tracing::warn!(error = %format!("{e:#}"), "publishing the webhook CA failed; retrying");
-    }
+    // The first publication before serving, so that the API server trusts us from the start;
+    // then every 30 s (a configuration applied later, or overwritten, gets the CA). A failure
+    // is logged when it first happens and when it changes, not every time.
+    let mut last = report(None, publisher.publish().await);
     let serve = async move {
         tokio::spawn(tls::renew(authority, hosts, resolver, serving.not_after));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(30)).await;
-                if let Err(e) = publisher.publish().await {
-                    tracing::warn!(error = %format!("{e:#}"), "publishing the webhook CA failed; retrying");
-                }
+                last = report(last, publisher.publish().await);
             }
         });
         loop {
@@ -193,6 +191,27 @@ pub async fn start(
         }
     };
     Ok(serve)
+}
+
+fn report(last: Option<String>, result: anyhow::Result<()>) -> Option<String> {
+    match result {
+        Ok(()) => {
+            if last.is_some() {
+                tracing::info!("the webhook CA is published");
+            }
+            None
+        }
+        Err(e) => {
+            let message = format!("{e:#}");
+            if last.as_ref() != Some(&message) {
+                tracing::warn!(
+                    error = message,
+                    "publishing the webhook CA failed; retrying every 30 s"
+                );
+            }
+            Some(message)
+        }
+    }
 }
 
 fn normalize_addr(addr: &str) -> String {
