@@ -13,6 +13,10 @@ pub mod annotations {
     pub const IMPORTED_ACNP: &str = "multicluster.antrea.io/imported-acnp";
     /// On a member's ServiceAccount in the leader: the cluster ID its token speaks for.
     pub const CLUSTER_ID: &str = "multicluster.antrea.io/cluster-id";
+    /// On a MemberClusterAnnounce: the ServiceAccount (in the leader's namespace) that created
+    /// it, stamped by the leader's mutating webhook; the leader binds an unannotated
+    /// ServiceAccount to the announce's cluster ID from it.
+    pub const ANNOUNCED_BY: &str = "multicluster.antrea.io/announced-by";
     pub const CREATED_BY_CLI: &str = "multicluster.antrea.io/created-by-antctl";
     /// On a MemberClusterAnnounce: the heartbeat (RFC 3339).
     pub const TOUCH_TS: &str = "touch-ts";

@@ -63,12 +63,6 @@ struct Common {
     /// API servers that reach the webhooks by URL rather than through the Service.
     #[arg(long)]
     webhook_host: Vec<String>,
-    /// Where the webhooks' self-managed CA is kept.
-    #[arg(
-        long,
-        default_value = "/var/run/antrea/multicluster-controller-self-signed"
-    )]
-    webhook_cert_dir: PathBuf,
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
@@ -138,7 +132,6 @@ async fn main() -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!(":{}", config.webhook.port)),
         hosts: common.webhook_host.clone(),
-        cert_dir: common.webhook_cert_dir.clone(),
     };
     let webhooks = webhook::start(client.clone(), webhooks, metrics.clone()).await?;
     let work = async {

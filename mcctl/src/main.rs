@@ -636,7 +636,8 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
 #[derive(Default)]
 struct Rollback(Vec<(String, Undo)>);
 
-type DeleteFuture = std::pin::Pin<Box<dyn Future<Output = kube::Result<()>>>>;
+/// Resolves to Ok(true) once the object is gone, Ok(false) while it still exists.
+type DeleteFuture = std::pin::Pin<Box<dyn Future<Output = kube::Result<bool>>>>;
 type Undo = Box<dyn Fn(Client) -> DeleteFuture>;
 
 impl Rollback {
@@ -658,8 +659,8 @@ impl Rollback {
                 Box::pin(async move {
                     let a: Api<K> = Api::namespaced(client, &ns);
                     match a.delete(&name, &DeleteParams::background()).await {
-                        Ok(_) => Ok(()),
-                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                        Ok(_) => Ok(false),
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
                         Err(e) => Err(e),
                     }
                 })
@@ -667,11 +668,36 @@ impl Rollback {
         ));
     }
 
+    /// Deletes newest first, each gone before the next: a ClusterSet goes before its token
+    /// Secret, so the member controller still holds the token when it leaves the leader.
     async fn run(self, client: &Client) {
         for (label, delete) in self.0.into_iter().rev() {
-            match delete(client.clone()).await {
-                Ok(()) => eprintln!("  rolled back: deleted {label}"),
-                Err(e) => eprintln!("  could not delete {label}: {e}; delete it by hand"),
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut first = true;
+            loop {
+                // Deleting again answers 404 once the object is really gone.
+                match delete(client.clone()).await {
+                    Err(e) => {
+                        eprintln!("  could not delete {label}: {e}; delete it by hand");
+                        break;
+                    }
+                    Ok(true) => {
+                        eprintln!("  rolled back: deleted {label}");
+                        break;
+                    }
+                    Ok(false) if Instant::now() > deadline => {
+                        eprintln!("  {label} is still being deleted");
+                        break;
+                    }
+                    Ok(false) => {
+                        if first && label.starts_with("ClusterSet") {
+                            // Give the member controller the moment it needs to leave.
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                        }
+                        first = false;
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                }
             }
         }
     }
@@ -684,7 +710,11 @@ async fn create_token(
     cluster_id: &str,
     output_file: Option<&Path>,
 ) -> anyhow::Result<()> {
-    if !mc_controller::webhook::rules::dns1123_label(cluster_id) && !cluster_id.contains('.') {
+    if cluster_id.len() > 253
+        || !cluster_id
+            .split('.')
+            .all(mc_controller::webhook::rules::dns1123_label)
+    {
         bail!("cluster ID {cluster_id:?} is not a valid name (lowercase letters, digits and '-')");
     }
     let roles: Api<Role> = Api::namespaced(c.client.clone(), ns);
@@ -787,7 +817,20 @@ async fn make_token(
         println!("RoleBinding {ns}/{name} created (Role {MEMBER_ROLE})");
     }
     let secrets: Api<Secret> = Api::namespaced(c.client.clone(), ns);
-    if secrets.get_opt(name).await?.is_none() {
+    let existing = secrets.get_opt(name).await?;
+    if let Some(s) = &existing {
+        let owner = s
+            .annotations()
+            .get("kubernetes.io/service-account.name")
+            .map(String::as_str);
+        if s.type_.as_deref() != Some("kubernetes.io/service-account-token") || owner != Some(name)
+        {
+            bail!(
+                "Secret {ns}/{name} exists and is not the token of ServiceAccount {name}; choose another token name"
+            );
+        }
+    }
+    if existing.is_none() {
         let s: Secret = serde_json::from_value(json!({
             "metadata": {"name": name, "annotations": {
                 annotations::CREATED_BY_CLI: "true",
@@ -1007,6 +1050,15 @@ async fn join(c: &Cluster, a: JoinArgs) -> anyhow::Result<()> {
         match &secret_doc {
             Some(doc) => {
                 let mut doc = doc.clone();
+                if !doc.is_object() {
+                    bail!("the token Secret file is not a Secret manifest (mcctl create membertoken -o writes one)");
+                }
+                if !doc["metadata"].is_object() {
+                    doc["metadata"] = json!({});
+                }
+                if !doc["metadata"]["annotations"].is_object() {
+                    doc["metadata"]["annotations"] = json!({});
+                }
                 doc["metadata"]["name"] = json!(secret_name);
                 doc["metadata"]["namespace"] = json!(ns);
                 doc["metadata"]["annotations"][annotations::CREATED_BY_CLI] = json!("true");

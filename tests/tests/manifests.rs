@@ -260,6 +260,13 @@ fn the_controllers_rbac_grants_what_the_webhooks_use() {
             "-n",
             "antrea-multicluster",
         ],
+        &["create", "secrets", "-n", "antrea-multicluster"],
+        &[
+            "update",
+            "secrets/antrea-mc-webhook-ca",
+            "-n",
+            "antrea-multicluster",
+        ],
         &["get", "serviceaccounts", "-n", "antrea-multicluster"],
         &["list", "serviceaccounts", "-n", "antrea-multicluster"],
         &["patch", "serviceaccounts", "-n", "antrea-multicluster"],
@@ -287,6 +294,13 @@ fn the_controllers_rbac_grants_what_the_webhooks_use() {
             "validatingwebhookconfigurations/antrea-mc-member-validating",
         ],
         &["patch", "configmaps/antrea-mc-ca", "-n", "kube-system"],
+        &["create", "secrets", "-n", "kube-system"],
+        &[
+            "update",
+            "secrets/antrea-mc-webhook-ca",
+            "-n",
+            "kube-system",
+        ],
         &[
             "list",
             "clustersets.multicluster.crd.antrea.io",

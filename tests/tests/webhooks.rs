@@ -1,13 +1,14 @@
 //! Issue 3, acceptance 9: the admission webhooks on the testbed. A member's token (its
 //! ServiceAccount in the leader) may write only its own MemberClusterAnnounce and ResourceExports;
-//! an unannotated ServiceAccount (the guides make them so) is bound to the cluster ID of its first
-//! announce; one ClusterSet per namespace with immutable IDs; only the controller and the agents
+//! an unannotated ServiceAccount (the guides make them so) is bound by the leader to the cluster
+//! ID of the first announce it creates (stamped by the mutating webhook); one ClusterSet per namespace with immutable IDs; only the controller and the agents
 //! write Gateways. Allowed cases use `--dry-run=server` (admission runs, nothing is stored), so a
 //! broken rule cannot damage the ClusterSet the other tests share.
 
 use mc_integration::{
     AsServiceAccount, Testbed,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, id},
+    wait_for,
 };
 use serde_json::Value;
 
@@ -389,7 +390,27 @@ fn an_unannotated_service_account_is_bound_by_its_first_announce() {
         ),
     );
     assert_eq!(binding(), Value::Null, "a dry run must not bind");
-    allowed(
+    // Before it announces, an unbound token may not touch the announces of others: it cannot
+    // take over a cluster ID by refreshing its announce (the unit tests cover an announce whose
+    // cluster is not bound yet).
+    let east_mca = format!("memberclusterannounce/member-announce-from-{}", id("east"));
+    denied(
+        "an unbound ServiceAccount touches another cluster's announce",
+        probe.run(
+            &[
+                "annotate",
+                "-n",
+                LEADER_NS,
+                &east_mca,
+                "touch-ts=now",
+                "--overwrite",
+                "--dry-run=server",
+            ],
+            None,
+        ),
+        "already bound to ServiceAccount member-east-access-sa",
+    );
+    let created = allowed(
         "the first announce",
         create(
             &probe,
@@ -398,10 +419,37 @@ fn an_unannotated_service_account_is_bound_by_its_first_announce() {
             false,
         ),
     );
+    let created: Value = serde_json::from_str(&created).expect("JSON");
     assert_eq!(
-        binding(),
-        cluster,
-        "the first announce binds the ServiceAccount"
+        created["metadata"]["annotations"]["multicluster.antrea.io/announced-by"], sa,
+        "the leader's mutating webhook stamps the creator"
+    );
+    wait_for(
+        "the leader to bind the ServiceAccount",
+        std::time::Duration::from_secs(20),
+        || {
+            if binding() == cluster {
+                Ok(())
+            } else {
+                Err(binding().to_string())
+            }
+        },
+    );
+    denied(
+        "rewriting who created an announce",
+        probe.run(
+            &[
+                "annotate",
+                "-n",
+                LEADER_NS,
+                &format!("memberclusterannounce/{name}"),
+                "multicluster.antrea.io/announced-by=member-west-access-sa",
+                "--overwrite",
+                "--dry-run=server",
+            ],
+            None,
+        ),
+        "cannot be changed",
     );
     // From now on the same rules as for an annotated ServiceAccount.
     let other = "probe-other";

@@ -4,6 +4,7 @@
 //! timeouts) recomputes the whole desired state from the watched objects and writes the
 //! difference.
 
+pub mod binding;
 pub mod members;
 pub mod merge;
 
@@ -51,6 +52,7 @@ struct Leader {
     ri_api: Api<ResourceImport>,
     cs_api: Api<ClusterSet>,
     tracker: Tracker,
+    binder: binding::Binder,
 }
 
 /// A member's export left without its announce this long is collected (the announce comes first
@@ -60,6 +62,7 @@ const ORPHAN_AGE: SignedDuration = SignedDuration::from_secs(10);
 pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyhow::Result<()> {
     let trigger = Trigger::default();
     let ns = opts.namespace.clone();
+    let ns_for_binder = opts.namespace.clone();
     let cfg = watcher::Config::default;
     let mut leader = Leader {
         clustersets: Watched::new(
@@ -100,6 +103,7 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         ns,
         liveness: opts.liveness,
         tracker: Tracker::default(),
+        binder: binding::Binder::new(client.clone(), &ns_for_binder),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -160,10 +164,10 @@ impl Leader {
             }),
             now,
         );
+        let mut failures = self.binder.observe(&announces).await;
         let withdrawn = self.tracker.withdrawn(self.liveness, now);
         let exports = self.exports.all();
         let merged = merge::merge(&self.ns, &exports, &self.imports.all(), &withdrawn);
-        let mut failures = 0;
 
         // Imports first: a deleting export's finalizer goes only once the imports no longer
         // count it.

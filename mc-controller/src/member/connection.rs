@@ -131,6 +131,9 @@ fn describe(e: &kube::Error, id: &Identity) -> String {
             "the leader {} refused the token in Secret {} (401 Unauthorized): copy the member's token Secret from the leader again",
             id.server, id.secret
         ),
+        kube::Error::Api(s) if s.message.contains("denied the request") => {
+            format!("the leader {} refused it: {}", id.server, s.message)
+        }
         kube::Error::Api(s) if s.code == 403 => format!(
             "the leader {} denied the request ({}): is the member's ServiceAccount bound to the Role antrea-mc-member-cluster-role in {}?",
             id.server, s.message, id.leader_ns

@@ -12,7 +12,7 @@
 pub mod rules;
 pub mod tls;
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use axum::{
@@ -23,7 +23,7 @@ use axum::{
 use k8s_openapi::api::{
     admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
     authentication::v1::SelfSubjectReview,
-    core::v1::{ConfigMap, ServiceAccount},
+    core::v1::{ConfigMap, Secret, ServiceAccount},
 };
 use kube::{
     Api, Client, ResourceExt as _,
@@ -72,13 +72,74 @@ pub struct WebhookOptions {
     pub addr: String,
     /// Extra names and addresses for the serving certificate (beyond the Service's DNS names).
     pub hosts: Vec<String>,
-    pub cert_dir: PathBuf,
+}
+
+/// The Secret that holds the webhooks' CA, shared by every instance of the controller.
+pub const CA_SECRET: &str = "antrea-mc-webhook-ca";
+
+/// The CA from Secret `antrea-mc-webhook-ca`, made and stored when there is none (or it has less
+/// than a year left). Instances starting together agree: the first write wins, the others read it.
+async fn load_ca(client: &Client, ns: &str) -> anyhow::Result<tls::Authority> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let field = |s: &Secret, k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    for _ in 0..5 {
+        let existing = api
+            .get_opt(CA_SECRET)
+            .await
+            .with_context(|| format!("reading Secret {ns}/{CA_SECRET}"))?;
+        if let Some(s) = &existing
+            && let (Some(crt), Some(key), Some(until)) = (
+                field(s, "ca.crt"),
+                field(s, "ca.key"),
+                field(s, "ca.expiry"),
+            )
+            && let Some(ca) = until
+                .trim()
+                .parse()
+                .ok()
+                .and_then(|until| tls::Authority::load(ns, &crt, &key, until))
+        {
+            tracing::info!(secret = CA_SECRET, "reusing the webhook CA");
+            return Ok(ca);
+        }
+        let ca = tls::Authority::generate(ns)?;
+        let mut secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": CA_SECRET, "namespace": ns},
+            "type": "Opaque",
+            "stringData": {"ca.crt": ca.pem, "ca.key": ca.key_pem(), "ca.expiry": ca.not_after.to_string()},
+        }))?;
+        let written = match existing {
+            None => api.create(&PostParams::default(), &secret).await,
+            Some(old) => {
+                secret.metadata.resource_version = old.metadata.resource_version.clone();
+                api.replace(CA_SECRET, &PostParams::default(), &secret)
+                    .await
+            }
+        };
+        match written {
+            Ok(_) => {
+                tracing::info!(secret = CA_SECRET, "made a new webhook CA");
+                return Ok(ca);
+            }
+            // Another instance wrote it first: read theirs.
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => {
+                return Err(e).with_context(|| format!("writing Secret {ns}/{CA_SECRET}"));
+            }
+        }
+    }
+    anyhow::bail!("Secret {ns}/{CA_SECRET} keeps changing under this controller")
 }
 
 struct Ctx {
     client: Client,
     ns: String,
-    own_username: Option<String>,
+    own_username: String,
     metrics: Metrics,
 }
 
@@ -92,24 +153,29 @@ pub async fn start(
     let review = Api::<SelfSubjectReview>::all(client.clone());
     let (pp, ssr) = (PostParams::default(), SelfSubjectReview::default());
     let review = review.create(&pp, &ssr);
+    // Deployed, the controller runs as ServiceAccount antrea-mc-controller of its namespace:
+    // that is the fallback when the API cannot tell (SelfSubjectReview needs Kubernetes 1.28).
+    let fallback = format!(
+        "system:serviceaccount:{}:antrea-mc-controller",
+        opts.namespace
+    );
     let own_username = match tokio::time::timeout(Duration::from_secs(10), review).await {
         Ok(Ok(r)) => r.status.and_then(|s| s.user_info).and_then(|u| u.username),
         Err(_) => {
-            tracing::warn!(
-                "cannot learn this controller's own identity (SelfSubjectReview timed out); its own writes are checked like anyone's"
-            );
+            tracing::warn!(fallback, "SelfSubjectReview timed out; assuming this controller's identity");
             None
         }
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "cannot learn this controller's own identity (SelfSubjectReview); its own writes are checked like anyone's");
+            tracing::warn!(error = %e, fallback, "SelfSubjectReview failed; assuming this controller's identity");
             None
         }
-    };
-    tracing::info!(identity = ?own_username, "webhooks: this controller's identity");
-    let authority = Arc::new(tls::Authority::load_or_create(
-        &opts.cert_dir,
-        &opts.namespace,
-    )?);
+    }
+    .unwrap_or(fallback);
+    tracing::info!(
+        identity = own_username,
+        "webhooks: this controller's identity"
+    );
+    let authority = Arc::new(load_ca(&client, &opts.namespace).await?);
     let mut hosts = vec![
         format!("{SERVICE_NAME}.{}.svc", opts.namespace),
         format!("{SERVICE_NAME}.{}.svc.cluster.local", opts.namespace),
@@ -149,6 +215,10 @@ pub async fn start(
             .route(
                 "/mutate-multicluster-crd-antrea-io-v1alpha1-resourceexport",
                 post(mutate_export),
+            )
+            .route(
+                "/mutate-multicluster-crd-antrea-io-v1alpha1-memberclusterannounce",
+                post(mutate_announce),
             ),
         Role::Member => Router::new()
             .route(CLUSTERSET_PATH, post(validate_clusterset_member))
@@ -382,7 +452,7 @@ fn unpack(ctx: &Ctx, review: AdmissionReview<DynamicObject>) -> Result<Request, 
     let caller = Caller::classify(
         req.user_info.username.as_deref().unwrap_or(""),
         req.user_info.groups.as_deref().unwrap_or(&[]),
-        ctx.own_username.as_deref(),
+        Some(&ctx.own_username),
     );
     let to_value =
         |o: &Option<DynamicObject>| o.as_ref().and_then(|o| serde_json::to_value(o).ok());
@@ -398,7 +468,7 @@ fn unpack(ctx: &Ctx, review: AdmissionReview<DynamicObject>) -> Result<Request, 
 fn answer(ctx: &Ctx, webhook: &str, r: &Request, verdict: Result<Verdict, String>) -> Review {
     let resp = AdmissionResponse::from(&r.req);
     let (resp, outcome) = match verdict {
-        Ok(Verdict::Allow | Verdict::AllowAndBind(_)) => (resp, "allowed"),
+        Ok(Verdict::Allow) => (resp, "allowed"),
         Ok(Verdict::Deny(message)) => {
             tracing::info!(
                 webhook,
@@ -546,41 +616,13 @@ async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
         clusterset,
         bound,
     };
-    let verdict = rules::member_announce(r.op, &r.caller, r.old.as_ref(), r.new.as_ref(), &facts);
-    if let (Verdict::AllowAndBind(id), Some(sa)) = (&verdict, &sa)
-        && !r.req.dry_run
-    {
-        return bind(ctx, sa, id).await.map(|()| verdict);
-    }
-    Ok(verdict)
-}
-
-/// Records on the ServiceAccount the cluster ID it now speaks for. The resourceVersion
-/// precondition makes two concurrent first announces of one ServiceAccount bind it once.
-async fn bind(ctx: &Ctx, sa: &ServiceAccount, id: &str) -> Result<(), String> {
-    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ctx.ns);
-    let patch = json!({"metadata": {
-        "annotations": {annotations::CLUSTER_ID: id},
-        "resourceVersion": sa.resource_version(),
-    }});
-    api.patch(
-        &sa.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await
-    .map_err(|e| {
-        format!(
-            "binding ServiceAccount {} to cluster ID {id:?} failed: {e}",
-            sa.name_any()
-        )
-    })?;
-    tracing::info!(
-        service_account = sa.name_any(),
-        cluster_id = id,
-        "bound a member ServiceAccount to the cluster ID of its first announce"
-    );
-    Ok(())
+    Ok(rules::member_announce(
+        r.op,
+        &r.caller,
+        r.old.as_ref(),
+        r.new.as_ref(),
+        &facts,
+    ))
 }
 
 async fn validate_announce(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
@@ -610,6 +652,33 @@ async fn validate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> R
     answer(&ctx, "resourceexport", &r, v)
 }
 
+async fn mutate_announce(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
+    let r = match unpack(&ctx, review) {
+        Ok(r) => r,
+        Err(done) => return *done,
+    };
+    let ops = match (&r.op, &r.new) {
+        (Op::Create, Some(new)) => rules::stamp_announce(&r.caller, &ctx.ns, new),
+        _ => Vec::new(),
+    };
+    patch_answer(&ctx, "mutate-memberclusterannounce", &r, ops)
+}
+
+/// The answer of a mutating webhook: the JSON-patch operations, if any.
+fn patch_answer(ctx: &Ctx, webhook: &str, r: &Request, ops: Vec<Value>) -> Review {
+    let resp = AdmissionResponse::from(&r.req);
+    if ops.is_empty() {
+        return Json(resp.into_review());
+    }
+    let patch = serde_json::from_value::<json_patch::Patch>(Value::Array(ops))
+        .map_err(|e| e.to_string())
+        .and_then(|p| resp.clone().with_patch(p).map_err(|e| e.to_string()));
+    match patch {
+        Ok(resp) => Json(resp.into_review()),
+        Err(e) => answer(ctx, webhook, r, Err(e)),
+    }
+}
+
 async fn mutate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {
     let r = match unpack(&ctx, review) {
         Ok(r) => r,
@@ -620,17 +689,7 @@ async fn mutate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Rev
         .as_ref()
         .map(rules::mutate_resource_export)
         .unwrap_or_default();
-    let resp = AdmissionResponse::from(&r.req);
-    if ops.is_empty() {
-        return Json(resp.into_review());
-    }
-    let patch = serde_json::from_value::<json_patch::Patch>(Value::Array(ops))
-        .map_err(|e| e.to_string())
-        .and_then(|p| resp.clone().with_patch(p).map_err(|e| e.to_string()));
-    match patch {
-        Ok(resp) => Json(resp.into_review()),
-        Err(e) => answer(&ctx, "mutate-resourceexport", &r, Err(e)),
-    }
+    patch_answer(&ctx, "mutate-resourceexport", &r, ops)
 }
 
 async fn validate_gateway(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Review {

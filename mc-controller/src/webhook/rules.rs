@@ -4,9 +4,12 @@
 //! The identity binding: a member's controller talks to the leader with the token of a
 //! ServiceAccount in the leader's namespace. That ServiceAccount speaks for one cluster ID, named
 //! by its annotation `multicluster.antrea.io/cluster-id`. The guides create the ServiceAccount
-//! without the annotation; such a ServiceAccount is bound to the cluster ID of its first
-//! MemberClusterAnnounce (the webhook records the annotation before it admits the announce), and
-//! until then may not write ResourceExports at all.
+//! without the annotation; such a ServiceAccount may create the announce of a cluster ID no one
+//! is bound to. The mutating webhook stamps the creator on the announce
+//! (`multicluster.antrea.io/announced-by`), and the leader controller, reading the stored
+//! announce, binds the ServiceAccount to its cluster ID. Until then it may only refresh the
+//! announce it created, and may not write ResourceExports. The webhooks change nothing
+//! themselves: a forged AdmissionReview sent to the webhook port binds nothing.
 
 use mc_api::names::{self, annotations, finalizers, labels};
 use serde_json::Value;
@@ -57,12 +60,10 @@ pub enum Op {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Allow,
-    /// Allow, after recording on the caller's ServiceAccount that it speaks for this cluster ID.
-    AllowAndBind(String),
     Deny(String),
 }
 
-use Verdict::{Allow, AllowAndBind, Deny};
+use Verdict::{Allow, Deny};
 
 fn deny(message: impl Into<String>) -> Verdict {
     Deny(message.into())
@@ -195,29 +196,10 @@ fn announce_fields(v: &Value) -> (&str, &str, &str) {
     )
 }
 
-/// The cluster ID the caller may speak for, binding it to `claimed` if it has none yet.
-fn bind_or_check(sa: &str, account: &Account, claimed: &str, bound: &Bindings) -> Verdict {
-    match account.cluster_id.as_deref() {
-        Some(id) if id == claimed => Allow,
-        Some("") => deny(format!(
-            "ServiceAccount {sa} has an empty {} annotation",
-            annotations::CLUSTER_ID
-        )),
-        Some(id) => deny(format!(
-            "ServiceAccount {sa} speaks for cluster {id:?}; it may not announce or change cluster {claimed:?}"
-        )),
-        None => {
-            if let Some((other, _)) = bound.iter().find(|(_, id)| id == claimed) {
-                return deny(format!(
-                    "cluster ID {claimed:?} is already bound to ServiceAccount {other}; ServiceAccount {sa} may not announce it"
-                ));
-            }
-            if claimed.is_empty() {
-                return deny("clusterID must not be empty");
-            }
-            AllowAndBind(claimed.to_owned())
-        }
-    }
+fn stamp(v: &Value) -> &str {
+    v["metadata"]["annotations"][annotations::ANNOUNCED_BY]
+        .as_str()
+        .unwrap_or("")
 }
 
 pub fn member_announce(
@@ -241,6 +223,12 @@ pub fn member_announce(
                     "the field '{field}' of a MemberClusterAnnounce is immutable ({was:?} -> {is:?})"
                 ));
             }
+        }
+        if stamp(old) != stamp(new) && *caller != Caller::Controller {
+            return deny(format!(
+                "the annotation {} records who created the announce; it cannot be changed",
+                annotations::ANNOUNCED_BY
+            ));
         }
     }
     let (ns, sa) = match caller {
@@ -277,44 +265,69 @@ pub fn member_announce(
     let target = match op {
         Op::Create => new,
         Op::Update | Op::Delete => old,
+    };
+    let claimed = target.map(announce_fields).unwrap_or_default().0;
+    if claimed.is_empty() {
+        return deny("clusterID must not be empty");
     }
-    .map(announce_fields)
-    .unwrap_or_default();
-    let claimed = target.0;
-    if op == Op::Delete {
-        // Deleting never binds: an unbound ServiceAccount may not delete announces.
-        return match facts.account.cluster_id.as_deref() {
-            Some(id) if id == claimed => Allow,
-            Some(id) => deny(format!(
-                "ServiceAccount {who} speaks for cluster {id:?}; it may not delete the announce of cluster {claimed:?}"
-            )),
-            None => deny(format!(
-                "ServiceAccount {who} is not bound to a cluster ID ({}); it may not delete announces",
+    match facts.account.cluster_id.as_deref() {
+        Some("") => {
+            return deny(format!(
+                "ServiceAccount {who} has an empty {} annotation",
                 annotations::CLUSTER_ID
-            )),
-        };
+            ));
+        }
+        Some(id) if id != claimed => {
+            return deny(format!(
+                "ServiceAccount {who} speaks for cluster {id:?}; it may not {} the announce of cluster {claimed:?}",
+                match op {
+                    Op::Create => "create",
+                    Op::Update => "change",
+                    Op::Delete => "delete",
+                }
+            ));
+        }
+        Some(_) => {}
+        None => {
+            // Not bound yet: the guides' ServiceAccount. It may create the announce of a cluster
+            // ID nobody holds, and refresh or delete the announce it created (stamped) until the
+            // leader has bound it; nothing else.
+            if let Some((other, _)) = facts.bound.iter().find(|(_, id)| id == claimed) {
+                return deny(format!(
+                    "cluster ID {claimed:?} is already bound to ServiceAccount {other}; ServiceAccount {who} may not announce it"
+                ));
+            }
+            if op != Op::Create && target.map(stamp) != Some(sa.as_str()) {
+                return deny(format!(
+                    "ServiceAccount {who} is not bound to a cluster ID ({}) and did not create this announce",
+                    annotations::CLUSTER_ID
+                ));
+            }
+        }
     }
     if op == Op::Create {
+        let new = new.unwrap_or(&Value::Null);
         let Some((set, leader)) = &facts.clusterset else {
             return deny(format!(
                 "there is no ClusterSet in the leader namespace {}; create it first",
                 facts.leader_ns
             ));
         };
-        if target.1 != set {
+        let fields = announce_fields(new);
+        if fields.1 != set {
             return deny(format!(
                 "clusterSetID {:?} is not the ClusterSet of this leader ({set:?})",
-                target.1
+                fields.1
             ));
         }
-        if target.2 != leader {
+        if fields.2 != leader {
             return deny(format!(
                 "leaderClusterID {:?} is not this leader's cluster ID ({leader:?})",
-                target.2
+                fields.2
             ));
         }
         let expected = names::member_announce(claimed);
-        let name = new.map(object_name).unwrap_or_default();
+        let name = object_name(new);
         if name != expected {
             return deny(format!(
                 "a MemberClusterAnnounce of cluster {claimed:?} must be named {expected:?}, not {name:?}"
@@ -326,7 +339,38 @@ pub fn member_announce(
             ));
         }
     }
-    bind_or_check(&who, &facts.account, claimed, &facts.bound)
+    Allow
+}
+
+/// The mutating webhook on a new announce: the creator's name in `announced-by` (a ServiceAccount
+/// of the leader namespace), or no such annotation (anyone else). JSON-patch operations.
+pub fn stamp_announce(caller: &Caller, leader_ns: &str, mca: &Value) -> Vec<Value> {
+    let want = match caller {
+        Caller::ServiceAccount { namespace, name } if namespace == leader_ns => Some(name.as_str()),
+        _ => None,
+    };
+    let have = mca["metadata"]["annotations"][annotations::ANNOUNCED_BY].as_str();
+    if have == want {
+        return Vec::new();
+    }
+    let key = annotations::ANNOUNCED_BY
+        .replace('~', "~0")
+        .replace('/', "~1");
+    match want {
+        Some(sa) => {
+            let mut ops = Vec::new();
+            if !mca["metadata"]["annotations"].is_object() {
+                ops.push(
+                    serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": {}}),
+                );
+            }
+            ops.push(serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": sa}));
+            ops
+        }
+        None => vec![
+            serde_json::json!({"op": "remove", "path": format!("/metadata/annotations/{key}")}),
+        ],
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -654,16 +698,13 @@ mod tests {
     fn announce_create() {
         let east = sa("member-east");
         let new = mca("east");
-        // Bound to its own ID: allowed.
-        assert_eq!(
-            member_announce(Op::Create, &east, None, Some(&new), &facts(bound("east"))),
-            Allow
-        );
-        // Unbound (the guides' ServiceAccount): allowed and bound.
-        assert_eq!(
-            member_announce(Op::Create, &east, None, Some(&new), &facts(unbound())),
-            AllowAndBind("east".into())
-        );
+        // Bound to its own ID, or not bound yet (the guides' ServiceAccount): allowed.
+        for account in [bound("east"), unbound()] {
+            assert_eq!(
+                member_announce(Op::Create, &east, None, Some(&new), &facts(account)),
+                Allow
+            );
+        }
         // Spoofing a cluster bound elsewhere, bound or not.
         denied(
             member_announce(
@@ -762,6 +803,14 @@ mod tests {
         );
     }
 
+    fn stamped(id: &str, by: &str) -> Value {
+        let mut v = mca(id);
+        v["metadata"]["annotations"] = json!({ANNOUNCED_BY_KEY: by});
+        v
+    }
+
+    const ANNOUNCED_BY_KEY: &str = annotations::ANNOUNCED_BY;
+
     #[test]
     fn announce_update_and_delete() {
         let east = sa("member-east");
@@ -778,16 +827,50 @@ mod tests {
             ),
             Allow
         );
-        // An announce made before the webhook existed binds on its next heartbeat.
+        // Not bound yet: only the announce it created (the stamp says so) may be refreshed.
+        let mine = stamped("east", "member-east");
+        let mut mine_beat = mine.clone();
+        mine_beat["metadata"]["annotations"]["touch-ts"] = json!("now");
         assert_eq!(
             member_announce(
                 Op::Update,
                 &east,
-                Some(&old),
-                Some(&beat),
+                Some(&mine),
+                Some(&mine_beat),
                 &facts(unbound())
             ),
-            AllowAndBind("east".into())
+            Allow
+        );
+        // ... not an announce made by someone else, nor one made before the stamp existed: an
+        // unbound token cannot take over a cluster ID by touching its announce.
+        for other in [stamped("south", "member-south"), mca("south")] {
+            denied(
+                member_announce(
+                    Op::Update,
+                    &east,
+                    Some(&other),
+                    Some(&other),
+                    &facts(unbound()),
+                ),
+                "did not create this announce",
+            );
+            denied(
+                member_announce(Op::Delete, &east, Some(&other), None, &facts(unbound())),
+                "did not create this announce",
+            );
+        }
+        // The stamp cannot be forged or changed, except by the controller.
+        let mut forged = mine.clone();
+        forged["metadata"]["annotations"][ANNOUNCED_BY_KEY] = json!("member-west");
+        denied(
+            member_announce(
+                Op::Update,
+                &east,
+                Some(&mine),
+                Some(&forged),
+                &facts(bound("east")),
+            ),
+            "cannot be changed",
         );
         for field in ["clusterID", "clusterSetID", "leaderClusterID"] {
             let mut v = old.clone();
@@ -818,10 +901,6 @@ mod tests {
             member_announce(Op::Delete, &east, Some(&west), None, &facts(bound("east"))),
             "may not delete",
         );
-        denied(
-            member_announce(Op::Delete, &east, Some(&old), None, &facts(unbound())),
-            "not bound",
-        );
         assert_eq!(
             member_announce(Op::Delete, &east, Some(&old), None, &facts(bound("east"))),
             Allow
@@ -843,7 +922,6 @@ mod tests {
             ),
             Allow
         );
-        // The controller updates (finalizers) without a binding.
         assert_eq!(
             member_announce(
                 Op::Update,
@@ -854,6 +932,36 @@ mod tests {
             ),
             Allow
         );
+    }
+
+    #[test]
+    fn announces_are_stamped_with_their_creator() {
+        let apply = |v: &Value, ops: Vec<Value>| {
+            let mut v = v.clone();
+            json_patch::patch(
+                &mut v,
+                &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).unwrap(),
+            )
+            .unwrap();
+            v
+        };
+        let east = sa("member-east");
+        let v = apply(&mca("east"), stamp_announce(&east, NS, &mca("east")));
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOUNCED_BY_KEY],
+            "member-east"
+        );
+        assert!(stamp_announce(&east, NS, &v).is_empty());
+        // A stamp someone wrote themselves is replaced, or removed for non-members.
+        let forged = stamped("east", "member-west");
+        let v = apply(&forged, stamp_announce(&east, NS, &forged));
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOUNCED_BY_KEY],
+            "member-east"
+        );
+        let v = apply(&forged, stamp_announce(&Caller::Admin, NS, &forged));
+        assert!(v["metadata"]["annotations"][ANNOUNCED_BY_KEY].is_null());
+        assert!(stamp_announce(&Caller::Admin, NS, &mca("east")).is_empty());
     }
 
     fn svc_export(id: &str, kind: &str) -> Value {

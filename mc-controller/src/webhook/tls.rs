@@ -1,13 +1,13 @@
 //! The webhooks' self-managed CA and serving certificate.
 //!
-//! The CA (ECDSA P-256, ten years) is kept in the certificate directory and reused across
-//! restarts, so a restart does not change what the API server trusts. The serving certificate
+//! The CA (ECDSA P-256, ten years) is kept in a Secret of the controller's namespace
+//! (`antrea-mc-webhook-ca`) and shared by every instance and restart, so that a rollout does not
+//! change what the API server trusts. The serving certificate
 //! is issued by it at every start (one year) and re-issued in the running process when fewer
 //! than 90 days are left. The CA is published in ConfigMap `antrea-mc-ca` and in the `caBundle`
 //! of the webhook configurations labelled for this controller.
 
 use std::{
-    path::Path,
     sync::{Arc, RwLock},
     time::Duration,
 };
@@ -35,6 +35,8 @@ pub struct Authority {
     params: CertificateParams,
     key: KeyPair,
     pub pem: String,
+    /// End of validity, Unix seconds.
+    pub not_after: i64,
 }
 
 fn ca_params(namespace: &str) -> CertificateParams {
@@ -48,65 +50,40 @@ fn ca_params(namespace: &str) -> CertificateParams {
     p
 }
 
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::{io::Write as _, os::unix::fs::OpenOptionsExt as _};
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
 impl Authority {
-    /// Loads the CA from `dir` (ca.crt, ca.key, ca.expiry) when it is there and has more than a
-    /// year left; makes and saves a new one otherwise.
-    pub fn load_or_create(dir: &Path, namespace: &str) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the certificate directory {}", dir.display()))?;
-        let (crt, key, expiry) = (
-            dir.join("ca.crt"),
-            dir.join("ca.key"),
-            dir.join("ca.expiry"),
-        );
+    /// A new CA.
+    pub fn generate(namespace: &str) -> anyhow::Result<Self> {
         let now = OffsetDateTime::now_utc();
-        let loaded = (|| {
-            let pem = std::fs::read_to_string(&crt).ok()?;
-            let key = KeyPair::from_pem(&std::fs::read_to_string(&key).ok()?).ok()?;
-            let until: i64 = std::fs::read_to_string(&expiry).ok()?.trim().parse().ok()?;
-            let until = OffsetDateTime::from_unix_timestamp(until).ok()?;
-            (until - now > time::Duration::days(365)).then_some((pem, key))
-        })();
-        if let Some((pem, key)) = loaded {
-            tracing::info!(dir = %dir.display(), "reusing the webhook CA");
-            return Ok(Self {
-                params: ca_params(namespace),
-                key,
-                pem,
-            });
-        }
-        let key_pair = KeyPair::generate().context("generating the CA key")?;
-        let key_pair_pem = key_pair.serialize_pem();
+        let key = KeyPair::generate().context("generating the CA key")?;
         let mut params = ca_params(namespace);
         params.not_before = now - time::Duration::hours(1);
         params.not_after = now + CA_LIFETIME;
-        let cert = params.self_signed(&key_pair).context("signing the CA")?;
-        let pem = cert.pem();
-        write_private(&key, &key_pair_pem)?;
-        write_private(&crt, &pem)?;
-        write_private(&expiry, &params.not_after.unix_timestamp().to_string())?;
-        tracing::info!(dir = %dir.display(), "made a new webhook CA");
+        let cert = params.self_signed(&key).context("signing the CA")?;
         Ok(Self {
             params: ca_params(namespace),
-            key: key_pair,
-            pem,
+            key,
+            pem: cert.pem(),
+            not_after: params.not_after.unix_timestamp(),
         })
+    }
+
+    /// The CA kept earlier (its certificate, key and end of validity as written by
+    /// `generate`); None when it is unreadable or has less than a year left.
+    pub fn load(namespace: &str, cert_pem: &str, key_pem: &str, not_after: i64) -> Option<Self> {
+        let left = OffsetDateTime::from_unix_timestamp(not_after).ok()? - OffsetDateTime::now_utc();
+        if left < time::Duration::days(365) {
+            return None;
+        }
+        Some(Self {
+            params: ca_params(namespace),
+            key: KeyPair::from_pem(key_pem).ok()?,
+            pem: cert_pem.to_owned(),
+            not_after,
+        })
+    }
+
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
     }
 
     /// A serving certificate for `hosts` (DNS names or IP addresses).
@@ -228,21 +205,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ca_is_kept_and_issues_for_names_and_addresses() {
-        let dir = std::env::temp_dir().join(format!("strait-ca-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let a = Authority::load_or_create(&dir, "ns").unwrap();
-        let b = Authority::load_or_create(&dir, "ns").unwrap();
-        assert_eq!(a.pem, b.pem, "a restart reuses the CA");
-        let mode = std::os::unix::fs::PermissionsExt::mode(
-            &std::fs::metadata(dir.join("ca.key")).unwrap().permissions(),
+    fn the_ca_reloads_and_issues_for_names_and_addresses() {
+        let a = Authority::generate("ns").unwrap();
+        let b = Authority::load("ns", &a.pem, &a.key_pem(), a.not_after).expect("reloads");
+        assert_eq!(a.pem, b.pem);
+        assert!(Authority::load("ns", &a.pem, "not a key", a.not_after).is_none());
+        let soon = OffsetDateTime::now_utc().unix_timestamp() + 100 * 86400;
+        assert!(
+            Authority::load("ns", &a.pem, &a.key_pem(), soon).is_none(),
+            "renewed a year ahead"
         );
-        assert_eq!(mode & 0o777, 0o600);
         let s = b
             .issue(&["svc.ns.svc".into(), "198.18.0.1".into()])
             .unwrap();
         assert!(s.not_after - OffsetDateTime::now_utc() > RENEW_BEFORE);
         assert!(b.issue(&["not a name!".into()]).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -95,10 +95,6 @@ impl Instance {
         let port = if self.dual() { 9444 } else { 9443 };
         format!("{}:{port}", self.cluster.api_ip)
     }
-
-    fn cert_dir(&self) -> PathBuf {
-        cluster_dir(self.cluster).join(format!("webhook-ca-{}", self.role()))
-    }
 }
 
 /// The role's webhook configurations from `deploy/<role>/webhooks.yaml`, pointed at the
@@ -228,7 +224,6 @@ pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
             format!("--health-addr={}", instance.health_addr()),
             format!("--webhook-addr={}", instance.webhook_addr()),
             format!("--webhook-host={}", cluster.api_ip),
-            format!("--webhook-cert-dir={}", instance.cert_dir().display()),
         ];
         if instance.leader {
             // Shorter than the 60 s default, so that the tests of withdrawal stay quick.
