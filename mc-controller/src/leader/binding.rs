@@ -2,107 +2,142 @@
 //!
 //! The guides create member ServiceAccounts without the `multicluster.antrea.io/cluster-id`
 //! annotation. The mutating webhook stamps the creator of each new MemberClusterAnnounce
-//! (`multicluster.antrea.io/announced-by`); here, from the stored announce, the leader records
-//! the binding on the ServiceAccount, unless another ServiceAccount already holds that ID. From
-//! then on the webhooks treat the ServiceAccount like one created annotated.
-
-use std::collections::HashSet;
+//! (`multicluster.antrea.io/announced-by`); here, from the stored announces and the watched
+//! ServiceAccounts, the leader records the binding on the ServiceAccount, unless another
+//! ServiceAccount already holds that ID. Level-triggered: a ServiceAccount deleted and created
+//! again under the same name is bound again. From then on the webhooks treat the ServiceAccount
+//! like one created annotated.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::{
-    Api, Client, ResourceExt as _,
-    api::{ListParams, Patch, PatchParams},
+    Api, ResourceExt as _,
+    api::{Patch, PatchParams},
 };
 use mc_api::{memberclusterannounce::MemberClusterAnnounce, names::annotations};
 use serde_json::json;
 
-pub struct Binder {
-    api: Api<ServiceAccount>,
-    /// (ServiceAccount, cluster ID) pairs already settled, so a steady state costs no calls.
-    done: HashSet<(String, String)>,
-}
-
-impl Binder {
-    pub fn new(client: Client, ns: &str) -> Self {
-        Self {
-            api: Api::namespaced(client, ns),
-            done: HashSet::new(),
-        }
-    }
-
-    /// Binds the creators of `announces` that are not bound yet; returns the failures.
-    pub async fn observe(&mut self, announces: &[std::sync::Arc<MemberClusterAnnounce>]) -> usize {
-        let mut failures = 0;
-        for a in announces {
-            let (Some(sa), Some(id)) = (
-                a.annotations().get(annotations::ANNOUNCED_BY),
-                a.spec.cluster_id.as_ref().filter(|id| !id.is_empty()),
-            ) else {
-                continue;
-            };
-            if a.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let key = (sa.clone(), id.clone());
-            if self.done.contains(&key) {
-                continue;
-            }
-            match self.bind(sa, id).await {
-                Ok(()) => {
-                    self.done.insert(key);
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(service_account = sa, cluster_id = id, error = %e, "binding a member ServiceAccount failed; retrying");
-                }
-            }
-        }
-        failures
-    }
-
-    async fn bind(&self, sa: &str, id: &str) -> kube::Result<()> {
-        let Some(account) = self.api.get_opt(sa).await? else {
-            return Ok(());
+/// The bindings to record: (ServiceAccount, its resourceVersion, cluster ID). Pure: what the
+/// stored announces ask for that the ServiceAccounts do not have yet.
+pub fn pending(
+    announces: &[std::sync::Arc<MemberClusterAnnounce>],
+    accounts: &[std::sync::Arc<ServiceAccount>],
+) -> Vec<(String, String, String)> {
+    let held = |id: &str| {
+        accounts.iter().find(|a| {
+            a.annotations()
+                .get(annotations::CLUSTER_ID)
+                .map(String::as_str)
+                == Some(id)
+        })
+    };
+    let mut out = Vec::new();
+    for a in announces {
+        let (Some(sa), Some(id)) = (
+            a.annotations().get(annotations::ANNOUNCED_BY),
+            a.spec.cluster_id.as_ref().filter(|id| !id.is_empty()),
+        ) else {
+            continue;
         };
-        if let Some(bound) = account.annotations().get(annotations::CLUSTER_ID) {
-            if bound != id {
-                tracing::warn!(
-                    service_account = sa,
-                    bound,
-                    announced = id,
-                    "a member ServiceAccount announced a cluster ID it is not bound to"
-                );
-            }
-            return Ok(());
+        if a.metadata.deletion_timestamp.is_some() {
+            continue;
         }
-        let holders = self.api.list_metadata(&ListParams::default()).await?;
-        if let Some(other) = holders.iter().find(|m| {
-            m.name_any() != sa
-                && m.annotations()
-                    .get(annotations::CLUSTER_ID)
-                    .map(String::as_str)
-                    == Some(id)
-        }) {
+        let Some(account) = accounts.iter().find(|x| x.name_any() == *sa) else {
+            continue;
+        };
+        if account.annotations().contains_key(annotations::CLUSTER_ID) {
+            continue;
+        }
+        if let Some(holder) = held(id) {
             tracing::warn!(
                 service_account = sa,
                 cluster_id = id,
-                holder = other.name_any(),
+                holder = holder.name_any(),
                 "not binding: another ServiceAccount holds this cluster ID"
             );
-            return Ok(());
+            continue;
         }
+        out.push((
+            sa.clone(),
+            account.resource_version().unwrap_or_default(),
+            id.clone(),
+        ));
+    }
+    out
+}
+
+/// Records the pending bindings; returns the failures (retried on the next pass).
+pub async fn bind(api: &Api<ServiceAccount>, pending: Vec<(String, String, String)>) -> usize {
+    let mut failures = 0;
+    for (sa, version, id) in pending {
         let patch = json!({"metadata": {
             "annotations": {annotations::CLUSTER_ID: id},
-            "resourceVersion": account.resource_version(),
+            "resourceVersion": version,
         }});
-        self.api
-            .patch(sa, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-        tracing::info!(
-            service_account = sa,
-            cluster_id = id,
-            "bound a member ServiceAccount to the cluster ID of the announce it created"
+        match api
+            .patch(&sa, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => tracing::info!(
+                service_account = sa,
+                cluster_id = id,
+                "bound a member ServiceAccount to the cluster ID of the announce it created"
+            ),
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(service_account = sa, cluster_id = id, error = %e, "binding a member ServiceAccount failed; retrying");
+            }
+        }
+    }
+    failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mc_api::memberclusterannounce::MemberClusterAnnounceFields;
+    use std::sync::Arc;
+
+    fn sa(name: &str, id: Option<&str>) -> Arc<ServiceAccount> {
+        let mut s = ServiceAccount::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.resource_version = Some("7".into());
+        if let Some(id) = id {
+            s.metadata.annotations =
+                Some([(annotations::CLUSTER_ID.to_owned(), id.to_owned())].into());
+        }
+        Arc::new(s)
+    }
+
+    fn mca(id: &str, by: Option<&str>) -> Arc<MemberClusterAnnounce> {
+        let mut m = MemberClusterAnnounce::new(
+            &format!("member-announce-from-{id}"),
+            MemberClusterAnnounceFields {
+                cluster_id: Some(id.into()),
+                ..Default::default()
+            },
         );
-        Ok(())
+        if let Some(by) = by {
+            m.metadata.annotations =
+                Some([(annotations::ANNOUNCED_BY.to_owned(), by.to_owned())].into());
+        }
+        Arc::new(m)
+    }
+
+    #[test]
+    fn binds_the_stamped_creator_once_and_never_over_another_holder() {
+        let accounts = [sa("member-east", None), sa("member-west", Some("west"))];
+        assert_eq!(
+            pending(&[mca("east", Some("member-east"))], &accounts),
+            [("member-east".to_owned(), "7".to_owned(), "east".to_owned())]
+        );
+        // Already bound, not stamped, ServiceAccount gone, ID held by another: nothing.
+        for (m, accts) in [
+            (mca("west", Some("member-west")), accounts.to_vec()),
+            (mca("east", None), accounts.to_vec()),
+            (mca("east", Some("member-gone")), accounts.to_vec()),
+            (mca("west", Some("member-east")), accounts.to_vec()),
+        ] {
+            assert!(pending(&[m], &accts).is_empty());
+        }
     }
 }

@@ -13,6 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, Client, ResourceExt as _, runtime::watcher};
 use mc_api::{
@@ -52,7 +53,8 @@ struct Leader {
     ri_api: Api<ResourceImport>,
     cs_api: Api<ClusterSet>,
     tracker: Tracker,
-    binder: binding::Binder,
+    accounts: Watched<ServiceAccount>,
+    sa_api: Api<ServiceAccount>,
 }
 
 /// A member's export left without its announce this long is collected (the announce comes first
@@ -103,7 +105,13 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         ns,
         liveness: opts.liveness,
         tracker: Tracker::default(),
-        binder: binding::Binder::new(client.clone(), &ns_for_binder),
+        accounts: Watched::new(
+            Api::namespaced(client.clone(), &ns_for_binder),
+            cfg(),
+            trigger.clone(),
+            "ServiceAccount",
+        ),
+        sa_api: Api::namespaced(client.clone(), &ns_for_binder),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -120,6 +128,7 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
             ("MemberClusterAnnounces", leader.announces.ready()),
             ("ResourceExports", leader.exports.ready()),
             ("ResourceImports", leader.imports.ready()),
+            ("ServiceAccounts", leader.accounts.ready()),
         ]
         .into_iter()
         .filter(|(_, ready)| !ready)
@@ -164,7 +173,11 @@ impl Leader {
             }),
             now,
         );
-        let mut failures = self.binder.observe(&announces).await;
+        let mut failures = binding::bind(
+            &self.sa_api,
+            binding::pending(&announces, &self.accounts.all()),
+        )
+        .await;
         let withdrawn = self.tracker.withdrawn(self.liveness, now);
         let exports = self.exports.all();
         let merged = merge::merge(&self.ns, &exports, &self.imports.all(), &withdrawn);
