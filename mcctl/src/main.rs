@@ -1012,7 +1012,19 @@ async fn join(c: &Cluster, a: JoinArgs) -> anyhow::Result<()> {
         .namespace
         .or_else(|| (!file.namespace.is_empty()).then(|| file.namespace.clone()))
         .unwrap_or_else(|| "kube-system".into());
-    let secret_doc = match (&a.token_secret_file, file_secret) {
+    // The token Secret file: --token-secret-file, else the config's tokenSecretFile (relative
+    // to the config file), else a Secret document inside the config.
+    let config_file_token = (!file.token_secret_file.is_empty()).then(|| {
+        let p = PathBuf::from(&file.token_secret_file);
+        match a.config_file.as_ref().and_then(|c| c.parent()) {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        }
+    });
+    let secret_doc = match (
+        a.token_secret_file.as_ref().or(config_file_token.as_ref()),
+        file_secret,
+    ) {
         (Some(p), _) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;

@@ -460,6 +460,30 @@ fn a_join_that_fails_rolls_back() {
             }
         },
     );
+    // The same through a join config naming the token file (relative to the config).
+    let config = scratch("bad-join.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: multicluster.antrea.io/v1alpha1\nkind: ClusterSetJoinConfig\nclusterSetID: {CLUSTERSET}\nclusterID: {}\nleaderClusterID: {}\nleaderNamespace: {LEADER_NS}\nleaderAPIServer: {}\ntokenSecretFile: bad-token.yaml\n",
+            id("north"),
+            id("north"),
+            tb.leader_server
+        ),
+    )
+    .unwrap();
+    let err = fails(
+        "join -f with a bad token file",
+        tb.mcctl(
+            "north",
+            &["join", "-f", config.to_str().unwrap(), "--timeout", "5"],
+        ),
+        "Deleting the created resources",
+    );
+    assert!(
+        err.contains("rolled back: deleted Secret kube-system/bad-token"),
+        "the config's tokenSecretFile is read: {err}"
+    );
     fails(
         "join without a leader",
         tb.mcctl(
