@@ -286,6 +286,50 @@ fn the_controllers_rbac_grants_what_the_webhooks_use() {
     ] {
         can("north", leader, args);
     }
+    // A member's token may write announces and exports (the webhooks narrow it to its own),
+    // not the statuses the leader writes.
+    let token = "system:serviceaccount:antrea-multicluster:member-token-probe";
+    for args in [
+        &[
+            "create",
+            "memberclusterannounces.multicluster.crd.antrea.io",
+            "-n",
+            "antrea-multicluster",
+        ][..],
+        &[
+            "patch",
+            "resourceexports.multicluster.crd.antrea.io",
+            "-n",
+            "antrea-multicluster",
+        ],
+        &["create", "events", "-n", "antrea-multicluster"],
+    ] {
+        can_with_role(&tb, token, args, true);
+    }
+    for args in [
+        &[
+            "patch",
+            "resourceexports.multicluster.crd.antrea.io",
+            "--subresource=status",
+            "-n",
+            "antrea-multicluster",
+        ][..],
+        &[
+            "patch",
+            "resourceimports.multicluster.crd.antrea.io",
+            "--subresource=status",
+            "-n",
+            "antrea-multicluster",
+        ],
+        &[
+            "create",
+            "resourceimports.multicluster.crd.antrea.io",
+            "-n",
+            "antrea-multicluster",
+        ],
+    ] {
+        can_with_role(&tb, token, args, false);
+    }
     let member = "system:serviceaccount:kube-system:antrea-mc-controller";
     for args in [
         &["list", "validatingwebhookconfigurations"][..],
@@ -311,4 +355,16 @@ fn the_controllers_rbac_grants_what_the_webhooks_use() {
     ] {
         can("east", member, args);
     }
+}
+
+/// `kubectl auth can-i` for a ServiceAccount bound to the member Role (the binding is made here;
+/// can-i needs no ServiceAccount object).
+fn can_with_role(tb: &Testbed, sa: &str, args: &[&str], expected: bool) {
+    let yaml = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: member-token-probe\n  namespace: antrea-multicluster\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: antrea-mc-member-cluster-role\nsubjects:\n  - kind: ServiceAccount\n    name: member-token-probe\n    namespace: antrea-multicluster\n";
+    tb.apply("north", "antrea-multicluster", yaml);
+    let mut all = vec!["auth", "can-i", "--as", sa];
+    all.extend(args);
+    let out = tb.kubectl("north").args(&all).output().expect("kubectl");
+    let yes = String::from_utf8_lossy(&out.stdout).trim() == "yes";
+    assert_eq!(yes, expected, "{sa} {args:?}: expected {expected}");
 }
