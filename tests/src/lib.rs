@@ -88,22 +88,7 @@ impl Testbed {
 
     /// Runs kubectl with `input` on stdin.
     pub fn with_stdin(&self, cluster: &str, args: &[&str], input: &str) -> Output {
-        use std::io::Write as _;
-        let mut child = self
-            .kubectl(cluster)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("writing stdin");
-        child.wait_with_output().expect("kubectl")
+        run_with_stdin(self.kubectl(cluster).args(args), Some(input))
     }
 
     /// `kubectl apply -f -` of `yaml`; panics with the server's message when refused.
@@ -598,28 +583,36 @@ impl Testbed {
 impl AsServiceAccount {
     /// Runs kubectl with `input` on stdin (when given): (success, stdout, stderr).
     pub fn run(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
-        use std::io::Write as _;
-        let mut child = Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        let mut stdin = child.stdin.take().expect("stdin");
-        if let Some(input) = input {
-            stdin.write_all(input.as_bytes()).expect("writing stdin");
-        }
-        drop(stdin);
-        let out = child.wait_with_output().expect("kubectl");
+        let out = run_with_stdin(
+            Command::new(&self.kubectl)
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(args),
+            input,
+        );
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
+}
+
+/// Runs `cmd` with `input` (or nothing) on its stdin, capturing stdout and stderr.
+fn run_with_stdin(cmd: &mut Command, input: Option<&str>) -> Output {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    if let Some(input) = input {
+        stdin.write_all(input.as_bytes()).expect("writing stdin");
+    }
+    drop(stdin);
+    child.wait_with_output().expect("kubectl")
 }
 
 impl Drop for AsServiceAccount {

@@ -59,6 +59,16 @@ fn helm() -> std::path::PathBuf {
     path
 }
 
+/// (kind, namespace, name): objects sorted by it compare one to one.
+fn object_id(d: &Value) -> (String, String, String) {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    (
+        s(&d["kind"]),
+        s(&d["metadata"]["namespace"]),
+        s(&d["metadata"]["name"]),
+    )
+}
+
 fn docs(yaml: &str) -> Vec<Value> {
     let mut v: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
         .map(|d| {
@@ -66,13 +76,7 @@ fn docs(yaml: &str) -> Vec<Value> {
         })
         .filter(|d: &Value| !d.is_null())
         .collect();
-    v.sort_by_key(|d| {
-        (
-            d["kind"].as_str().unwrap_or("").to_owned(),
-            d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
-            d["metadata"]["name"].as_str().unwrap_or("").to_owned(),
-        )
-    });
+    v.sort_by_key(object_id);
     v
 }
 
@@ -104,13 +108,7 @@ fn kustomize(tb: &Testbed, dirs: &[&str]) -> Vec<Value> {
         assert!(out.status.success(), "kubectl kustomize {dir}");
         all.extend(docs(&String::from_utf8_lossy(&out.stdout)));
     }
-    all.sort_by_key(|d| {
-        (
-            d["kind"].as_str().unwrap_or("").to_owned(),
-            d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
-            d["metadata"]["name"].as_str().unwrap_or("").to_owned(),
-        )
-    });
+    all.sort_by_key(object_id);
     all
 }
 

@@ -21,7 +21,9 @@ use axum::{
     routing::post,
 };
 use k8s_openapi::api::{
-    admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+    admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+    },
     authentication::v1::SelfSubjectReview,
     core::v1::{ConfigMap, Secret, ServiceAccount},
 };
@@ -347,63 +349,36 @@ impl Publisher {
         );
         let bundle = k8s_openapi::ByteString(self.ca.as_bytes().to_vec());
         let lp = ListParams::default().labels(&selector);
-        let mut found = 0;
-        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
-        for mut c in vapi
-            .list(&lp)
-            .await
-            .context("listing ValidatingWebhookConfigurations")?
-        {
-            if !self.ours(c.labels()) {
-                continue;
-            }
-            found += 1;
-            let mut changed = false;
-            for w in c.webhooks.iter_mut().flatten() {
-                if w.client_config.ca_bundle.as_ref() != Some(&bundle) {
-                    w.client_config.ca_bundle = Some(bundle.clone());
-                    changed = true;
-                }
-            }
-            if changed {
-                let name = c.name_any();
-                c.metadata.managed_fields = None;
-                vapi.replace(&name, &PostParams::default(), &c)
-                    .await
-                    .with_context(|| format!("updating ValidatingWebhookConfiguration {name}"))?;
-                tracing::info!(name, "published the webhook CA");
-            }
-        }
+        let mut found = self
+            .publish_into(
+                Api::<ValidatingWebhookConfiguration>::all(self.client.clone()),
+                &lp,
+                &bundle,
+                |c| {
+                    c.webhooks
+                        .iter_mut()
+                        .flatten()
+                        .map(|w| &mut w.client_config)
+                        .collect()
+                },
+            )
+            .await?;
         // Only the leader has a mutating webhook (and only its RBAC lists them).
-        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let mutating = if self.role == Role::Leader {
-            mapi.list(&lp)
-                .await
-                .context("listing MutatingWebhookConfigurations")?
-                .items
-        } else {
-            Vec::new()
-        };
-        for mut c in mutating {
-            if !self.ours(c.labels()) {
-                continue;
-            }
-            found += 1;
-            let mut changed = false;
-            for w in c.webhooks.iter_mut().flatten() {
-                if w.client_config.ca_bundle.as_ref() != Some(&bundle) {
-                    w.client_config.ca_bundle = Some(bundle.clone());
-                    changed = true;
-                }
-            }
-            if changed {
-                let name = c.name_any();
-                c.metadata.managed_fields = None;
-                mapi.replace(&name, &PostParams::default(), &c)
-                    .await
-                    .with_context(|| format!("updating MutatingWebhookConfiguration {name}"))?;
-                tracing::info!(name, "published the webhook CA");
-            }
+        if self.role == Role::Leader {
+            found += self
+                .publish_into(
+                    Api::<MutatingWebhookConfiguration>::all(self.client.clone()),
+                    &lp,
+                    &bundle,
+                    |c| {
+                        c.webhooks
+                            .iter_mut()
+                            .flatten()
+                            .map(|w| &mut w.client_config)
+                            .collect()
+                    },
+                )
+                .await?;
         }
         if found == 0 {
             anyhow::bail!(
@@ -412,6 +387,52 @@ impl Publisher {
             );
         }
         Ok(())
+    }
+
+    /// Puts the CA into every webhook of the configurations of one kind that are ours; returns
+    /// how many configurations are ours.
+    async fn publish_into<K>(
+        &self,
+        api: Api<K>,
+        lp: &ListParams,
+        bundle: &k8s_openapi::ByteString,
+        configs: impl Fn(&mut K) -> Vec<&mut WebhookClientConfig>,
+    ) -> anyhow::Result<usize>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let kind = K::kind(&());
+        let mut found = 0;
+        for mut c in api
+            .list(lp)
+            .await
+            .with_context(|| format!("listing {kind}s"))?
+        {
+            if !self.ours(c.labels()) {
+                continue;
+            }
+            found += 1;
+            let mut changed = false;
+            for cc in configs(&mut c) {
+                if cc.ca_bundle.as_ref() != Some(bundle) {
+                    cc.ca_bundle = Some(bundle.clone());
+                    changed = true;
+                }
+            }
+            if changed {
+                let name = c.name_any();
+                c.meta_mut().managed_fields = None;
+                api.replace(&name, &PostParams::default(), &c)
+                    .await
+                    .with_context(|| format!("updating {kind} {name}"))?;
+                tracing::info!(name, "published the webhook CA");
+            }
+        }
+        Ok(found)
     }
 
     fn ours(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
