@@ -1,9 +1,11 @@
-//! `cargo xtask bench control-plane`: export→import latency on the testbed. For 1, 100 and 1000
-//! Services: the Services (with ready endpoints) exist in west, their ServiceExports are created
-//! in one burst, and each Service's latency is the time from its ServiceExport create request to
-//! the moment east holds both its ServiceImport (with an IP) and the Endpoints
-//! `antrea-mc-<name>` (with an address). Prints p50/p99 per size and each controller's resident
-//! memory after the largest size.
+//! `cargo xtask bench control-plane`: export→import latency on the testbed (controllers built
+//! with the release profile). For 1, 100 and 1000 Services: the Services (with ready endpoints)
+//! exist in west, their ServiceExports are created in one burst, and each Service's latency is the
+//! time from its ServiceExport create request to the moment east holds both its ServiceImport
+//! (with an IP) and the Endpoints `antrea-mc-<name>` (with an address). Then, with those
+//! exported, `STEADY` more Services are exported one at a time (the next once the previous is
+//! imported): the latency an operator sees at that scale. Prints p50/p99 of both per size and
+//! each controller's resident memory after the size.
 
 use std::{
     collections::HashMap,
@@ -53,6 +55,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             testbed::run(testbed::TestbedCommand::Up {
                 join: true,
                 no_nodes: true,
+                release: true,
             })?;
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
@@ -76,6 +79,21 @@ async fn client(cluster: &str) -> anyhow::Result<Client> {
 
 /// Per Service: when east first held its ServiceImport, and its Endpoints.
 type Seen = Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>>;
+
+/// Services exported one at a time after each burst.
+const STEADY: usize = 30;
+
+/// The latency of each Service in `created` that east has fully imported.
+fn imported(seen: &Seen, created: &HashMap<String, Instant>) -> Vec<Duration> {
+    let s = seen.lock().expect("seen");
+    created
+        .iter()
+        .filter_map(|(name, t0)| match s.get(name) {
+            Some((Some(a), Some(b))) => Some((*a).max(*b) - *t0),
+            _ => None,
+        })
+        .collect()
+}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -111,7 +129,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         }
         let svcs: Api<Service> = Api::namespaced(west.clone(), &ns);
         let eps: Api<Endpoints> = Api::namespaced(west.clone(), &ns);
-        for_all(n, |i| {
+        for_all(n + STEADY, |i| {
             let (svcs, eps) = (svcs.clone(), eps.clone());
             async move {
                 let name = format!("svc-{i}");
@@ -134,7 +152,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         .await
         .context("creating the Services in west")?;
         // Let the endpoint-slice mirroring catch up before timing anything.
-        tokio::time::sleep(Duration::from_secs(2 + n as u64 / 200)).await;
+        tokio::time::sleep(Duration::from_secs(2 + (n + STEADY) as u64 / 200)).await;
 
         // Watch east for the imports.
         let seen: Seen = Default::default();
@@ -197,16 +215,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         .context("creating the ServiceExports")?;
         let deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 5);
         let latencies = loop {
-            let done: Vec<Duration> = {
-                let s = seen.lock().expect("seen");
-                let c = created.lock().expect("created");
-                c.iter()
-                    .filter_map(|(name, t0)| match s.get(name) {
-                        Some((Some(a), Some(b))) => Some((*a).max(*b) - *t0),
-                        _ => None,
-                    })
-                    .collect()
-            };
+            let done = imported(&seen, &created.lock().expect("created"));
             if done.len() == n {
                 break done;
             }
@@ -218,9 +227,35 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
                     testbed_dir().join("logs").display()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let total = started.elapsed();
+        // At this scale, one more at a time.
+        let mut steady = Vec::new();
+        for i in n..n + STEADY {
+            let name = format!("svc-{i}");
+            let t0 = Instant::now();
+            se_api
+                .create(
+                    &PostParams::default(),
+                    &ServiceExport::new(&name, Default::default()),
+                )
+                .await
+                .context("creating a ServiceExport")?;
+            let one: HashMap<String, Instant> = [(name.clone(), t0)].into();
+            loop {
+                if let Some(d) = imported(&seen, &one).first() {
+                    steady.push(*d);
+                    break;
+                }
+                if t0.elapsed() > Duration::from_secs(60) {
+                    bail!("{name} was not imported in east within 60 s");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        steady.sort();
         si_task.abort();
         ep_task.abort();
         let mut sorted = latencies;
@@ -234,8 +269,12 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             .collect();
         rows.push((
             n,
-            percentile(&sorted, 0.5),
-            percentile(&sorted, 0.99),
+            [
+                percentile(&sorted, 0.5),
+                percentile(&sorted, 0.99),
+                percentile(&steady, 0.5),
+                percentile(&steady, 0.99),
+            ],
             total,
             rss,
         ));
@@ -250,16 +289,21 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "\nexport→import latency (ServiceExport created in west → ServiceImport and Endpoints in east)"
     );
     println!(
-        "{:>9} {:>10} {:>10} {:>12}   resident memory after the run (MiB)",
-        "SERVICES", "p50", "p99", "ALL IMPORTED"
+        "BURST: all N exported at once; ONE AT A TIME: {STEADY} more exported one by one with N in place"
     );
-    for (n, p50, p99, total, rss) in rows {
+    println!(
+        "{:>9} {:>10} {:>10} {:>12} {:>12} {:>12}   resident memory after the run (MiB)",
+        "SERVICES", "BURST p50", "BURST p99", "ALL IMPORTED", "1-BY-1 p50", "1-BY-1 p99"
+    );
+    for (n, [p50, p99, s50, s99], total, rss) in rows {
         let mem: Vec<String> = rss.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!(
-            "{n:>9} {:>10} {:>10} {:>12}   {}",
+            "{n:>9} {:>10} {:>10} {:>12} {:>12} {:>12}   {}",
             format!("{:.0?}", p50),
             format!("{:.0?}", p99),
             format!("{:.1?}", total),
+            format!("{:.0?}", s50),
+            format!("{:.0?}", s99),
             mem.join(", ")
         );
     }

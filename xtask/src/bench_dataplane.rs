@@ -575,7 +575,7 @@ fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow:
 }
 
 pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
-    let agent = crate::testbed::controllers::build_bin("mc-agent")?;
+    let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
     let mut rows = Vec::new();
     for variant in [Variant::Plain, Variant::Kernel, Variant::Strait] {
         let row = measure(variant, runs, seconds, &agent);

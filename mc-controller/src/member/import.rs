@@ -108,7 +108,7 @@ pub fn plan(imports: &[std::sync::Arc<ResourceImport>], local: &Local) -> Plan {
 fn importable(plan: &mut Plan, local: &Local, ns: &str, name: &str) -> bool {
     if !local.namespaces.contains(ns) {
         plan.skipped.push(format!(
-            "{ns}/{name}: namespace {ns} does not exist in this cluster"
+            "{ns}/{name}: namespace {ns} does not exist in this cluster (or is being deleted)"
         ));
         return false;
     }

@@ -763,13 +763,19 @@ impl Member {
     }
 
     async fn import(&mut self, conn: &Connection) -> usize {
-        let namespaces: BTreeSet<String> = self
-            .local
-            .namespaces
-            .all()
-            .iter()
-            .map(|n| n.name_any())
-            .collect();
+        // A namespace being deleted takes its objects with it: nothing is written into it, and
+        // nothing in it is deleted one by one.
+        let (namespaces, terminating): (BTreeSet<String>, BTreeSet<String>) = {
+            let (live, dying): (Vec<_>, Vec<_>) = self
+                .local
+                .namespaces
+                .all()
+                .into_iter()
+                .partition(|n| n.metadata.deletion_timestamp.is_none());
+            let names = |v: Vec<Arc<Namespace>>| v.iter().map(|n| n.name_any()).collect();
+            (names(live), names(dying))
+        };
+        let dying = |ns: &str| terminating.contains(ns);
         let services_v = self.local.services.all();
         let services: BTreeMap<(String, String), &Service> = services_v
             .iter()
@@ -841,7 +847,7 @@ impl Member {
             is_managed(s.as_ref()) && s.annotations().contains_key(annotations::IMPORTED_SERVICE)
         }) {
             let (ns, name) = key(svc.as_ref());
-            if !want_svc.contains(&(ns.clone(), name.clone())) {
+            if !want_svc.contains(&(ns.clone(), name.clone())) && !dying(&ns) {
                 let (w, api) = (w.clone(), Api::<Service>::namespaced(c.clone(), &ns));
                 ops.push((
                     format!("{ns}/{name}"),
@@ -863,7 +869,7 @@ impl Member {
         }
         for eps in self.local.endpoints.all() {
             let (ns, name) = key(eps.as_ref());
-            if !want_eps.contains(&(ns.clone(), name.clone())) {
+            if !want_eps.contains(&(ns.clone(), name.clone())) && !dying(&ns) {
                 let (w, api) = (w.clone(), Api::<Endpoints>::namespaced(c.clone(), &ns));
                 ops.push((
                     format!("{ns}/{name}"),
@@ -896,7 +902,7 @@ impl Member {
         }
         for si in sis_v.iter().filter(|s| is_managed(s.as_ref())) {
             let (ns, name) = key(si.as_ref());
-            if !want_si.contains(&(ns.clone(), name.clone())) {
+            if !want_si.contains(&(ns.clone(), name.clone())) && !dying(&ns) {
                 let (w, api) = (w.clone(), Api::<ServiceImport>::namespaced(c.clone(), &ns));
                 ops.push((
                     format!("{ns}/{name}"),

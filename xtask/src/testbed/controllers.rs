@@ -131,8 +131,9 @@ fn register_webhooks(kubectl: &Path, instance: &Instance) -> anyhow::Result<()> 
         .with_context(|| format!("registering the {role} webhooks in {}", cluster.name))
 }
 
-/// Builds one binary of the workspace and returns the path cargo reports for it.
-pub fn build_bin(package: &str) -> anyhow::Result<PathBuf> {
+/// Builds one binary of the workspace (release profile or debug) and returns the path cargo
+/// reports for it.
+pub fn build_bin(package: &str, release: bool) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Cmd::new(cargo)
         .args([
@@ -144,6 +145,7 @@ pub fn build_bin(package: &str) -> anyhow::Result<PathBuf> {
             package,
             "--message-format=json-render-diagnostics",
         ])
+        .args(release.then_some("--release"))
         .current_dir(repo_root())
         .stderr(Stdio::inherit())
         .output()
@@ -178,8 +180,8 @@ fn config_file(cluster: &Cluster) -> anyhow::Result<PathBuf> {
 
 /// Builds, installs and starts the controllers (restarting them when the binary changed), then
 /// waits until each reports ready.
-pub fn start(procs: &Procs, kubectl: &Path) -> anyhow::Result<()> {
-    let built = build_bin("mc-controller")?;
+pub fn start(procs: &Procs, kubectl: &Path, release: bool) -> anyhow::Result<()> {
+    let built = build_bin("mc-controller", release)?;
     let bin_dir = testbed_dir().join("bin");
     std::fs::create_dir_all(&bin_dir)?;
     let installed = bin_dir.join("mc-controller");

@@ -34,6 +34,10 @@ pub enum TestbedCommand {
         /// the first a gateway candidate, each with kube-proxy and mc-agent).
         #[arg(long)]
         no_nodes: bool,
+        /// Build mc-controller and mc-agent with the release profile, as they ship (the
+        /// benchmarks do; the tests use the faster-to-build debug profile).
+        #[arg(long)]
+        release: bool,
     },
     /// Stop everything and remove the namespaces and state, also after a crash.
     Down,
@@ -99,7 +103,11 @@ pub enum NodeCommand {
 pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
     require_root()?;
     match command {
-        TestbedCommand::Up { join, no_nodes } => up(join, !no_nodes),
+        TestbedCommand::Up {
+            join,
+            no_nodes,
+            release,
+        } => up(join, !no_nodes, release),
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
         TestbedCommand::Pod {
@@ -154,7 +162,7 @@ pub fn admin_kubeconfig(cluster: &Cluster) -> PathBuf {
     cluster_dir(cluster).join("admin.kubeconfig")
 }
 
-fn up(join: bool, with_nodes: bool) -> anyhow::Result<()> {
+fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let build = repo_root().join("scripts/build-kube.sh");
     exec(Cmd::new("bash").arg(&build)).context("building the Kubernetes binaries")?;
@@ -262,12 +270,12 @@ fn up(join: bool, with_nodes: bool) -> anyhow::Result<()> {
     }
     install_crds(&kubectl)?;
     write_env(&kubectl)?;
-    controllers::start(&procs, &kubectl)?;
+    controllers::start(&procs, &kubectl, release)?;
     if join {
         controllers::join(&kubectl)?;
     }
     if with_nodes {
-        nodes::up(&procs, &bin)?;
+        nodes::up(&procs, &bin, release)?;
     }
     say(format!(
         "up in {:.0?}: {} (source {} for KUBECTL and the kubeconfigs)",

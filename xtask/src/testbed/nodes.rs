@@ -227,8 +227,8 @@ fn agent_config(cluster: &Cluster) -> anyhow::Result<PathBuf> {
 }
 
 /// Brings up every Node (idempotent): network, Node object, kube-proxy and mc-agent.
-pub fn up(procs: &Procs, bin: &Path) -> anyhow::Result<()> {
-    let agent = controllers::build_bin("mc-agent")?;
+pub fn up(procs: &Procs, bin: &Path, release: bool) -> anyhow::Result<()> {
+    let agent = controllers::build_bin("mc-agent", release)?;
     for cluster in &CLUSTERS {
         ensure_router(cluster)?;
     }
