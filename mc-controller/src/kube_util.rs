@@ -161,9 +161,21 @@ pub fn json_subset(desired: &Value, actual: &Value) -> bool {
 #[derive(Clone)]
 pub struct Writer {
     metrics: Metrics,
-    /// Per object written: a hash of what was written, and when. (A hash, not the object: this
-    /// holds an entry per object the controller ever wrote.)
-    applied: Arc<Mutex<HashMap<String, (u64, Instant)>>>,
+    memory: Arc<Mutex<Memory>>,
+}
+
+/// What a [`Writer`] remembers per object (hashes, not objects: it holds an entry per object the
+/// controller ever wrote or checked).
+#[derive(Default)]
+struct Memory {
+    /// A hash of what was written, and when.
+    applied: HashMap<String, (u64, Instant)>,
+    /// A desired state found already in place, and the resourceVersion it was found in: while
+    /// neither changes, the comparison need not be made again (a pass recomputes every object,
+    /// and most are unchanged).
+    /// When an entry was last used: entries of objects that went with their namespace are dropped
+    /// once unused for `UNCONFIRMED_TTL`.
+    confirmed: HashMap<String, (u64, String, Instant)>,
 }
 
 /// How long a write with no store to confirm it is trusted before it is made again.
@@ -175,7 +187,7 @@ impl Writer {
     pub fn new(metrics: Metrics) -> Self {
         Self {
             metrics,
-            applied: Default::default(),
+            memory: Default::default(),
         }
     }
 
@@ -183,12 +195,17 @@ impl Writer {
     where
         K::DynamicType: Default,
     {
+        Self::key_of::<K>(&obj.namespace().unwrap_or_default(), &obj.name_any())
+    }
+
+    fn key_of<K: Resource>(namespace: &str, name: &str) -> String
+    where
+        K::DynamicType: Default,
+    {
         format!(
-            "{}/{}/{}/{}",
+            "{}/{}/{namespace}/{name}",
             K::api_version(&Default::default()),
             K::kind(&Default::default()),
-            obj.namespace().unwrap_or_default(),
-            obj.name_any()
         )
     }
 
@@ -199,20 +216,46 @@ impl Writer {
         K: Resource + Serialize,
         K::DynamicType: Default,
     {
-        let want = serde_json::to_value(desired).unwrap_or(Value::Null);
-        if let Some(Some(actual)) = actual
-            && json_subset(&want, &serde_json::to_value(actual).unwrap_or(Value::Null))
-        {
-            return false;
+        let key = Self::cache_key(desired);
+        let want_hash = desired_hash(desired);
+        if let Some(Some(actual)) = actual {
+            let rv = actual
+                .meta()
+                .resource_version
+                .as_deref()
+                .unwrap_or_default();
+            let mut memory = self.memory.lock().expect("writer cache");
+            if let Some((h, v, used)) = memory.confirmed.get_mut(&key)
+                && *h == want_hash
+                && v == rv
+            {
+                *used = Instant::now();
+                return false;
+            }
+            drop(memory);
+            let want = serde_json::to_value(desired).unwrap_or(Value::Null);
+            if json_subset(&want, &serde_json::to_value(actual).unwrap_or(Value::Null)) {
+                if !rv.is_empty() {
+                    let mut memory = self.memory.lock().expect("writer cache");
+                    if memory.confirmed.len() % 1024 == 1023 {
+                        memory
+                            .confirmed
+                            .retain(|_, (_, _, used)| used.elapsed() < UNCONFIRMED_TTL);
+                    }
+                    memory
+                        .confirmed
+                        .insert(key, (want_hash, rv.to_owned(), Instant::now()));
+                }
+                return false;
+            }
         }
         let ttl = if actual.is_some() {
             STORE_LAG
         } else {
             UNCONFIRMED_TTL
         };
-        let want = value_hash(&want);
-        let applied = self.applied.lock().expect("writer cache");
-        !matches!(applied.get(&Self::cache_key(desired)), Some((v, at)) if *v == want && at.elapsed() < ttl)
+        let memory = self.memory.lock().expect("writer cache");
+        !matches!(memory.applied.get(&key), Some((v, at)) if *v == want_hash && at.elapsed() < ttl)
     }
 
     /// Server-side apply of `desired` (which carries apiVersion and kind).
@@ -244,15 +287,19 @@ impl Writer {
             .await;
         self.metrics.write(&kind, "apply", result.is_ok());
         result?;
-        let written = value_hash(&serde_json::to_value(desired).unwrap_or(Value::Null));
-        let mut applied = self.applied.lock().expect("writer cache");
+        let written = desired_hash(desired);
+        let mut memory = self.memory.lock().expect("writer cache");
         // Entries past the longest time they are trusted only take memory: drop them now and
         // then (objects deleted with their namespace never get a delete call here).
-        if applied.len() % 1024 == 1023 {
-            applied.retain(|_, (_, at)| at.elapsed() < UNCONFIRMED_TTL);
+        if memory.applied.len() % 1024 == 1023 {
+            memory
+                .applied
+                .retain(|_, (_, at)| at.elapsed() < UNCONFIRMED_TTL);
         }
-        applied.insert(Self::cache_key(desired), (written, Instant::now()));
-        drop(applied);
+        memory
+            .applied
+            .insert(Self::cache_key(desired), (written, Instant::now()));
+        drop(memory);
         tracing::debug!(kind, name, "applied");
         Ok(())
     }
@@ -270,11 +317,11 @@ impl Writer {
         };
         self.metrics.write(&kind, "delete", result.is_ok());
         result?;
-        let suffix = format!("/{kind}/{namespace}/{name}");
-        self.applied
-            .lock()
-            .expect("writer cache")
-            .retain(|k, _| !k.ends_with(&suffix));
+        let key = Self::key_of::<K>(namespace, name);
+        let mut memory = self.memory.lock().expect("writer cache");
+        memory.applied.remove(&key);
+        memory.confirmed.remove(&key);
+        drop(memory);
         tracing::debug!(kind, name, "deleted");
         Ok(())
     }
@@ -299,17 +346,28 @@ impl Writer {
 
     /// Forgets every write, so the next sync re-asserts everything (used after a reconnect).
     pub fn forget(&self) {
-        self.applied.lock().expect("writer cache").clear();
+        *self.memory.lock().expect("writer cache") = Memory::default();
     }
 }
 
-/// A hash of a JSON value (serde_json's text of it is deterministic for the same value: maps are
-/// ordered).
-fn value_hash(v: &Value) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    v.to_string().hash(&mut h);
-    h.finish()
+/// A hash of an object's JSON text, computed while serializing (no JSON tree is built); the same
+/// object always gives the same text (maps are ordered).
+fn desired_hash<T: Serialize>(obj: &T) -> u64 {
+    use std::hash::Hasher as _;
+    struct HashWriter(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(Default::default());
+    // Serializing a k8s-openapi or CRD type to JSON does not fail.
+    let _ = serde_json::to_writer(&mut w, obj);
+    w.0.finish()
 }
 
 /// Runs futures with bounded concurrency, logging and counting failures; returns how many failed.
@@ -371,5 +429,32 @@ mod tests {
             &actual
         ));
         assert!(!json_subset(&json!({"x": 1}), &json!({})));
+    }
+
+    fn config_map(rv: &str, value: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv},
+            "data": {"k": value}
+        }))
+        .expect("ConfigMap")
+    }
+
+    #[test]
+    fn a_confirmed_object_is_not_compared_again_but_changes_are_seen() {
+        let w = Writer::new(Metrics::default());
+        let mut want = config_map("", "v1");
+        want.metadata.resource_version = None;
+        // Nothing stored: a write is needed.
+        assert!(w.needed(&want, Some(None)));
+        // Stored and equal: no write, and the verdict is remembered for this resourceVersion.
+        let stored = config_map("7", "v1");
+        assert!(!w.needed(&want, Some(Some(&stored))));
+        assert!(!w.needed(&want, Some(Some(&stored))));
+        // Someone changed the object (new resourceVersion): compared again, and rewritten.
+        assert!(w.needed(&want, Some(Some(&config_map("8", "edited")))));
+        // We want something else: a write, even though the stored version was confirmed.
+        let mut other = config_map("", "v2");
+        other.metadata.resource_version = None;
+        assert!(w.needed(&other, Some(Some(&stored))));
     }
 }

@@ -93,8 +93,17 @@ fn init_logs(json: bool) {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Two runtime workers whatever the Node's core count: a controller's work is a few tasks
+    // deep, and every worker costs memory.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let (common, is_leader, heartbeat) = match &cli.role {
         Role::Leader(c) => (c, true, 10),

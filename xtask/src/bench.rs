@@ -2,9 +2,10 @@
 //! with the release profile). For 1, 100 and 1000 Services: the Services (with ready endpoints)
 //! exist in west, their ServiceExports are created in one burst, and each Service's latency is the
 //! time from its ServiceExport create request to the moment east holds both its ServiceImport
-//! (with an IP) and the Endpoints `antrea-mc-<name>` (with an address). Then, with those
-//! exported, `STEADY` more Services are exported one at a time (the next once the previous is
-//! imported): the latency an operator sees at that scale. Prints p50/p99 of both per size and
+//! (with an IP) and the Endpoints `antrea-mc-<name>` (with an address). Then, once every
+//! ServiceExport reports Ready (statuses are written after the imports), `STEADY` more Services
+//! are exported one at a time (the next once the previous is imported): the latency an operator
+//! sees at that scale. Prints p50/p99 of both per size and
 //! each controller's resident memory after the size.
 
 use std::{
@@ -230,6 +231,32 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let total = started.elapsed();
+        // Steady state first: every ServiceExport reports Ready (its statuses written too).
+        let ready_deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 5);
+        let all_ready = loop {
+            let exports = se_api.list(&Default::default()).await?;
+            let ready = exports
+                .items
+                .iter()
+                .filter(|se| {
+                    se.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                    })
+                })
+                .count();
+            if ready >= n {
+                break started.elapsed();
+            }
+            if Instant::now() > ready_deadline {
+                bail!(
+                    "only {ready} of {n} ServiceExports Ready after {:?}",
+                    started.elapsed()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         // At this scale, one more at a time.
         let mut steady = Vec::new();
         for i in n..n + STEADY {
@@ -276,6 +303,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
                 percentile(&steady, 0.99),
             ],
             total,
+            all_ready,
             rss,
         ));
         for c in [&west, &east, &north] {
@@ -289,19 +317,26 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "\nexport→import latency (ServiceExport created in west → ServiceImport and Endpoints in east)"
     );
     println!(
-        "BURST: all N exported at once; ONE AT A TIME: {STEADY} more exported one by one with N in place"
+        "BURST: all N exported at once (ALL READY: every ServiceExport Ready); 1-BY-1: then {STEADY} more exported one by one"
     );
     println!(
-        "{:>9} {:>10} {:>10} {:>12} {:>12} {:>12}   resident memory after the run (MiB)",
-        "SERVICES", "BURST p50", "BURST p99", "ALL IMPORTED", "1-BY-1 p50", "1-BY-1 p99"
+        "{:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}   resident memory after the run (MiB)",
+        "SERVICES",
+        "BURST p50",
+        "BURST p99",
+        "ALL IMPORTED",
+        "ALL READY",
+        "1-BY-1 p50",
+        "1-BY-1 p99"
     );
-    for (n, [p50, p99, s50, s99], total, rss) in rows {
+    for (n, [p50, p99, s50, s99], total, all_ready, rss) in rows {
         let mem: Vec<String> = rss.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!(
-            "{n:>9} {:>10} {:>10} {:>12} {:>12} {:>12}   {}",
+            "{n:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}   {}",
             format!("{:.0?}", p50),
             format!("{:.0?}", p99),
             format!("{:.1?}", total),
+            format!("{:.1?}", all_ready),
             format!("{:.0?}", s50),
             format!("{:.0?}", s99),
             mem.join(", ")

@@ -55,6 +55,8 @@ struct Leader {
     tracker: Tracker,
     accounts: Watched<ServiceAccount>,
     sa_api: Api<ServiceAccount>,
+    /// When ResourceExport statuses were last written.
+    statuses_at: Instant,
 }
 
 /// A member's export left without its announce this long is collected (the announce comes first
@@ -112,6 +114,7 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
             "ServiceAccount",
         ),
         sa_api: Api::namespaced(client.clone(), &ns_for_binder),
+        statuses_at: Instant::now(),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -208,9 +211,14 @@ impl Leader {
                 ));
             }
         }
+        // ResourceExport statuses are not on the way from an export to its imports: while
+        // imports are being written they wait (at most STATUS_DEFER).
+        let statuses_due =
+            ops.is_empty() || self.statuses_at.elapsed() > crate::member::STATUS_DEFER;
         failures += run_all("ResourceImport", ops).await;
 
         let mut ops = Vec::new();
+        let mut statuses = Vec::new();
         let known: BTreeSet<String> = self
             .tracker
             .last_seen()
@@ -282,13 +290,18 @@ impl Leader {
             }
             keep_transition_time(&mut want, old);
             let (w, api) = (self.writer.clone(), self.re_api.clone());
-            ops.push((
+            statuses.push((
                 name.clone(),
                 Box::pin(async move {
                     w.patch_status(&api, &name, json!({"conditions": [want]}))
                         .await
-                }),
+                })
+                    as std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>,
             ));
+        }
+        if statuses_due && !statuses.is_empty() {
+            ops.extend(statuses);
+            self.statuses_at = Instant::now();
         }
         failures += run_all("ResourceExport", ops).await;
         failures += self.clusterset_status(now, &withdrawn).await;

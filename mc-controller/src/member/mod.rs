@@ -94,6 +94,8 @@ struct Member {
     leaving: Option<(Connection, Instant)>,
     /// ACNP failures already reported to the leader, and when.
     reported: HashMap<(String, String), Instant>,
+    /// When ServiceExport statuses were last written.
+    statuses_at: Instant,
     /// Messages already logged (skipped imports, gateway problems), so a pass every 2 s does not
     /// repeat them.
     logged: BTreeSet<String>,
@@ -101,6 +103,8 @@ struct Member {
 
 /// How long a member keeps trying to remove its announce and exports from a leader it left.
 const LEAVE_RETRY: Duration = Duration::from_secs(120);
+/// How long status writes may wait while exports and imports are being written.
+pub const STATUS_DEFER: Duration = Duration::from_secs(5);
 /// An ACNP import failure is reported to the leader again after this long.
 const REPORT_AGAIN: Duration = Duration::from_secs(600);
 
@@ -262,6 +266,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         conn: None,
         leaving: None,
         reported: HashMap::new(),
+        statuses_at: Instant::now(),
         logged: BTreeSet::new(),
     };
     tracing::info!(namespace = member.ns, "member controller started");
@@ -392,11 +397,21 @@ impl Member {
         failures += self.clusterset_status(&set, beat.as_ref(), problem).await;
         failures += self.elect_gateway().await;
         if let Some(conn) = self.conn.take() {
+            // ServiceExport statuses are not on the way from an export to its imports: while
+            // exports or imports are being written they wait (at most STATUS_DEFER).
+            let mut busy = false;
+            let mut statuses = Vec::new();
             if conn.beat().is_leader && conn.own_exports.ready() {
-                failures += self.export(&conn).await;
+                let (f, wrote, s) = self.export(&conn).await;
+                (failures, busy, statuses) = (failures + f, wrote, s);
             }
             if conn.imports.ready() {
-                failures += self.import(&conn).await;
+                let (f, wrote) = self.import(&conn).await;
+                (failures, busy) = (failures + f, busy || wrote);
+            }
+            if !statuses.is_empty() && (!busy || self.statuses_at.elapsed() > STATUS_DEFER) {
+                failures += run_all("ServiceExport", statuses).await;
+                self.statuses_at = Instant::now();
             }
             self.conn = Some(conn);
         }
@@ -592,7 +607,9 @@ impl Member {
         cidrs.into_iter().collect()
     }
 
-    async fn export(&self, conn: &Connection) -> usize {
+    /// Writes this cluster's exports to the leader; returns the failures, whether anything was
+    /// written, and the ServiceExport status writes to make.
+    async fn export(&self, conn: &Connection) -> (usize, bool, Vec<(String, Op)>) {
         let id = &conn.identity;
         let mut slices: BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> = BTreeMap::new();
         for s in self.local.slices.all() {
@@ -680,7 +697,8 @@ impl Member {
                 ));
             }
         }
-        let mut failures = run_all("ResourceExport", ops).await;
+        let wrote = !ops.is_empty();
+        let failures = run_all("ResourceExport", ops).await;
 
         // ServiceExport status: Valid (as Antrea) plus the standard Ready and Conflict.
         let mut ops: Vec<(String, Op)> = Vec::new();
@@ -758,11 +776,11 @@ impl Member {
                 }),
             ));
         }
-        failures += run_all("ServiceExport", ops).await;
-        failures
+        (failures, wrote, ops)
     }
 
-    async fn import(&mut self, conn: &Connection) -> usize {
+    /// Writes the imports; returns the failures and whether anything was written.
+    async fn import(&mut self, conn: &Connection) -> (usize, bool) {
         // A namespace being deleted takes its objects with it: nothing is written into it, and
         // nothing in it is deleted one by one.
         let (namespaces, terminating): (BTreeSet<String>, BTreeSet<String>) = {
@@ -962,6 +980,7 @@ impl Member {
                 }
             }
         }
+        let wrote = !ops.is_empty();
         let mut failures = run_all("import", ops).await;
         for s in plan.skipped {
             self.log_once(format!("import skipped: {s}"));
@@ -969,7 +988,7 @@ impl Member {
         if acnps_ready {
             failures += self.report_acnp_failures(conn, plan.acnp_failures).await;
         }
-        failures
+        (failures, wrote)
     }
 
     /// ACNP import failures become Warning Events `ACNPImportFailed` in the leader, on the

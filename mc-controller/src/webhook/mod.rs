@@ -41,7 +41,10 @@ use mc_api::{
 };
 use serde_json::{Value, json};
 
-use crate::{kube_util::MANAGER, metrics::Metrics};
+use crate::{
+    kube_util::{MANAGER, Trigger, Watched},
+    metrics::Metrics,
+};
 use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
 
 pub const SERVICE_NAME: &str = "antrea-mc-webhook-service";
@@ -143,6 +146,9 @@ struct Ctx {
     ns: String,
     own_username: String,
     metrics: Metrics,
+    /// The leader namespace's ServiceAccounts (leader role): the callers of the busiest webhook,
+    /// looked up here rather than with a GET per request.
+    accounts: Option<Watched<ServiceAccount>>,
 }
 
 /// Prepares the webhooks — CA, serving certificate, listener, CA published — and returns the
@@ -196,11 +202,20 @@ pub async fn start(
         "admission webhooks listening"
     );
 
+    let accounts = matches!(opts.role, Role::Leader).then(|| {
+        Watched::new(
+            Api::namespaced(client.clone(), &opts.namespace),
+            Default::default(),
+            Trigger::default(),
+            "ServiceAccount (webhooks)",
+        )
+    });
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         ns: opts.namespace.clone(),
         own_username,
         metrics: metrics.clone(),
+        accounts,
     });
     const CLUSTERSET_PATH: &str = "/validate-multicluster-crd-antrea-io-v1alpha2-clusterset";
     let app = match opts.role {
@@ -579,11 +594,23 @@ async fn account(ctx: &Ctx, caller: &Caller) -> Result<(Account, Option<ServiceA
     if *namespace != ctx.ns {
         return Ok((Account::default(), None));
     }
-    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ctx.ns);
-    let sa = api
-        .get_opt(name)
-        .await
-        .map_err(|e| err(&format!("ServiceAccount {namespace}/{name}"), e))?;
+    // A bound ServiceAccount from the watch; anything else (not yet seen, not yet bound) is read
+    // from the API, so a binding just made is never missed.
+    let cached = ctx
+        .accounts
+        .as_ref()
+        .filter(|w| w.ready())
+        .and_then(|w| w.get(Some(&ctx.ns), name))
+        .filter(|sa| sa.annotations().contains_key(annotations::CLUSTER_ID));
+    let sa = match cached {
+        Some(sa) => Some(sa.as_ref().clone()),
+        None => {
+            let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+            api.get_opt(name)
+                .await
+                .map_err(|e| err(&format!("ServiceAccount {namespace}/{name}"), e))?
+        }
+    };
     Ok((
         Account {
             found: sa.is_some(),
