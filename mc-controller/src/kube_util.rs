@@ -170,12 +170,13 @@ pub struct Writer {
 struct Memory {
     /// A hash of what was written, and when.
     applied: HashMap<String, (u64, Instant)>,
-    /// A desired state found already in place, and the resourceVersion it was found in: while
-    /// neither changes, the comparison need not be made again (a pass recomputes every object,
-    /// and most are unchanged).
+    /// A desired state found already in place, and the object (UID) and resourceVersion it was
+    /// found in: while none of them changes, the comparison need not be made again (a pass
+    /// recomputes every object, and most are unchanged). The UID makes the entry specific to one
+    /// object of one cluster, as resourceVersions are not.
     /// When an entry was last used: entries of objects that went with their namespace are dropped
     /// once unused for `UNCONFIRMED_TTL`.
-    confirmed: HashMap<String, (u64, String, Instant)>,
+    confirmed: HashMap<String, (u64, String, String, Instant)>,
 }
 
 /// How long a write with no store to confirm it is trusted before it is made again.
@@ -224,9 +225,11 @@ impl Writer {
                 .resource_version
                 .as_deref()
                 .unwrap_or_default();
+            let uid = actual.meta().uid.as_deref().unwrap_or_default();
             let mut memory = self.memory.lock().expect("writer cache");
-            if let Some((h, v, used)) = memory.confirmed.get_mut(&key)
+            if let Some((h, u, v, used)) = memory.confirmed.get_mut(&key)
                 && *h == want_hash
+                && u == uid
                 && v == rv
             {
                 *used = Instant::now();
@@ -235,16 +238,15 @@ impl Writer {
             drop(memory);
             let want = serde_json::to_value(desired).unwrap_or(Value::Null);
             if json_subset(&want, &serde_json::to_value(actual).unwrap_or(Value::Null)) {
-                if !rv.is_empty() {
+                if !rv.is_empty() && !uid.is_empty() {
                     let mut memory = self.memory.lock().expect("writer cache");
                     if memory.confirmed.len() % 1024 == 1023 {
                         memory
                             .confirmed
-                            .retain(|_, (_, _, used)| used.elapsed() < UNCONFIRMED_TTL);
+                            .retain(|_, (_, _, _, used)| used.elapsed() < UNCONFIRMED_TTL);
                     }
-                    memory
-                        .confirmed
-                        .insert(key, (want_hash, rv.to_owned(), Instant::now()));
+                    let entry = (want_hash, uid.to_owned(), rv.to_owned(), Instant::now());
+                    memory.confirmed.insert(key, entry);
                 }
                 return false;
             }
@@ -433,7 +435,7 @@ mod tests {
 
     fn config_map(rv: &str, value: &str) -> k8s_openapi::api::core::v1::ConfigMap {
         serde_json::from_value(json!({
-            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv},
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv, "uid": "u1"},
             "data": {"k": value}
         }))
         .expect("ConfigMap")
@@ -452,6 +454,11 @@ mod tests {
         assert!(!w.needed(&want, Some(Some(&stored))));
         // Someone changed the object (new resourceVersion): compared again, and rewritten.
         assert!(w.needed(&want, Some(Some(&config_map("8", "edited")))));
+        // Another object of the same name (another cluster, or re-created) that happens to have
+        // the same resourceVersion: compared again.
+        let mut other_object = config_map("7", "edited");
+        other_object.metadata.uid = Some("u2".into());
+        assert!(w.needed(&want, Some(Some(&other_object))));
         // We want something else: a write, even though the stored version was confirmed.
         let mut other = config_map("", "v2");
         other.metadata.resource_version = None;

@@ -82,7 +82,7 @@ async fn client(cluster: &str) -> anyhow::Result<Client> {
 type Seen = Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>>;
 
 /// Services exported one at a time after each burst.
-const STEADY: usize = 30;
+const STEADY: usize = 100;
 
 /// The latency of each Service in `created` that east has fully imported.
 fn imported(seen: &Seen, created: &HashMap<String, Instant>) -> Vec<Duration> {
@@ -161,7 +161,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         let si_api: Api<ServiceImport> = Api::namespaced(east.clone(), &ns);
         let si_task = tokio::spawn(async move {
             let mut stream = watcher(si_api, Default::default()).boxed();
-            while let Some(Ok(ev)) = stream.next().await {
+            while let Some(ev) = stream.next().await {
+                // A watch error (a relist) is retried by the watcher: skip it.
+                let Ok(ev) = ev else { continue };
                 if let watcher::Event::Apply(si) | watcher::Event::InitApply(si) = ev
                     && !si.spec.ips.is_empty()
                 {
@@ -177,7 +179,8 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         let ep_api: Api<Endpoints> = Api::namespaced(east.clone(), &ns);
         let ep_task = tokio::spawn(async move {
             let mut stream = watcher(ep_api, Default::default()).boxed();
-            while let Some(Ok(ev)) = stream.next().await {
+            while let Some(ev) = stream.next().await {
+                let Ok(ev) = ev else { continue };
                 if let watcher::Event::Apply(ep) | watcher::Event::InitApply(ep) = ev
                     && let Some(name) = ep.name_any().strip_prefix("antrea-mc-")
                     && ep

@@ -223,9 +223,15 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
             "Namespace",
         ),
         services: local_watch(c, None, t, "Service"),
+        // The slices of Services (the exports' endpoints), not those the API server mirrors
+        // from the Endpoints we import (they carry our label; nothing here reads them).
         slices: Watched::new(
             Api::all(client.clone()),
-            watcher::Config::default().labels("kubernetes.io/service-name"),
+            watcher::Config::default().labels(&format!(
+                "kubernetes.io/service-name,{}!={}",
+                labels::MANAGED_BY,
+                labels::MANAGED_BY_VALUE
+            )),
             trigger.clone(),
             "EndpointSlice",
         ),

@@ -587,21 +587,25 @@ async fn validate_clusterset_member(State(ctx): State<Arc<Ctx>>, Json(review): R
 
 /// The caller's ServiceAccount in the controller's namespace; `Account::default()` (not found)
 /// for any other caller.
-async fn account(ctx: &Ctx, caller: &Caller) -> Result<(Account, Option<ServiceAccount>), String> {
-    let Caller::ServiceAccount { namespace, name } = caller else {
+async fn account(ctx: &Ctx, r: &Request) -> Result<(Account, Option<ServiceAccount>), String> {
+    let Caller::ServiceAccount { namespace, name } = &r.caller else {
         return Ok((Account::default(), None));
     };
     if *namespace != ctx.ns {
         return Ok((Account::default(), None));
     }
-    // A bound ServiceAccount from the watch; anything else (not yet seen, not yet bound) is read
-    // from the API, so a binding just made is never missed.
+    // A bound ServiceAccount from the watch, if it is the very one the token belongs to (the
+    // token's UID is the ServiceAccount's: one deleted and re-created under the same name is
+    // another). Anything else (not yet seen, not yet bound, re-created) is read from the API, so
+    // a binding just made is never missed and a stale one never trusted.
+    let token_uid = r.req.user_info.uid.as_deref().filter(|u| !u.is_empty());
     let cached = ctx
         .accounts
         .as_ref()
         .filter(|w| w.ready())
         .and_then(|w| w.get(Some(&ctx.ns), name))
-        .filter(|sa| sa.annotations().contains_key(annotations::CLUSTER_ID));
+        .filter(|sa| sa.annotations().contains_key(annotations::CLUSTER_ID))
+        .filter(|sa| token_uid.is_some() && sa.metadata.uid.as_deref() == token_uid);
     let sa = match cached {
         Some(sa) => Some(sa.as_ref().clone()),
         None => {
@@ -623,7 +627,7 @@ async fn account(ctx: &Ctx, caller: &Caller) -> Result<(Account, Option<ServiceA
 }
 
 async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
-    let (account, sa) = account(ctx, &r.caller).await?;
+    let (account, sa) = account(ctx, r).await?;
     let sets: Api<ClusterSet> = Api::namespaced(ctx.client.clone(), &ctx.ns);
     let mut sets = sets
         .list(&ListParams::default())
@@ -687,7 +691,7 @@ async fn validate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> R
         Ok(r) => r,
         Err(done) => return *done,
     };
-    let v = account(&ctx, &r.caller).await.map(|(account, _)| {
+    let v = account(&ctx, &r).await.map(|(account, _)| {
         rules::resource_export(
             r.op,
             &r.caller,
