@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use mc_common::{Counter, dataplane::ENCAP_OVERHEAD};
 
-use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, checksum};
+use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, checksum, read};
 
 const TCP_SYN: u8 = 0x02;
 const TCP_OPT_END: u8 = 0;
@@ -64,7 +64,7 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
         return Ok(false);
     }
     let l4 = ip.l4();
-    let head: [u8; 14] = ctx.load(l4).map_err(|_| Counter::DropTruncated)?;
+    let head: [u8; 14] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
     if head[13] & TCP_SYN == 0 {
         return Ok(false);
     }

@@ -18,7 +18,7 @@ use mc_common::{
 
 use crate::{
     SNAT,
-    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
+    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, read},
 };
 
 const ICMP_ECHO_REPLY: u8 = 0;
@@ -47,11 +47,11 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
     let l4 = ip.l4();
     match ip.proto {
         IPPROTO_TCP | IPPROTO_UDP => {
-            let p: [u8; 4] = ctx.load(l4).map_err(|_| Counter::DropTruncated)?;
+            let p: [u8; 4] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             let tcp = ip.proto == IPPROTO_TCP;
             // Make sure the checksum field is inside the packet before any rewrite.
             let csum_off = if tcp { l4 + 16 } else { l4 + 6 };
-            let _: [u8; 2] = ctx.load(csum_off).map_err(|_| Counter::DropTruncated)?;
+            let _: [u8; 2] = read(ctx, csum_off).map_err(|_| Counter::DropTruncated)?;
             Ok(Ports {
                 src: u16::from_be_bytes([p[0], p[1]]),
                 dst: u16::from_be_bytes([p[2], p[3]]),
@@ -63,7 +63,7 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
             })
         }
         IPPROTO_ICMP => {
-            let h: [u8; 8] = ctx.load(l4).map_err(|_| Counter::DropTruncated)?;
+            let h: [u8; 8] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             let id = u16::from_be_bytes([h[4], h[5]]);
             let expected = if leaving {
                 ICMP_ECHO_REQUEST

@@ -1,5 +1,7 @@
-//! Header parsing. Every read goes through `TcContext::load` (`bpf_skb_load_bytes`), which
-//! checks bounds against the whole packet, paged data included.
+//! Header parsing. Reads come straight from the packet's linear data when the bytes are there
+//! (no helper call: headers nearly always are), else from `bpf_skb_load_bytes`, which also
+//! reaches paged data; either way a read past the end fails. Writes stay with the helpers: a
+//! program that writes packet memory directly makes the kernel unclone every packet it sees.
 
 use aya_ebpf::programs::TcContext;
 use mc_common::Counter;
@@ -59,10 +61,24 @@ impl Ipv4 {
     }
 }
 
+/// Reads a `T` at offset `off` of the packet: from the linear data if it holds the bytes, else
+/// with `bpf_skb_load_bytes`. `Err` when the packet is shorter.
+#[inline(always)]
+pub fn read<T: Copy>(ctx: &TcContext, off: usize) -> Result<T, ()> {
+    let start = ctx.data();
+    let end = ctx.data_end();
+    if start + off + core::mem::size_of::<T>() <= end {
+        // SAFETY: the bytes lie inside the linear data, as just checked (and as the verifier
+        // checks again); an unaligned read of a plain-bytes type.
+        return Ok(unsafe { core::ptr::read_unaligned((start + off) as *const T) });
+    }
+    ctx.load(off).map_err(|_| ())
+}
+
 /// The outer (or only) IPv4 header of an Ethernet frame; `None` when the frame is not IPv4.
 #[inline(always)]
 pub fn eth_ipv4(ctx: &TcContext) -> Result<Option<Ipv4>, Counter> {
-    let eth: EthHdr = ctx.load(0).map_err(|_| Counter::DropTruncated)?;
+    let eth: EthHdr = read(ctx, 0).map_err(|_| Counter::DropTruncated)?;
     if u16::from_be(eth.ether_type) != ETH_P_IP {
         return Ok(None);
     }
@@ -72,7 +88,7 @@ pub fn eth_ipv4(ctx: &TcContext) -> Result<Option<Ipv4>, Counter> {
 /// Parses the IPv4 header at `off`; a malformed one is counted as `bad`.
 #[inline(always)]
 pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counter> {
-    let ip: Ipv4Hdr = ctx.load(off).map_err(|_| Counter::DropTruncated)?;
+    let ip: Ipv4Hdr = read(ctx, off).map_err(|_| Counter::DropTruncated)?;
     let hlen = usize::from(ip.ihl());
     if ip.version() != 4 || hlen < Ipv4Hdr::LEN || usize::from(ip.tot_len()) < hlen {
         return Err(bad);
@@ -93,7 +109,7 @@ pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counte
 /// The UDP destination port of a (first-fragment) UDP packet.
 #[inline(always)]
 pub fn udp_dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
-    let ports: [u8; 4] = ctx.load(ip.l4()).map_err(|_| Counter::DropTruncated)?;
+    let ports: [u8; 4] = read(ctx, ip.l4()).map_err(|_| Counter::DropTruncated)?;
     Ok(u16::from_be_bytes([ports[2], ports[3]]))
 }
 

@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use mc_common::{Counter, dataplane::VNI_UNKNOWN};
 
-use crate::packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, checksum, ipv4_at};
+use crate::packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, checksum, ipv4_at, read};
 
 const UDP_HLEN: usize = 8;
 const GENEVE_HLEN: usize = 8;
@@ -39,7 +39,7 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
     if outer.proto != IPPROTO_UDP || outer.is_later_fragment() {
         return Ok(None);
     }
-    let udp: [u8; UDP_HLEN] = ctx.load(outer.l4()).map_err(|_| Counter::DropTruncated)?;
+    let udp: [u8; UDP_HLEN] = read(ctx, outer.l4()).map_err(|_| Counter::DropTruncated)?;
     if u16::from_be_bytes([udp[2], udp[3]]) != port {
         return Ok(None);
     }
@@ -47,9 +47,8 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
     if outer.more_fragments() {
         return Err(Counter::DropBadGeneve);
     }
-    let geneve: [u8; GENEVE_HLEN] = ctx
-        .load(outer.l4() + UDP_HLEN)
-        .map_err(|_| Counter::DropTruncated)?;
+    let geneve: [u8; GENEVE_HLEN] =
+        read(ctx, outer.l4() + UDP_HLEN).map_err(|_| Counter::DropTruncated)?;
     let version = geneve[0] >> 6;
     let options_len = usize::from(geneve[0] & 0x3f) * 4;
     let control = geneve[1] & 0x80 != 0;
@@ -152,7 +151,7 @@ pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Re
         // Outer IP options never come from Strait's peers; not worth a slower path.
         return Err(Counter::DropBadGeneve);
     }
-    let mut h: [u8; 28] = ctx.load(outer.off).map_err(fail)?;
+    let mut h: [u8; 28] = read(ctx, outer.off).map_err(|_| Counter::DropRewriteFailed)?;
     h[8] = OUTER_TTL;
     h[10] = 0;
     h[11] = 0;

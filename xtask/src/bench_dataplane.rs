@@ -22,6 +22,7 @@
 //! numbers; it asserts nothing.
 
 use std::{
+    collections::HashMap,
     io::{Read as _, Write as _},
     net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket},
     os::fd::AsFd as _,
@@ -499,7 +500,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Row {
     tcp1: f64,
     tcp4: f64,
@@ -507,6 +508,53 @@ struct Row {
     rtt_us: f64,
     pps: f64,
     softirq_ns: f64,
+    /// Strait only: per Node and hook, the programs' mean run time (ns) and runs over the
+    /// small-packet measurements (request/response and the UDP flood).
+    programs: Vec<(String, f64, u64)>,
+}
+
+/// Run time and run count of the program behind each pinned Strait link (the kernel counts them
+/// while `kernel.bpf_stats_enabled` is 1).
+fn program_stats() -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    for node in BPF_NODES {
+        for hook in ["ingress", "egress"] {
+            let link = bpffs(node).join("mc/v1/links").join(format!("eth0_{hook}"));
+            let json = |args: &[&str]| -> Option<serde_json::Value> {
+                let o = Command::new("bpftool")
+                    .args(args)
+                    .arg("--json")
+                    .output()
+                    .ok()?;
+                serde_json::from_slice(&o.stdout).ok()
+            };
+            let Some(link_path) = link.to_str() else {
+                continue;
+            };
+            let Some(id) =
+                json(&["link", "show", "pinned", link_path]).and_then(|l| l["prog_id"].as_u64())
+            else {
+                continue;
+            };
+            let Some(prog) = json(&["prog", "show", "id", &id.to_string()]) else {
+                continue;
+            };
+            out.push((
+                format!("{node} {hook}"),
+                prog["run_time_ns"].as_u64().unwrap_or(0),
+                prog["run_cnt"].as_u64().unwrap_or(0),
+            ));
+        }
+    }
+    out
+}
+
+/// Sets `kernel.bpf_stats_enabled` and returns the value it had.
+fn bpf_stats(enabled: bool) -> String {
+    let path = "/proc/sys/kernel/bpf_stats_enabled";
+    let old = std::fs::read_to_string(path).unwrap_or_else(|_| "0".into());
+    let _ = std::fs::write(path, if enabled { "1" } else { "0" });
+    old.trim().to_owned()
 }
 
 fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Row> {
@@ -553,17 +601,36 @@ fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow:
         Vec::new(),
         Vec::new(),
     );
+    let mut small: HashMap<String, (u64, u64)> = HashMap::new();
     for run in 0..runs {
         eprintln!("  {} run {}/{runs}", variant.label(), run + 1);
         t1.push(iperf(1, seconds)?);
         t4.push(iperf(4, seconds)?);
+        // The programs' own cost per packet, over the small-packet runs only.
+        let before = if variant == Variant::Strait {
+            program_stats()
+        } else {
+            Vec::new()
+        };
         let (rate, p50) = request_response(seconds)?;
         rr.push(rate);
         rtt.push(p50.as_secs_f64() * 1e6);
         let (rate, ns_per_packet) = udp_flood(seconds)?;
         pps.push(rate);
         cpu.push(ns_per_packet);
+        if variant == Variant::Strait {
+            for ((name, t1, c1), (_, t0, c0)) in program_stats().into_iter().zip(before) {
+                let e = small.entry(name).or_default();
+                e.0 += t1.saturating_sub(t0);
+                e.1 += c1.saturating_sub(c0);
+            }
+        }
     }
+    let mut programs: Vec<(String, f64, u64)> = small
+        .into_iter()
+        .map(|(name, (ns, runs))| (name, ns as f64 / runs.max(1) as f64, runs))
+        .collect();
+    programs.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Row {
         tcp1: median(t1),
         tcp4: median(t4),
@@ -571,6 +638,7 @@ fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow:
         rtt_us: median(rtt),
         pps: median(pps),
         softirq_ns: median(cpu),
+        programs,
     })
 }
 
@@ -578,11 +646,15 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
     let mut rows = Vec::new();
     for variant in [Variant::Plain, Variant::Kernel, Variant::Strait] {
+        let stats = (variant == Variant::Strait).then(|| bpf_stats(true));
         let row = measure(variant, runs, seconds, &agent);
+        if let Some(old) = stats {
+            bpf_stats(old == "1");
+        }
         teardown();
         rows.push((variant, row?));
     }
-    let (a, b, c) = (rows[0].1, rows[1].1, rows[2].1);
+    let (a, b, c) = (rows[0].1.clone(), rows[1].1.clone(), rows[2].1.clone());
     println!(
         "\ndataplane: medians of {runs} runs of {seconds} s; Pod MTU lowered by each tunnel's overhead\n"
     );
@@ -617,5 +689,11 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     println!(
         "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a); softirq/pkt is the whole path's kernel time"
     );
+    println!(
+        "\nStrait's programs during the small-packet runs (kernel.bpf_stats_enabled; helpers included):"
+    );
+    for (name, ns, runs) in &c.programs {
+        println!("  {name:<12} {ns:>7.0} ns per run over {runs} runs");
+    }
     Ok(())
 }
