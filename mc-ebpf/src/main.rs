@@ -30,7 +30,7 @@ use mc_common::{
     },
 };
 use packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port};
-use tunnel::{Hook, Tunnel};
+use tunnel::Tunnel;
 
 /// Under TCX, "continue with the next program, then the kernel's default" (TCX_NEXT). Strait
 /// shares the hook with whatever CNI is on the Node, so "nothing for us" never ends the chain.
@@ -125,7 +125,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
                 return Ok(refused);
             }
             tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
-            let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip, Hook::Egress);
+            let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip);
             return Ok((Counter::TxToGateway, verdict));
         }
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
@@ -139,13 +139,13 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
         nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip)?;
         tunnel::encap(ctx, cfg.node_ip, route.gateway_ip, port)?;
-        let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, Hook::Egress);
+        let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
     if peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY {
         // A reply to a flow a remote cluster opened (kube-proxy already reversed its DNAT).
         tunnel::encap(ctx, cfg.node_ip, ip.dst, port)?;
-        let verdict = tunnel::send_out(ctx, cfg.node_ip, ip.dst, Hook::Egress);
+        let verdict = tunnel::send_out(ctx, cfg.node_ip, ip.dst);
         return Ok((Counter::TxReplyToRemote, verdict));
     }
     Ok((Counter::PassIpv4, VERDICT_NEXT))
@@ -203,8 +203,7 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 // The hairpin: SNAT the inner packet and send it on to the remote gateway
                 // without decapsulating it or letting it into the stack.
                 nat::snat(ctx, &tunnel.inner, cfg.gateway_ip, tunnel.outer.src)?;
-                tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, route.gateway_ip)?;
-                let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, Hook::Ingress);
+                let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, route.gateway_ip)?;
                 return Ok((Counter::HairpinSnat, verdict));
             }
             if peer_kind(&tunnel.inner.dst) == PEER_REMOTE_GATEWAY {
@@ -225,8 +224,7 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxUnsnatLocal, VERDICT_NEXT));
             }
-            tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, entry.node)?;
-            let verdict = tunnel::send_out(ctx, cfg.node_ip, entry.node, Hook::Ingress);
+            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, entry.node)?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
         _ => Err(Counter::DropUnknownPeer),

@@ -198,7 +198,9 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
 }
 
 /// Rewrites one address (at `addr_off`) and one port (at `port_off`), updating the L4 checksum
-/// (with the pseudo-header for TCP/UDP) and then the IPv4 header checksum incrementally.
+/// (with the pseudo-header for TCP/UDP; helpers, as they know how the skb's checksum is being
+/// offloaded) and the IPv4 header checksum. Without IP options the address, the port and the
+/// header checksum lie within 16 bytes: they are written with one store.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn rewrite(
@@ -234,10 +236,46 @@ fn rewrite(
         let new_p = u64::from(u16::from_ne_bytes(new_port.to_be_bytes()));
         ctx.l4_csum_replace(p.csum_off, old_p, new_p, mangled | 2)
             .map_err(fail)?;
+    }
+    let base = ip.check_off();
+    // Where the address and the port fall in the 16 bytes from the header checksum on.
+    let a = addr_off.wrapping_sub(base);
+    let pt = port_off.wrapping_sub(base);
+    if ip.hlen == 20 && (a == 2 || a == 6) && (pt == 10 || pt == 12 || pt == 14) {
+        // Read after the L4 checksum update: an ICMP checksum lies inside this window.
+        let mut w: [u8; 16] = read(ctx, base).map_err(|_| Counter::DropTruncated)?;
+        let check = csum_replace4(u16::from_be_bytes([w[0], w[1]]), old_addr, new_addr);
+        w[0..2].copy_from_slice(&check.to_be_bytes());
+        if a == 2 {
+            w[2..6].copy_from_slice(&new_addr);
+        } else {
+            w[6..10].copy_from_slice(&new_addr);
+        }
+        let port = new_port.to_be_bytes();
+        match pt {
+            10 => w[10..12].copy_from_slice(&port),
+            12 => w[12..14].copy_from_slice(&port),
+            _ => w[14..16].copy_from_slice(&port),
+        }
+        return ctx.store(base, &w, 0).map_err(fail);
+    }
+    if old_port != new_port {
         ctx.store(port_off, &new_port.to_be_bytes(), 0)
             .map_err(fail)?;
     }
     ctx.l3_csum_replace(ip.check_off(), old_a, new_a, 4)
         .map_err(fail)?;
     ctx.store(addr_off, &new_addr, 0).map_err(fail)
+}
+
+/// The IPv4 header checksum after a 32-bit field changed from `old` to `new` (RFC 1624).
+#[inline(always)]
+fn csum_replace4(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
+    let word = |b: [u8; 4], i: usize| u32::from(u16::from_be_bytes([b[i], b[i + 1]]));
+    let mut sum = u32::from(!check);
+    sum += (!word(old, 0) & 0xffff) + (!word(old, 2) & 0xffff);
+    sum += word(new, 0) + word(new, 2);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
 }

@@ -140,51 +140,59 @@ pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
     Ok(())
 }
 
-/// Points a tunnel packet at a new hop without decapsulating it: the outer IPv4 header is
-/// rebuilt with the new source and destination, TTL restored and its checksum computed afresh,
-/// and the outer UDP checksum cleared (the inner packet changed; it is optional in IPv4). One
-/// load and one store instead of a helper call per field.
+/// Points a tunnel packet at a new hop and redirects it there (the gateway's hairpin, on the
+/// uplink's ingress) without decapsulating it: the outer IPv4 header is rebuilt with the new
+/// source and destination, TTL restored and its checksum computed afresh, and the outer UDP
+/// checksum cleared (the inner packet changed; it is optional in IPv4). With the next hop known,
+/// the Ethernet addresses and these headers go in one store; returns the verdict.
 #[inline(always)]
-pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Result<(), Counter> {
+pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Result<i32, Counter> {
     let fail = |_| Counter::DropRewriteFailed;
-    if outer.hlen != 20 {
+    if outer.hlen != 20 || outer.off != ETH_HLEN {
         // Outer IP options never come from Strait's peers; not worth a slower path.
         return Err(Counter::DropBadGeneve);
     }
-    let mut h: [u8; 28] = read(ctx, outer.off).map_err(|_| Counter::DropRewriteFailed)?;
-    h[8] = OUTER_TTL;
-    h[10] = 0;
-    h[11] = 0;
-    h[12..16].copy_from_slice(&src);
-    h[16..20].copy_from_slice(&dst);
+    // Ethernet addresses (filled below), EtherType, outer IPv4 and UDP headers.
+    let mut f: [u8; 42] = read(ctx, 0).map_err(|_| Counter::DropTruncated)?;
+    let h = ETH_HLEN;
+    f[h + 8] = OUTER_TTL;
+    f[h + 10] = 0;
+    f[h + 11] = 0;
+    f[h + 12..h + 16].copy_from_slice(&src);
+    f[h + 16..h + 20].copy_from_slice(&dst);
     let mut ip = [0u8; 20];
-    ip.copy_from_slice(&h[..20]);
+    ip.copy_from_slice(&f[h..h + 20]);
     let check = checksum(&ip).to_be_bytes();
-    h[10] = check[0];
-    h[11] = check[1];
-    h[26] = 0;
-    h[27] = 0;
-    ctx.store(outer.off, &h, 0).map_err(fail)
+    f[h + 10] = check[0];
+    f[h + 11] = check[1];
+    f[h + 26] = 0;
+    f[h + 27] = 0;
+    let ifindex = ifindex(ctx);
+    if let Some(macs) = next_hop(ctx, ifindex, src, dst) {
+        f[..12].copy_from_slice(&macs);
+        ctx.store(0, &f, 0).map_err(fail)?;
+        // SAFETY: plain helper call.
+        return Ok(unsafe { bpf_redirect(ifindex, 0) as i32 });
+    }
+    let mut headers = [0u8; 28];
+    headers.copy_from_slice(&f[h..]);
+    ctx.store(h, &headers, 0).map_err(fail)?;
+    // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
+    Ok(unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 })
 }
 
-/// How an encapsulated packet leaves.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Hook {
-    /// Already on the uplink's egress: with the next hop resolved, it just continues.
-    Egress,
-    /// On the uplink's ingress (the hairpin): it has to be redirected out.
-    Ingress,
-}
-
-/// Sends the (re)encapsulated packet to `dst` out of the device it is on. With the route and the
-/// neighbour known (`bpf_fib_lookup`), the Ethernet header is written here and the packet goes
-/// on (egress) or is redirected out (ingress) without another route lookup; otherwise the kernel
-/// resolves it (`bpf_redirect_neigh`).
+/// The device the packet is on.
 #[inline(always)]
-pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], hook: Hook) -> i32 {
+fn ifindex(ctx: &TcContext) -> u32 {
     let skb = ctx.as_ptr() as *mut __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
-    let ifindex = unsafe { (*skb).ifindex };
+    unsafe { (*skb).ifindex }
+}
+
+/// The destination and source MAC addresses for sending to `dst` out of `ifindex`, when the
+/// route and the neighbour are known (`bpf_fib_lookup`) and the route leaves by that device.
+#[inline(always)]
+fn next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4]) -> Option<[u8; 12]> {
     // SAFETY: an all-zero bpf_fib_lookup is a valid value of this plain C struct.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
     params.family = AF_INET;
@@ -194,28 +202,36 @@ pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], hook: Hook) -> i32 
     // SAFETY: params lives on this stack frame for the call; its size is passed.
     let rc = unsafe {
         bpf_fib_lookup(
-            skb.cast(),
+            ctx.as_ptr().cast(),
             &mut params,
             core::mem::size_of::<bpf_fib_lookup>() as i32,
             BPF_FIB_LOOKUP_OUTPUT,
         )
     };
-    if rc == BPF_FIB_LKUP_RET_SUCCESS as i64 && params.ifindex == ifindex {
-        // SAFETY: the helper filled the address variant of the union on success.
-        let (dmac, smac) = unsafe {
-            let a = &params.__bindgen_anon_6.__bindgen_anon_2;
-            (a.dmac, a.smac)
-        };
-        let mut macs = [0u8; 12];
-        macs[..6].copy_from_slice(&dmac);
-        macs[6..].copy_from_slice(&smac);
-        if ctx.store(0, &macs, 0).is_ok() {
-            return match hook {
-                Hook::Egress => TC_ACT_OK,
-                // SAFETY: plain helper call.
-                Hook::Ingress => unsafe { bpf_redirect(ifindex, 0) as i32 },
-            };
-        }
+    if rc != BPF_FIB_LKUP_RET_SUCCESS as i64 || params.ifindex != ifindex {
+        return None;
+    }
+    // SAFETY: the helper filled the address variant of the union on success.
+    let (dmac, smac) = unsafe {
+        let a = &params.__bindgen_anon_6.__bindgen_anon_2;
+        (a.dmac, a.smac)
+    };
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&dmac);
+    macs[6..].copy_from_slice(&smac);
+    Some(macs)
+}
+
+/// Sends a packet just encapsulated on the uplink's egress to `dst`. With the route and the
+/// neighbour known (`bpf_fib_lookup`), the Ethernet header is written here and the packet goes
+/// on without another route lookup; otherwise the kernel resolves it (`bpf_redirect_neigh`).
+#[inline(always)]
+pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4]) -> i32 {
+    let ifindex = ifindex(ctx);
+    if let Some(macs) = next_hop(ctx, ifindex, src, dst)
+        && ctx.store(0, &macs, 0).is_ok()
+    {
+        return TC_ACT_OK;
     }
     // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
     unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 }
