@@ -372,6 +372,31 @@ fn desired_hash<T: Serialize>(obj: &T) -> u64 {
     w.0.finish()
 }
 
+/// Status writes are not on the way from an export to its imports: a loop holds them back while
+/// the same pass writes exports or imports, for at most `STATUS_DEFER` (then they go anyway, so a
+/// busy loop still reports).
+pub struct StatusPacer(Instant);
+
+const STATUS_DEFER: Duration = Duration::from_secs(5);
+
+impl Default for StatusPacer {
+    fn default() -> Self {
+        Self(Instant::now())
+    }
+}
+
+impl StatusPacer {
+    /// Whether statuses are written in a pass that is (`busy`) or is not writing exports/imports.
+    pub fn due(&self, busy: bool) -> bool {
+        !busy || self.0.elapsed() > STATUS_DEFER
+    }
+
+    /// Statuses were just written.
+    pub fn written(&mut self) {
+        self.0 = Instant::now();
+    }
+}
+
 /// Runs futures with bounded concurrency, logging and counting failures; returns how many failed.
 pub async fn run_all<F>(what: &str, ops: Vec<(String, F)>) -> usize
 where

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use k8s_openapi::jiff::SignedDuration;
 use mc_api::config::MultiClusterConfig;
 use mc_controller::{
+    kube_util::Trigger,
     leader::{self, members::Liveness},
     member,
     metrics::Metrics,
@@ -129,6 +130,9 @@ async fn run() -> anyhow::Result<()> {
         }
         .into()
     });
+    // The leader loop and the webhooks share one watch of the namespace's ServiceAccounts.
+    let trigger = Trigger::default();
+    let accounts = is_leader.then(|| leader::watch_accounts(&client, &namespace, &trigger));
     let webhooks = webhook::WebhookOptions {
         role: if is_leader {
             webhook::Role::Leader
@@ -141,10 +145,11 @@ async fn run() -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!(":{}", config.webhook.port)),
         hosts: common.webhook_host.clone(),
+        accounts: accounts.clone(),
     };
     let webhooks = webhook::start(client.clone(), webhooks, metrics.clone()).await?;
     let work = async {
-        if is_leader {
+        if let Some(accounts) = accounts {
             let liveness = Liveness {
                 timeout: SignedDuration::from_secs(common.member_timeout),
                 withdraw_after: SignedDuration::from_secs(common.withdraw_after),
@@ -154,6 +159,8 @@ async fn run() -> anyhow::Result<()> {
                 leader::LeaderOptions {
                     namespace,
                     liveness,
+                    trigger,
+                    accounts,
                 },
                 metrics,
             )

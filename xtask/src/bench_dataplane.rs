@@ -440,6 +440,28 @@ fn softirq_ns() -> u64 {
     ticks * 1_000_000_000 / hz
 }
 
+/// Datagrams per `sendmmsg`/`recvmmsg` call in the UDP flood.
+const BATCH: usize = 64;
+
+fn iovec(buf: &mut [u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    }
+}
+
+/// `BATCH` message headers, the i-th pointing at the one iovec `iov(i)` (which must outlive their
+/// use).
+fn mmsg_headers(iov: impl Fn(usize) -> *mut libc::iovec) -> [libc::mmsghdr; BATCH] {
+    // SAFETY: an all-zero mmsghdr is a valid value of this plain C struct.
+    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.msg_hdr.msg_iov = iov(i);
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    msgs
+}
+
 /// 64-byte UDP frames (18-byte payload) as fast as one sender thread goes with `sendmmsg`:
 /// (delivered packets per second, softirq ns per delivered packet).
 fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
@@ -451,22 +473,11 @@ fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
         let sock = UdpSocket::bind((SERVER, UDP_PORT))?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         rd.store(true, Ordering::Release);
-        // recvmmsg: up to 64 datagrams per system call, so the receiver keeps up.
-        const BATCH: usize = 64;
+        // recvmmsg: up to BATCH datagrams per system call, so the receiver keeps up.
         let mut bufs = [[0u8; 64]; BATCH];
-        let mut iovs: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: an all-zero mmsghdr is valid; each then points at its own iovec.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
-            m.msg_hdr.msg_iov = iov;
-            m.msg_hdr.msg_iovlen = 1;
-        }
+        let mut iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| iovec(b)).collect();
+        let base = iovs.as_mut_ptr();
+        let mut msgs = mmsg_headers(|i| base.wrapping_add(i));
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
         while !s.load(Ordering::Relaxed) {
             // SAFETY: msgs, iovs and bufs outlive the call; SO_RCVTIMEO bounds the wait.
@@ -493,19 +504,11 @@ fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
     let sender = in_ns("client", move || -> std::io::Result<()> {
         let sock = UdpSocket::bind("10.244.1.5:0")?;
         sock.connect((SERVER, UDP_PORT))?;
-        // sendmmsg: 64 datagrams per system call, so the sender is not what limits the rate.
-        const BATCH: usize = 64;
-        let payload = [0u8; 18];
-        let mut iov = libc::iovec {
-            iov_base: payload.as_ptr() as *mut libc::c_void,
-            iov_len: payload.len(),
-        };
-        // SAFETY: an all-zero mmsghdr is valid; each then points at the one iovec.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for m in &mut msgs {
-            m.msg_hdr.msg_iov = &mut iov;
-            m.msg_hdr.msg_iovlen = 1;
-        }
+        // sendmmsg: BATCH datagrams per system call, so the sender is not what limits the rate.
+        let mut payload = [0u8; 18];
+        let mut iov = iovec(&mut payload);
+        let one: *mut libc::iovec = &mut iov;
+        let mut msgs = mmsg_headers(|_| one);
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
         let end = Instant::now() + Duration::from_secs(seconds);
         while Instant::now() < end {

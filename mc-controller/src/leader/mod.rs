@@ -10,6 +10,7 @@ pub mod merge;
 
 use std::{
     collections::BTreeSet,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -28,7 +29,7 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, same},
-    kube_util::{Trigger, Watched, Writer, run_all},
+    kube_util::{StatusPacer, Trigger, Watched, Writer, run_all},
     metrics::Metrics,
 };
 use members::{Liveness, Tracker};
@@ -37,6 +38,24 @@ use merge::Verdict;
 pub struct LeaderOptions {
     pub namespace: String,
     pub liveness: Liveness,
+    /// Wakes the loop; `accounts` was made with it.
+    pub trigger: Trigger,
+    /// The namespace's ServiceAccounts (shared with the webhooks, which look callers up in it).
+    pub accounts: Arc<Watched<ServiceAccount>>,
+}
+
+/// The watch of the leader namespace's ServiceAccounts, firing `trigger` on every change.
+pub fn watch_accounts(
+    client: &Client,
+    namespace: &str,
+    trigger: &Trigger,
+) -> Arc<Watched<ServiceAccount>> {
+    Arc::new(Watched::new(
+        Api::namespaced(client.clone(), namespace),
+        watcher::Config::default(),
+        trigger.clone(),
+        "ServiceAccount",
+    ))
 }
 
 struct Leader {
@@ -53,10 +72,9 @@ struct Leader {
     ri_api: Api<ResourceImport>,
     cs_api: Api<ClusterSet>,
     tracker: Tracker,
-    accounts: Watched<ServiceAccount>,
+    accounts: Arc<Watched<ServiceAccount>>,
     sa_api: Api<ServiceAccount>,
-    /// When ResourceExport statuses were last written.
-    statuses_at: Instant,
+    statuses: StatusPacer,
 }
 
 /// A member's export left without its announce this long is collected (the announce comes first
@@ -64,7 +82,7 @@ struct Leader {
 const ORPHAN_AGE: SignedDuration = SignedDuration::from_secs(10);
 
 pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyhow::Result<()> {
-    let trigger = Trigger::default();
+    let trigger = opts.trigger.clone();
     let ns = opts.namespace.clone();
     let ns_for_binder = opts.namespace.clone();
     let cfg = watcher::Config::default;
@@ -107,14 +125,9 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         ns,
         liveness: opts.liveness,
         tracker: Tracker::default(),
-        accounts: Watched::new(
-            Api::namespaced(client.clone(), &ns_for_binder),
-            cfg(),
-            trigger.clone(),
-            "ServiceAccount",
-        ),
+        accounts: opts.accounts.clone(),
         sa_api: Api::namespaced(client.clone(), &ns_for_binder),
-        statuses_at: Instant::now(),
+        statuses: StatusPacer::default(),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -211,10 +224,7 @@ impl Leader {
                 ));
             }
         }
-        // ResourceExport statuses are not on the way from an export to its imports: while
-        // imports are being written they wait (at most STATUS_DEFER).
-        let statuses_due =
-            ops.is_empty() || self.statuses_at.elapsed() > crate::member::STATUS_DEFER;
+        let statuses_due = self.statuses.due(!ops.is_empty());
         failures += run_all("ResourceImport", ops).await;
 
         let mut ops = Vec::new();
@@ -301,7 +311,7 @@ impl Leader {
         }
         if statuses_due && !statuses.is_empty() {
             ops.extend(statuses);
-            self.statuses_at = Instant::now();
+            self.statuses.written();
         }
         failures += run_all("ResourceExport", ops).await;
         failures += self.clusterset_status(now, &withdrawn).await;

@@ -48,7 +48,7 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, meta_condition, same_meta},
-    kube_util::{Trigger, Watched, Writer, is_managed, run_all},
+    kube_util::{StatusPacer, Trigger, Watched, Writer, is_managed, run_all},
     leader::members::same_status,
     metrics::Metrics,
 };
@@ -94,8 +94,7 @@ struct Member {
     leaving: Option<(Connection, Instant)>,
     /// ACNP failures already reported to the leader, and when.
     reported: HashMap<(String, String), Instant>,
-    /// When ServiceExport statuses were last written.
-    statuses_at: Instant,
+    statuses: StatusPacer,
     /// Messages already logged (skipped imports, gateway problems), so a pass every 2 s does not
     /// repeat them.
     logged: BTreeSet<String>,
@@ -103,8 +102,6 @@ struct Member {
 
 /// How long a member keeps trying to remove its announce and exports from a leader it left.
 const LEAVE_RETRY: Duration = Duration::from_secs(120);
-/// How long status writes may wait while exports and imports are being written.
-pub const STATUS_DEFER: Duration = Duration::from_secs(5);
 /// An ACNP import failure is reported to the leader again after this long.
 const REPORT_AGAIN: Duration = Duration::from_secs(600);
 
@@ -272,7 +269,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         conn: None,
         leaving: None,
         reported: HashMap::new(),
-        statuses_at: Instant::now(),
+        statuses: StatusPacer::default(),
         logged: BTreeSet::new(),
     };
     tracing::info!(namespace = member.ns, "member controller started");
@@ -403,8 +400,7 @@ impl Member {
         failures += self.clusterset_status(&set, beat.as_ref(), problem).await;
         failures += self.elect_gateway().await;
         if let Some(conn) = self.conn.take() {
-            // ServiceExport statuses are not on the way from an export to its imports: while
-            // exports or imports are being written they wait (at most STATUS_DEFER).
+            // ServiceExport statuses wait while exports or imports are written (StatusPacer).
             let mut busy = false;
             let mut statuses = Vec::new();
             if conn.beat().is_leader && conn.own_exports.ready() {
@@ -415,9 +411,9 @@ impl Member {
                 let (f, wrote) = self.import(&conn).await;
                 (failures, busy) = (failures + f, busy || wrote);
             }
-            if !statuses.is_empty() && (!busy || self.statuses_at.elapsed() > STATUS_DEFER) {
+            if !statuses.is_empty() && self.statuses.due(busy) {
                 failures += run_all("ServiceExport", statuses).await;
-                self.statuses_at = Instant::now();
+                self.statuses.written();
             }
             self.conn = Some(conn);
         }

@@ -42,7 +42,7 @@ use mc_api::{
 use serde_json::{Value, json};
 
 use crate::{
-    kube_util::{MANAGER, Trigger, Watched},
+    kube_util::{MANAGER, Watched},
     metrics::Metrics,
 };
 use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
@@ -77,6 +77,9 @@ pub struct WebhookOptions {
     pub addr: String,
     /// Extra names and addresses for the serving certificate (beyond the Service's DNS names).
     pub hosts: Vec<String>,
+    /// Leader: the namespace's ServiceAccounts, watched by the leader loop (callers are looked
+    /// up there rather than with a GET per request).
+    pub accounts: Option<Arc<Watched<ServiceAccount>>>,
 }
 
 /// The Secret that holds the webhooks' CA, shared by every instance of the controller.
@@ -146,9 +149,8 @@ struct Ctx {
     ns: String,
     own_username: String,
     metrics: Metrics,
-    /// The leader namespace's ServiceAccounts (leader role): the callers of the busiest webhook,
-    /// looked up here rather than with a GET per request.
-    accounts: Option<Watched<ServiceAccount>>,
+    /// The leader namespace's ServiceAccounts (leader role): the callers of the busiest webhook.
+    accounts: Option<Arc<Watched<ServiceAccount>>>,
 }
 
 /// Prepares the webhooks — CA, serving certificate, listener, CA published — and returns the
@@ -202,20 +204,12 @@ pub async fn start(
         "admission webhooks listening"
     );
 
-    let accounts = matches!(opts.role, Role::Leader).then(|| {
-        Watched::new(
-            Api::namespaced(client.clone(), &opts.namespace),
-            Default::default(),
-            Trigger::default(),
-            "ServiceAccount (webhooks)",
-        )
-    });
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         ns: opts.namespace.clone(),
         own_username,
         metrics: metrics.clone(),
-        accounts,
+        accounts: opts.accounts.clone(),
     });
     const CLUSTERSET_PATH: &str = "/validate-multicluster-crd-antrea-io-v1alpha2-clusterset";
     let app = match opts.role {
