@@ -61,6 +61,8 @@ impl Trigger {
     }
 }
 
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// A reflector store kept up to date by a watch; every change fires the trigger. The store keeps
 /// its last content while the API server is unreachable (the watch retries with backoff).
 pub struct Watched<K: Resource + 'static>
@@ -87,15 +89,31 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     pub fn new(api: Api<K>, config: watcher::Config, trigger: Trigger, what: &'static str) -> Self {
+        Self::trimmed(api, config, trigger, what, |_| {})
+    }
+
+    /// Like [`Watched::new`], with `trim` removing from each object, before it is stored, the
+    /// fields nothing here reads (it holds thousands of them at 1000 Services).
+    pub fn trimmed(
+        api: Api<K>,
+        config: watcher::Config,
+        trigger: Trigger,
+        what: &'static str,
+        trim: fn(&mut K),
+    ) -> Self {
         let (store, writer) = reflector::store();
         let ready = Arc::new(AtomicBool::new(false));
         let ready2 = ready.clone();
         let task = tokio::spawn(async move {
-            // managedFields is often the largest part of an object and nothing here reads it:
-            // keep it out of the stores.
+            // managedFields, and kubectl's copy of the last applied object, are often the largest
+            // part of an object and nothing here reads them: keep them out of the stores.
             let stream = watcher(api, config)
                 .default_backoff()
-                .modify(|obj| obj.managed_fields_mut().clear())
+                .modify(move |obj| {
+                    obj.managed_fields_mut().clear();
+                    obj.annotations_mut().remove(LAST_APPLIED);
+                    trim(obj);
+                })
                 .reflect(writer);
             futures::pin_mut!(stream);
             let mut failing = false;
@@ -164,19 +182,30 @@ pub struct Writer {
     memory: Arc<Mutex<Memory>>,
 }
 
-/// What a [`Writer`] remembers per object (hashes, not objects: it holds an entry per object the
-/// controller ever wrote or checked).
+/// What a [`Writer`] remembers per object: 64-bit hashes, not objects or names, as it holds an
+/// entry per object the controller ever wrote or checked (thousands at 1000 Services). Keys are
+/// hashes of "apiVersion/kind/namespace/name".
 #[derive(Default)]
 struct Memory {
     /// A hash of what was written, and when.
-    applied: HashMap<String, (u64, Instant)>,
-    /// A desired state found already in place, and the object (UID) and resourceVersion it was
-    /// found in: while none of them changes, the comparison need not be made again (a pass
-    /// recomputes every object, and most are unchanged). The UID makes the entry specific to one
-    /// object of one cluster, as resourceVersions are not.
+    applied: HashMap<u64, (u64, Instant)>,
+    /// A desired state found already in place, and a hash of the object (UID) and
+    /// resourceVersion it was found in: while none of them changes, the comparison need not be
+    /// made again (a pass recomputes every object, and most are unchanged). The UID makes the
+    /// entry specific to one object of one cluster, as resourceVersions are not.
     /// When an entry was last used: entries of objects that went with their namespace are dropped
     /// once unused for `UNCONFIRMED_TTL`.
-    confirmed: HashMap<String, (u64, String, String, Instant)>,
+    confirmed: HashMap<u64, (u64, u64, Instant)>,
+}
+
+/// A hash of some strings (SipHash with fixed keys: the same in every process).
+fn hash_of(parts: &[&str]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in parts {
+        p.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// How long a write with no store to confirm it is trusted before it is made again.
@@ -192,22 +221,27 @@ impl Writer {
         }
     }
 
-    fn cache_key<K: Resource>(obj: &K) -> String
+    fn cache_key<K: Resource>(obj: &K) -> u64
     where
         K::DynamicType: Default,
     {
-        Self::key_of::<K>(&obj.namespace().unwrap_or_default(), &obj.name_any())
+        let meta = obj.meta();
+        Self::key_of::<K>(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
     }
 
-    fn key_of<K: Resource>(namespace: &str, name: &str) -> String
+    fn key_of<K: Resource>(namespace: &str, name: &str) -> u64
     where
         K::DynamicType: Default,
     {
-        format!(
-            "{}/{}/{namespace}/{name}",
-            K::api_version(&Default::default()),
-            K::kind(&Default::default()),
-        )
+        hash_of(&[
+            &K::api_version(&Default::default()),
+            &K::kind(&Default::default()),
+            namespace,
+            name,
+        ])
     }
 
     /// Whether `desired` must be applied, given what the store holds (`None` if there is no
@@ -226,11 +260,11 @@ impl Writer {
                 .as_deref()
                 .unwrap_or_default();
             let uid = actual.meta().uid.as_deref().unwrap_or_default();
+            let found_in = hash_of(&[uid, rv]);
             let mut memory = self.memory.lock().expect("writer cache");
-            if let Some((h, u, v, used)) = memory.confirmed.get_mut(&key)
+            if let Some((h, f, used)) = memory.confirmed.get_mut(&key)
                 && *h == want_hash
-                && u == uid
-                && v == rv
+                && *f == found_in
             {
                 *used = Instant::now();
                 return false;
@@ -243,9 +277,9 @@ impl Writer {
                     if memory.confirmed.len() % 1024 == 1023 {
                         memory
                             .confirmed
-                            .retain(|_, (_, _, _, used)| used.elapsed() < UNCONFIRMED_TTL);
+                            .retain(|_, (_, _, used)| used.elapsed() < UNCONFIRMED_TTL);
                     }
-                    let entry = (want_hash, uid.to_owned(), rv.to_owned(), Instant::now());
+                    let entry = (want_hash, found_in, Instant::now());
                     memory.confirmed.insert(key, entry);
                 }
                 return false;

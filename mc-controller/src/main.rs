@@ -104,6 +104,24 @@ fn main() -> anyhow::Result<()> {
         .block_on(run())
 }
 
+/// Every 10 s, returns the heap's free pages to the kernel. A burst of changes (a thousand
+/// exports at once) leaves glibc's arenas holding many MiB freed in the middle of the heap, which
+/// glibc keeps resident until told otherwise: without this, the controller's resident memory
+/// stays at its largest burst so far, not what it holds now. (jemalloc and mimalloc were both
+/// measured: each left more resident than glibc with this.)
+async fn give_back_free_heap() {
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only takes glibc's own arena locks; it has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let (common, is_leader, heartbeat) = match &cli.role {
@@ -179,6 +197,7 @@ async fn run() -> anyhow::Result<()> {
         }
     };
     tokio::select! {
+        _ = give_back_free_heap() => Ok(()),
         r = serve => r,
         r = webhooks => r,
         r = work => r,

@@ -290,11 +290,12 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         ep_task.abort();
         let mut sorted = latencies;
         sorted.sort();
-        let rss: Vec<(String, u64)> = CLUSTERS
+        let rss: Vec<(String, u64, u64)> = CLUSTERS
             .iter()
             .map(|c| {
                 let name = testbed::controllers::process_name(c);
-                (name.clone(), controller_rss_kib(&name) / 1024)
+                let (now, peak) = controller_mem_kib(&name);
+                (name.clone(), now / 1024, peak / 1024)
             })
             .collect();
         rows.push((
@@ -323,7 +324,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "BURST: all N exported at once (ALL READY: every ServiceExport Ready); 1-BY-1: then {STEADY} more exported one by one"
     );
     println!(
-        "{:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}   resident memory after the run (MiB)",
+        "{:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}   resident memory after the run (peak so far), MiB",
         "SERVICES",
         "BURST p50",
         "BURST p99",
@@ -333,7 +334,10 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "1-BY-1 p99"
     );
     for (n, [p50, p99, s50, s99], total, all_ready, rss) in rows {
-        let mem: Vec<String> = rss.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let mem: Vec<String> = rss
+            .iter()
+            .map(|(k, now, peak)| format!("{k} {now} ({peak})"))
+            .collect();
         println!(
             "{n:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>11}   {}",
             format!("{:.0?}", p50),
@@ -349,17 +353,21 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn controller_rss_kib(name: &str) -> u64 {
+/// A controller's resident memory now and its peak so far (VmRSS, VmHWM), in KiB.
+fn controller_mem_kib(name: &str) -> (u64, u64) {
     let Some(pid) = std::fs::read_to_string(testbed_dir().join(format!("pids/{name}.pid")))
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok())
     else {
-        return 0;
+        return (0, 0);
     };
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }

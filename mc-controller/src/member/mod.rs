@@ -140,6 +140,52 @@ where
     )
 }
 
+/// What the member reads of a Service: its type, ClusterIPs and ports (exports), and its
+/// metadata. Imported Services are compared with what is desired of them, which sets no more.
+fn trim_service(svc: &mut Service) {
+    svc.status = None;
+    if let Some(spec) = svc.spec.take() {
+        svc.spec = Some(ServiceSpec {
+            type_: spec.type_,
+            cluster_ip: spec.cluster_ip,
+            cluster_ips: spec.cluster_ips,
+            ports: spec.ports,
+            ..Default::default()
+        });
+    }
+}
+
+/// What the member reads of an EndpointSlice: its address type, ports and each endpoint's
+/// addresses and readiness (the Service it belongs to is its label).
+fn trim_slice(slice: &mut EndpointSlice) {
+    slice.metadata.owner_references = None;
+    for e in slice.endpoints.iter_mut().flatten() {
+        *e = k8s_openapi::api::discovery::v1::Endpoint {
+            addresses: std::mem::take(&mut e.addresses),
+            conditions: e.conditions.as_ref().map(|c| {
+                k8s_openapi::api::discovery::v1::EndpointConditions {
+                    ready: c.ready,
+                    ..Default::default()
+                }
+            }),
+            ..Default::default()
+        };
+    }
+}
+
+/// What the member reads of a Node: annotations, addresses, the Ready condition and the Pod
+/// CIDRs. On a real cluster most of a Node object is its status (the image list alone is tens of
+/// KiB per Node).
+fn trim_node(node: &mut Node) {
+    if let Some(status) = node.status.take() {
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses: status.addresses,
+            conditions: status.conditions,
+            ..Default::default()
+        });
+    }
+}
+
 /// This cluster's Service CIDR: from the ServiceCIDR object `kubernetes`, or, on an older API
 /// server, from the error a dry-run Service with an impossible ClusterIP gets.
 pub async fn discover_service_cidr(client: &Client) -> anyhow::Result<String> {
@@ -219,10 +265,16 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
             trigger.clone(),
             "Namespace",
         ),
-        services: local_watch(c, None, t, "Service"),
+        services: Watched::trimmed(
+            Api::all(client.clone()),
+            Default::default(),
+            trigger.clone(),
+            "Service",
+            trim_service,
+        ),
         // The slices of Services (the exports' endpoints), not those the API server mirrors
         // from the Endpoints we import (they carry our label; nothing here reads them).
-        slices: Watched::new(
+        slices: Watched::trimmed(
             Api::all(client.clone()),
             watcher::Config::default().labels(&format!(
                 "kubernetes.io/service-name,{}!={}",
@@ -231,15 +283,17 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
             )),
             trigger.clone(),
             "EndpointSlice",
+            trim_slice,
         ),
         endpoints: managed_watch(c, t, "Endpoints"),
         service_exports: local_watch(c, None, t, "ServiceExport"),
         service_imports: local_watch(c, None, t, "ServiceImport"),
-        nodes: Watched::new(
+        nodes: Watched::trimmed(
             Api::all(client.clone()),
             Default::default(),
             trigger.clone(),
             "Node",
+            trim_node,
         ),
         gateways: local_watch(c, Some(ns), t, "Gateway"),
         cluster_infos: managed_watch(c, t, "ClusterInfoImport"),
@@ -1237,5 +1291,49 @@ mod tests {
             Some(&s),
         );
         assert_eq!(s.conditions[0].reason.as_deref(), Some("SecretNotFound"));
+    }
+
+    #[test]
+    fn stored_services_and_slices_keep_what_the_exports_read() {
+        let full: Service = serde_json::from_value(json!({
+            "metadata": {"name": "nginx", "namespace": "default",
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                     "selector": {"app": "nginx"}, "sessionAffinity": "None",
+                     "ipFamilies": ["IPv4"], "internalTrafficPolicy": "Cluster"},
+            "status": {"loadBalancer": {}}
+        }))
+        .expect("Service");
+        let mut trimmed = full.clone();
+        trim_service(&mut trimmed);
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "nginx-abc", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "nginx"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "nginx", "uid": "u"}]},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+            "endpoints": [
+                {"addresses": ["10.244.1.5"], "conditions": {"ready": true, "serving": true},
+                 "nodeName": "node-a", "targetRef": {"kind": "Pod", "name": "nginx-1"}},
+                {"addresses": ["10.244.1.6"], "conditions": {"ready": false}}
+            ]
+        }))
+        .expect("EndpointSlice");
+        let mut trimmed_slice = slice.clone();
+        trim_slice(&mut trimmed_slice);
+        for ip_type in [
+            mc_api::config::EndpointIpType::ClusterIP,
+            mc_api::config::EndpointIpType::PodIP,
+        ] {
+            assert_eq!(
+                export::decide(Some(&full), &[&slice], ip_type),
+                export::decide(Some(&trimmed), &[&trimmed_slice], ip_type)
+            );
+        }
+        let e = &trimmed_slice.endpoints.as_ref().expect("endpoints")[0];
+        assert!(e.node_name.is_none() && e.target_ref.is_none());
+        assert!(trimmed.status.is_none());
+        assert!(trimmed.spec.as_ref().expect("spec").selector.is_none());
     }
 }

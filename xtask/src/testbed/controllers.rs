@@ -131,7 +131,7 @@ fn register_webhooks(kubectl: &Path, instance: &Instance) -> anyhow::Result<()> 
         .with_context(|| format!("registering the {role} webhooks in {}", cluster.name))
 }
 
-/// Builds one binary of the workspace (release profile or debug) and returns the path cargo
+/// Builds one binary of the workspace (the `dist` profile it ships with, or debug) and returns the path cargo
 /// reports for it.
 pub fn build_bin(package: &str, release: bool) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -145,7 +145,7 @@ pub fn build_bin(package: &str, release: bool) -> anyhow::Result<PathBuf> {
             package,
             "--message-format=json-render-diagnostics",
         ])
-        .args(release.then_some("--release"))
+        .args(release.then_some("--profile=dist"))
         .current_dir(repo_root())
         .stderr(Stdio::inherit())
         .output()

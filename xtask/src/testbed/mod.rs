@@ -34,7 +34,7 @@ pub enum TestbedCommand {
         /// the first a gateway candidate, each with kube-proxy and mc-agent).
         #[arg(long)]
         no_nodes: bool,
-        /// Build mc-controller and mc-agent with the release profile, as they ship (the
+        /// Build mc-controller and mc-agent with the `dist` profile, as they ship (the
         /// benchmarks do; the tests use the faster-to-build debug profile).
         #[arg(long)]
         release: bool,
