@@ -353,21 +353,11 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A controller's resident memory now and its peak so far (VmRSS, VmHWM), in KiB.
+/// A controller's resident memory now and its peak so far (VmRSS, VmHWM), in KiB; zeros if it
+/// is not running.
 fn controller_mem_kib(name: &str) -> (u64, u64) {
-    let Some(pid) = std::fs::read_to_string(testbed_dir().join(format!("pids/{name}.pid")))
+    testbed::proc::Procs::new(&testbed_dir())
         .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-    else {
-        return (0, 0);
-    };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+        .and_then(|p| p.running(name))
+        .map_or((0, 0), testbed::proc::rss_kib)
 }

@@ -5,7 +5,7 @@
 pub mod controllers;
 mod nodes;
 mod pki;
-mod proc;
+pub mod proc;
 pub mod topology;
 
 use std::{
