@@ -119,21 +119,18 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         return Ok((Counter::PassOwnTunnel, VERDICT_NEXT));
     }
     let route = remote_route(ip.dst);
-    if cfg.role == ROLE_NODE {
-        if route.is_some() || peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY {
-            if let Some(refused) = fit_tunnel(ctx, &ip, &cfg)? {
-                return Ok(refused);
-            }
-            tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
-            let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip);
-            return Ok((Counter::TxToGateway, verdict));
-        }
+    // Not for a remote prefix: only a reply to a flow a remote cluster opened (to its gateway's
+    // address, kube-proxy having reversed its DNAT) goes into the tunnel.
+    if route.is_none() && peer_kind(&ip.dst) != PEER_REMOTE_GATEWAY {
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
     }
-    if (route.is_some() || peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY)
-        && let Some(refused) = fit_tunnel(ctx, &ip, &cfg)?
-    {
+    if let Some(refused) = fit_tunnel(ctx, &ip, &cfg)? {
         return Ok(refused);
+    }
+    if cfg.role == ROLE_NODE {
+        tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
+        let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip);
+        return Ok((Counter::TxToGateway, verdict));
     }
     if let Some(route) = route {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
@@ -142,13 +139,9 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
-    if peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY {
-        // A reply to a flow a remote cluster opened (kube-proxy already reversed its DNAT).
-        tunnel::encap(ctx, cfg.node_ip, ip.dst, port)?;
-        let verdict = tunnel::send_out(ctx, cfg.node_ip, ip.dst);
-        return Ok((Counter::TxReplyToRemote, verdict));
-    }
-    Ok((Counter::PassIpv4, VERDICT_NEXT))
+    tunnel::encap(ctx, cfg.node_ip, ip.dst, port)?;
+    let verdict = tunnel::send_out(ctx, cfg.node_ip, ip.dst);
+    Ok((Counter::TxReplyToRemote, verdict))
 }
 
 /// Makes a packet bound for the tunnel fit it: clamps the MSS of SYNs and SYN-ACKs, and

@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use mc_common::{Counter, dataplane::ENCAP_OVERHEAD};
 
-use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, checksum, read};
+use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, fold, read, sum_words};
 
 const TCP_SYN: u8 = 0x02;
 const TCP_OPT_END: u8 = 0;
@@ -116,71 +116,50 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
 /// ingress, where the stack routes it back to the sender. The error comes from the packet's
 /// destination: an error from the Node's own address, arriving at its own uplink, would be a
 /// martian to the stack and dropped. Only for IPv4 headers without options.
-#[inline(always)]
+///
+/// A function of its own in the object (a BPF-to-BPF call): its buffers live in its own stack
+/// frame, not in the egress program's, which must also hold the tunnel's and the SNAT's.
+#[inline(never)]
 pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter> {
-    let from = ip.dst;
     if ip.hlen != 20 || (ip.proto == IPPROTO_ICMP && is_icmp_error(ctx, ip)) {
         // Never answer an ICMP error with another one.
         return Err(Counter::DropTooBig);
     }
     let fail = |_| Counter::DropRewriteFailed;
-    let eth: [u8; 12] = ctx.load(0).map_err(fail)?;
-    let quoted: [u8; 28] = ctx.load(ip.off).map_err(|_| Counter::DropTruncated)?;
-    const ICMP_LEN: usize = 8 + 28;
-    const TOTAL: usize = 20 + ICMP_LEN;
+    // Everything is handled as 16-bit words in memory order: the RFC 1071 sum is the same in
+    // either byte order, and the buffers stay small (this runs with the egress program's frame
+    // below it on the stack).
+    let eth: [u16; 6] = ctx.load(0).map_err(fail)?;
+    let quoted: [u16; QUOTED / 2] = ctx.load(ip.off).map_err(|_| Counter::DropTruncated)?;
     ctx.change_tail((ETH_HLEN + TOTAL) as u32, 0)
         .map_err(fail)?;
-
     // Back to where it came from: swap the MAC addresses.
-    let mut macs = [0u8; 12];
-    macs[..6].copy_from_slice(&eth[6..12]);
-    macs[6..].copy_from_slice(&eth[..6]);
+    let macs = [eth[3], eth[4], eth[5], eth[0], eth[1], eth[2]];
     ctx.store(0, &macs, 0).map_err(fail)?;
+    ctx.store(ETH_HLEN + 28, &quoted, 0).map_err(fail)?;
 
-    let total = (TOTAL as u16).to_be_bytes();
-    let src = ip.src;
-    let mut header = [
-        0x45,
-        0xc0,
-        total[0],
-        total[1],
+    let word = |b: [u8; 2]| u16::from_ne_bytes(b);
+    let (from, to) = (ip.dst, ip.src);
+    // IPv4 header (words 0-9), then the ICMP header (10-13); checksums filled in below.
+    let mut out: [u16; 14] = [
+        word([0x45, 0xc0]),
+        (TOTAL as u16).to_be(),
         0,
         0,
+        word([64, IPPROTO_ICMP]),
+        0,
+        word([from[0], from[1]]),
+        word([from[2], from[3]]),
+        word([to[0], to[1]]),
+        word([to[2], to[3]]),
+        word([3, 4]), // destination unreachable: fragmentation needed and DF set
         0,
         0,
-        64,
-        IPPROTO_ICMP,
-        0,
-        0, //
-        from[0],
-        from[1],
-        from[2],
-        from[3],
-        src[0],
-        src[1],
-        src[2],
-        src[3],
+        (inner_mtu(mtu) as u16).to_be(),
     ];
-    let check = checksum(&header).to_be_bytes();
-    header[10] = check[0];
-    header[11] = check[1];
-    ctx.store(ETH_HLEN, &header, 0).map_err(fail)?;
-
-    let next_hop_mtu = (inner_mtu(mtu) as u16).to_be_bytes();
-    let mut icmp = [0u8; ICMP_LEN];
-    icmp[0] = 3; // destination unreachable
-    icmp[1] = 4; // fragmentation needed and DF set
-    icmp[6] = next_hop_mtu[0];
-    icmp[7] = next_hop_mtu[1];
-    let mut i = 0;
-    while i < 28 {
-        icmp[8 + i] = quoted[i];
-        i += 1;
-    }
-    let check = checksum(&icmp).to_be_bytes();
-    icmp[2] = check[0];
-    icmp[3] = check[1];
-    ctx.store(ETH_HLEN + 20, &icmp, 0).map_err(fail)?;
+    out[5] = fold(sum_words(&out, 0, 10));
+    out[11] = fold(sum_words(&out, 10, 14) + sum_words(&quoted, 0, QUOTED / 2));
+    ctx.store(ETH_HLEN, &out, 0).map_err(fail)?;
 
     let skb = ctx.as_ptr() as *const __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
@@ -188,6 +167,11 @@ pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter>
     // SAFETY: plain helper call.
     Ok(unsafe { bpf_redirect(ifindex, u64::from(BPF_F_INGRESS)) } as i32)
 }
+
+/// The start of the packet an ICMP error quotes (RFC 792): its IPv4 header and 8 bytes more.
+const QUOTED: usize = 28;
+/// The ICMP error's IPv4 packet: header, ICMP header, quote.
+const TOTAL: usize = 20 + 8 + QUOTED;
 
 #[inline(always)]
 fn is_icmp_error(ctx: &TcContext, ip: &Ipv4) -> bool {

@@ -91,14 +91,23 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
 /// The SNAT table key of a packet as it is on the wire.
 #[inline(always)]
 fn flow_key(ip: &Ipv4, p: &Ports) -> FlowKey {
-    FlowKey {
-        src: ip.src,
-        dst: ip.dst,
-        src_port: p.src,
-        dst_port: p.dst,
-        proto: ip.proto,
-        _pad: [0; 3],
-    }
+    key(ip.src, ip.dst, p.src, p.dst, ip.proto)
+}
+
+/// A `FlowKey` put together from four 32-bit words: written field by field, zeroing its 3-byte
+/// pad compiles to a call to a byte-at-a-time `memset` in BPF.
+#[inline(always)]
+fn key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, proto: u8) -> FlowKey {
+    let (s, d) = (src_port.to_ne_bytes(), dst_port.to_ne_bytes());
+    let words: [u32; 4] = [
+        u32::from_ne_bytes(src),
+        u32::from_ne_bytes(dst),
+        u32::from_ne_bytes([s[0], s[1], d[0], d[1]]),
+        u32::from_ne_bytes([proto, 0, 0, 0]),
+    ];
+    // SAFETY: FlowKey is a 16-byte repr(C) struct of plain bytes and integers laid out as these
+    // words (src, dst, the two ports, the protocol and its zero pad); any bytes are valid.
+    unsafe { core::mem::transmute::<[u32; 4], FlowKey>(words) }
 }
 
 /// Translates the source of a packet leaving the cluster to `gateway_ip` and an allocated port,
@@ -160,14 +169,7 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
     let mut i = 0;
     while i < SNAT_PORT_TRIES {
         let port = SNAT_PORT_MIN + (start.wrapping_add(i) % RANGE) as u16;
-        let reverse_key = FlowKey {
-            src: key.dst,
-            dst: gateway_ip,
-            src_port: key.dst_port,
-            dst_port: port,
-            proto: key.proto,
-            _pad: [0; 3],
-        };
+        let reverse_key = self::key(key.dst, gateway_ip, key.dst_port, port, key.proto);
         let reverse = SnatEntry {
             addr: key.src,
             port: key.src_port,

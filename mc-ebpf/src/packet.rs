@@ -127,3 +127,23 @@ pub fn checksum<const N: usize>(data: &[u8; N]) -> u16 {
     sum = (sum & 0xffff) + (sum >> 16);
     !(sum as u16)
 }
+
+/// Sum of `words[from..to]` (bounds known at compile time where it is called).
+#[inline(always)]
+pub fn sum_words<const N: usize>(words: &[u16; N], from: usize, to: usize) -> u32 {
+    let mut sum = 0u32;
+    let mut i = from;
+    while i < to && i < N {
+        sum += u32::from(words[i]);
+        i += 1;
+    }
+    sum
+}
+
+/// The one's complement of a folded RFC 1071 sum, in the byte order of the words summed.
+#[inline(always)]
+pub fn fold(mut sum: u32) -> u16 {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
