@@ -66,7 +66,8 @@ pub struct RouteReport {
 }
 
 /// Makes Strait's routes equal to `prefixes`, each via the next hop the kernel uses toward
-/// `toward` (a remote gateway) on `uplink`. With no prefixes, only removes.
+/// `toward` (the local gateway on a regular Node, a remote gateway on the gateway) on `uplink`,
+/// or via `toward` itself when it is on the uplink's link. With no prefixes, only removes.
 pub fn sync(
     uplink: &str,
     prefixes: &BTreeSet<Prefix>,
@@ -97,11 +98,18 @@ pub fn sync(
         for prefix in prefixes {
             let dst = prefix.to_string();
             // `replace` also moves an existing route to a new next hop.
-            let mut args = vec!["route", "replace", dst.as_str()];
-            if let Some(gw) = hop.gateway.as_deref() {
-                args.extend(["via", gw]);
-            }
-            args.extend(["dev", uplink, "proto", ROUTE_PROTO]);
+            let via = hop.gateway.as_deref().unwrap_or(&target);
+            let args = [
+                "route",
+                "replace",
+                dst.as_str(),
+                "via",
+                via,
+                "dev",
+                uplink,
+                "proto",
+                ROUTE_PROTO,
+            ];
             ip(&args)?;
             if !current.contains(&dst) {
                 report.added.push(*prefix);

@@ -41,6 +41,9 @@ pub struct RunOptions {
 struct Attached {
     dataplane: Dataplane,
     uplink: String,
+    /// The address Strait's routes to the remote prefixes were last installed toward (their
+    /// next hop is the kernel's toward it), when that sync succeeded.
+    routed_toward: Option<Ipv4Addr>,
 }
 
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
@@ -195,25 +198,33 @@ fn pass(
         tunnel_port: opts.config.tunnel_port,
         mtu: uplink_mtu(&a.uplink),
     };
-    let want = desired(&inputs);
+    let mut want = desired(&inputs);
+    let toward = want.routes_toward();
+    // Only routes already in place toward this gateway let the programs keep the kernel's
+    // Ethernet header (after a gateway change, the flag follows the routes, never leads them).
+    want.config.flags = want.routed_flag(a.routed_toward);
     let mut problems = want.skipped.clone();
     let mut not_ready = want.not_ready.clone();
     if let Some(why) = &want.not_ready {
         problems.push(why.clone());
     }
-    match a
+    let mut write_maps = |want: &Desired| match a
         .dataplane
         .maps()
         .map_err(|e| e.to_string())
         .and_then(|mut maps| {
-            sync::apply(&mut maps, &want).map_err(|e| format!("writing the maps: {e}"))
+            sync::apply(&mut maps, want).map_err(|e| format!("writing the maps: {e}"))
         }) {
-        Ok(report) if report.changed() => log_change(&want, &report),
-        Ok(_) => {}
-        Err(e) => {
-            problems.push(e.clone());
-            not_ready = Some(e);
+        Ok(report) if report.changed() => {
+            log_change(want, &report);
+            Ok(())
         }
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = write_maps(&want) {
+        problems.push(e.clone());
+        not_ready = Some(e);
     }
     if want.config.role == mc_common::dataplane::ROLE_GATEWAY
         && let Err(e) = routes::set_sysctl("net/ipv4/ip_forward", "1")
@@ -221,17 +232,26 @@ fn pass(
         problems.push(format!("enabling IPv4 forwarding on the gateway: {e}"));
     }
     let prefixes: BTreeSet<_> = want.routes.keys().copied().collect();
-    let toward = want.clusters.first().map(|c| c.gateway_ip);
     match routes::sync(&a.uplink, &prefixes, toward) {
         Ok(r) => {
+            a.routed_toward = toward.filter(|_| !prefixes.is_empty());
             if !r.added.is_empty() || !r.removed.is_empty() {
                 tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
             }
         }
         Err(e) => {
+            a.routed_toward = None;
             let why = format!("routes to remote prefixes: {e}");
             problems.push(why.clone());
             not_ready.get_or_insert(why);
+        }
+    }
+    let flags = want.routed_flag(a.routed_toward);
+    if flags != want.config.flags && not_ready.is_none() {
+        want.config.flags = flags;
+        if let Err(e) = write_maps(&want) {
+            problems.push(e.clone());
+            not_ready = Some(e);
         }
     }
     Pass {
@@ -278,7 +298,11 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         Ok(_) => {}
         Err(e) => tracing::warn!(uplink, error = %e, "cannot set rp_filter on the uplink"),
     }
-    Ok(Attached { dataplane, uplink })
+    Ok(Attached {
+        dataplane,
+        uplink,
+        routed_toward: None,
+    })
 }
 
 fn log_change(want: &Desired, report: &sync::SyncReport) {

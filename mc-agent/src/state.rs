@@ -7,8 +7,8 @@
 use std::{collections::BTreeMap, fmt, net::Ipv4Addr};
 
 use mc_common::dataplane::{
-    DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY,
-    ROLE_NODE, RemoteRoute,
+    CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
+    PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
 
 /// An IPv4 prefix, normalised (host bits cleared).
@@ -115,6 +115,29 @@ pub struct Desired {
     /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
     /// IP); `None` when it can.
     pub not_ready: Option<String>,
+}
+
+impl Desired {
+    /// Where the kernel routes to the remote prefixes must lead: a regular Node's toward its
+    /// gateway (the tunnel's next hop), a gateway's toward the remote gateways.
+    pub fn routes_toward(&self) -> Option<Ipv4Addr> {
+        if self.config.role == ROLE_NODE {
+            Some(Ipv4Addr::from(self.config.gateway_internal_ip))
+        } else {
+            self.clusters.first().map(|c| c.gateway_ip)
+        }
+    }
+
+    /// [`CONFIG_ROUTED_VIA_GATEWAY`] for a regular Node whose remote-prefix routes were last
+    /// installed toward its current gateway (`routed_toward`), else 0.
+    pub fn routed_flag(&self, routed_toward: Option<Ipv4Addr>) -> u32 {
+        let gateway = Ipv4Addr::from(self.config.gateway_internal_ip);
+        if self.config.role == ROLE_NODE && routed_toward == Some(gateway) {
+            CONFIG_ROUTED_VIA_GATEWAY
+        } else {
+            0
+        }
+    }
 }
 
 fn parse_ip(what: &str, object: &str, value: Option<&str>) -> Result<Ipv4Addr, String> {

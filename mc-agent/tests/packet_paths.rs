@@ -12,8 +12,8 @@ use mc_agent::{
 use mc_common::{
     Counter,
     dataplane::{
-        LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE,
-        RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
+        CONFIG_ROUTED_VIA_GATEWAY, LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer,
+        ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
     },
 };
 use support::{
@@ -26,6 +26,7 @@ use support::{
 };
 
 const NEXT: u32 = u32::MAX; // TCX_NEXT
+const OK: u32 = 0; // TC_ACT_OK
 const SHOT: u32 = 2; // TC_ACT_SHOT
 const REDIRECT: u32 = 7; // TC_ACT_REDIRECT (bpf_redirect_neigh)
 const PORT: u16 = 6081;
@@ -192,6 +193,34 @@ fn regular_node_tunnels_remote_traffic_to_the_local_gateway() {
     assert_eq!(out, eth(&local));
 
     f.assert_counters(&[(Counter::TxToGateway, 2), (Counter::PassIpv4, 1)]);
+}
+
+#[test]
+fn with_routes_via_the_gateway_the_kernels_ethernet_header_is_kept() {
+    let mut f = Fixture::new("node-routed", ROLE_NODE);
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let mut config = maps.config.get(&0, 0).expect("config");
+        config.flags = CONFIG_ROUTED_VIA_GATEWAY;
+        maps.config.set(0, &config, 0).expect("config");
+    }
+    // For a remote prefix the kernel already addressed the frame to the gateway: sent on as is.
+    let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x10, b"data");
+    let (verdict, out) = f.run(Direction::Egress, &eth(&inner));
+    assert_eq!(
+        verdict, OK,
+        "encapsulated and sent on without a route lookup"
+    );
+    assert_tunnel(&out, N, G);
+    assert_eq!(decode_geneve(&out).inner.0, &inner[..]);
+    assert_eq!(&out[..ETH_HLEN], &eth(&inner)[..ETH_HLEN]);
+
+    // A reply to a remote gateway was routed by other routes: the program still finds the hop.
+    let reply = udp(POD_N, W, 53, 33333, b"answer", true);
+    let (verdict, out) = f.run(Direction::Egress, &eth(&reply));
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel(&out, N, G);
+    f.assert_counters(&[(Counter::TxToGateway, 2)]);
 }
 
 #[test]

@@ -39,12 +39,19 @@ pub struct LocalConfig {
     pub _pad0: u16,
     /// MTU of the uplink (for MSS clamping and fragmentation-needed).
     pub mtu: u32,
-    /// Reserved flags (zero).
+    /// [`CONFIG_ROUTED_VIA_GATEWAY`], or zero.
     pub flags: u32,
     pub _pad1: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<LocalConfig>() == 32);
+
+/// [`LocalConfig::flags`], regular Nodes: the kernel routes the remote prefixes via the next hop
+/// toward the local gateway (the gateway itself when it shares the uplink's link), so a packet
+/// for a remote prefix already carries the Ethernet addresses its tunnel packet needs and the
+/// egress program sends it on without a route lookup of its own. The agent sets it only once
+/// those routes are in place for the current gateway.
+pub const CONFIG_ROUTED_VIA_GATEWAY: u32 = 1;
 
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).

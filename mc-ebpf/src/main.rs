@@ -14,7 +14,7 @@ mod packet;
 mod tunnel;
 
 use aya_ebpf::{
-    bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    bindings::{TC_ACT_OK, TC_ACT_SHOT, TC_ACT_UNSPEC},
     btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
     macros::{btf_map, classifier},
     maps::lpm_trie::Key,
@@ -24,9 +24,9 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        DEFAULT_TUNNEL_PORT, FlowKey, LocalConfig, MAX_PEERS, MAX_REMOTE_PREFIXES,
-        MAX_SNAT_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE,
-        RemoteRoute, SnatEntry,
+        CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, FlowKey, LocalConfig, MAX_PEERS,
+        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer,
+        ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SnatEntry,
     },
 };
 use packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port};
@@ -36,6 +36,8 @@ use tunnel::Tunnel;
 /// shares the hook with whatever CNI is on the Node, so "nothing for us" never ends the chain.
 const VERDICT_NEXT: i32 = TC_ACT_UNSPEC;
 const VERDICT_DROP: i32 = TC_ACT_SHOT;
+/// Send the (rewritten) packet on out of this device.
+const VERDICT_PASS: i32 = TC_ACT_OK;
 
 #[btf_map(name = "mc_counters")]
 static COUNTERS: PerCpuArray<CounterValue, { COUNTER_SLOTS as usize }> = PerCpuArray::new();
@@ -129,6 +131,10 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     }
     if cfg.role == ROLE_NODE {
         tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
+        if route.is_some() && cfg.flags & CONFIG_ROUTED_VIA_GATEWAY != 0 {
+            // The kernel routed it via the hop toward the gateway: its Ethernet header is right.
+            return Ok((Counter::TxToGateway, VERDICT_PASS));
+        }
         let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip);
         return Ok((Counter::TxToGateway, verdict));
     }
