@@ -20,7 +20,7 @@ use aya::{
 };
 use mc_common::{
     CounterValue,
-    dataplane::{FlowKey, LocalConfig, Peer, RemoteRoute, SnatEntry},
+    dataplane::{FlowKey, LocalConfig, NextHop, Peer, RemoteRoute, SnatEntry},
     maps, programs,
 };
 use serde::Serialize;
@@ -154,17 +154,19 @@ impl Dataplane {
 
     /// The maps the agent writes and the SNAT table, typed.
     pub fn maps(&mut self) -> Result<DataplaneMaps<&mut MapData>, DataplaneError> {
-        // Four distinct maps borrowed mutably at once: take them one by one out of the object.
+        // Distinct maps borrowed mutably at once: take them one by one out of the object.
         let mut config = None;
         let mut routes = None;
         let mut peers = None;
         let mut snat = None;
+        let mut next_hops = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
                 maps::ROUTES => routes = Some(map),
                 maps::PEERS => peers = Some(map),
                 maps::SNAT => snat = Some(map),
+                maps::NEXT_HOPS => next_hops = Some(map),
                 _ => {}
             }
         }
@@ -177,6 +179,8 @@ impl Dataplane {
             peers: HashMap::try_from(peers.ok_or_else(|| missing(maps::PEERS))?)
                 .map_err(map_err)?,
             snat: HashMap::try_from(snat.ok_or_else(|| missing(maps::SNAT))?).map_err(map_err)?,
+            next_hops: HashMap::try_from(next_hops.ok_or_else(|| missing(maps::NEXT_HOPS))?)
+                .map_err(map_err)?,
         })
     }
 
@@ -192,6 +196,8 @@ pub struct DataplaneMaps<T> {
     pub routes: LpmTrie<T, [u8; 4], RemoteRoute>,
     pub peers: HashMap<T, [u8; 4], Peer>,
     pub snat: HashMap<T, FlowKey, SnatEntry>,
+    /// Written by the programs only: the Ethernet addresses they learned per underlay address.
+    pub next_hops: HashMap<T, [u8; 4], NextHop>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -204,6 +210,7 @@ impl DataplaneMaps<MapData> {
             routes: open(maps::ROUTES)?.try_into()?,
             peers: open(maps::PEERS)?.try_into()?,
             snat: open(maps::SNAT)?.try_into()?,
+            next_hops: open(maps::NEXT_HOPS)?.try_into()?,
         })
     }
 }

@@ -266,5 +266,44 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
         );
     }
     println!("{n} flows");
+    println!("\nNEXT HOPS (learned by the programs from the kernel; used until they expire)");
+    println!(
+        "{:<16} {:<17} {:<17} {:>7} {:>10}",
+        "ADDRESS", "DST MAC", "SRC MAC", "IFINDEX", "EXPIRES"
+    );
+    let now = coarse_monotonic_ns();
+    let mut hops: Vec<_> = maps.next_hops.iter().collect::<Result<_, _>>()?;
+    hops.sort_by_key(|(k, _)| *k);
+    for (k, v) in hops {
+        let mac = |m: &[u8]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let expires = if v.expires_ns > now {
+            format!("in {} ms", (v.expires_ns - now) / 1_000_000)
+        } else {
+            "expired".to_owned()
+        };
+        println!(
+            "{:<16} {:<17} {:<17} {:>7} {expires:>10}",
+            Ipv4Addr::from(k).to_string(),
+            mac(&v.macs[..6]),
+            mac(&v.macs[6..]),
+            v.ifindex
+        );
+    }
     Ok(())
+}
+
+/// The clock of `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE), in nanoseconds.
+fn coarse_monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }

@@ -12,8 +12,8 @@ use mc_agent::{
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer,
-        ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
+        CONFIG_ROUTED_VIA_GATEWAY, LocalConfig, NextHop, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY,
+        Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
     },
 };
 use support::{
@@ -244,6 +244,56 @@ fn regular_node_decapsulates_only_from_its_gateway() {
     f.assert_counters(&[(Counter::RxFromGateway, 1), (Counter::DropUnknownPeer, 2)]);
 }
 
+/// CLOCK_MONOTONIC_COARSE, the clock of `bpf_ktime_get_coarse_ns`.
+fn coarse_now_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+#[test]
+fn the_hairpin_takes_the_next_hop_from_the_cache_while_it_is_fresh() {
+    let mut f = Fixture::new("gw-next-hop", ROLE_GATEWAY);
+    // BPF_PROG_TEST_RUN runs the program on loopback (ifindex 1). A fresh entry for W there:
+    let macs = [0x02, 0xaa, 0, 0, 0, 0x01, 0x02, 0xbb, 0, 0, 0, 0x02];
+    let fresh = NextHop {
+        macs,
+        ifindex: 1,
+        expires_ns: coarse_now_ns() + 60_000_000_000,
+    };
+    f.dp.maps()
+        .expect("maps")
+        .next_hops
+        .insert(&W, &fresh, 0)
+        .expect("next hop");
+    let request = tcp(POD_N, WEST_SVC, 40000, 80, 0x10, b"data");
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &request)));
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel(&out, G, W);
+    assert_eq!(&out[..12], &macs, "Ethernet addresses from the cache");
+
+    // Expired: the program asks the kernel (which has no route here: the kernel resolves the hop
+    // on redirect) and the cached addresses are not used.
+    let stale = NextHop {
+        expires_ns: coarse_now_ns().saturating_sub(1_000_000_000),
+        ..fresh
+    };
+    f.dp.maps()
+        .expect("maps")
+        .next_hops
+        .insert(&W, &stale, 0)
+        .expect("next hop");
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &request)));
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel(&out, G, W);
+    assert_eq!(&out[..12], &eth(&request)[..12], "no stale addresses");
+    f.assert_counters(&[(Counter::HairpinSnat, 2)]);
+}
+
 /// One request through the hairpin and its reply back, for a protocol.
 fn hairpin_round_trip(f: &mut Fixture, request: &[u8], reply_for: impl Fn(u16) -> Vec<u8>) {
     let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, request)));
@@ -390,11 +440,13 @@ fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
     assert_eq!(verdict, NEXT);
     assert_eq!(out, eth(&synack));
 
-    // After the un-DNAT the stack routes it to west's gateway: encapsulated, no SNAT.
+    // After the un-DNAT the stack routes it to west's gateway: encapsulated, no SNAT, and sent
+    // on with the Ethernet header the stack wrote for that very address.
     let undnat = tcp(EAST_SVC, W, 80, 42000, 0x12, b"");
     let (verdict, out) = f.run(Direction::Egress, &eth(&undnat));
-    assert_eq!(verdict, REDIRECT);
+    assert_eq!(verdict, OK);
     assert_tunnel(&out, G, W);
+    assert_eq!(&out[..ETH_HLEN], &eth(&undnat)[..ETH_HLEN]);
     assert_eq!(decode_geneve(&out).inner.0, &undnat[..]);
 
     assert_eq!(f.snat_entries(), (0, 0), "no SNAT for remote-opened flows");

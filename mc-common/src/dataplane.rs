@@ -123,6 +123,25 @@ pub struct SnatEntry {
 
 const _: () = assert!(core::mem::size_of::<SnatEntry>() == 16);
 
+/// Value of the next-hop cache, keyed by underlay address: the Ethernet addresses that reach it
+/// out of `ifindex`, as the kernel's FIB and neighbour table gave them (`bpf_fib_lookup`), used
+/// until `expires_ns` so that the hairpin and the tunnel do not look the route up per packet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NextHop {
+    /// Destination and source MAC addresses of the frame.
+    pub macs: [u8; 12],
+    pub ifindex: u32,
+    /// `bpf_ktime_get_coarse_ns` time after which the kernel is asked again.
+    pub expires_ns: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<NextHop>() == 24);
+
+/// How long a next hop learned from the kernel is used before it is looked up again: a neighbour
+/// that changes its MAC address, or a route that changes, is followed within this time.
+pub const NEXT_HOP_TTL_NS: u64 = 1_000_000_000;
+
 /// Ports (and echo identifiers) the gateway allocates for SNAT.
 pub const SNAT_PORT_MIN: u16 = 32768;
 pub const SNAT_PORT_MAX: u16 = 65535;
@@ -133,6 +152,7 @@ pub const SNAT_PORT_TRIES: u32 = 16;
 pub const MAX_REMOTE_PREFIXES: u32 = 4096;
 pub const MAX_PEERS: u32 = 16384;
 pub const MAX_SNAT_ENTRIES: u32 = 262_144;
+pub const MAX_NEXT_HOPS: u32 = 4096;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -142,4 +162,5 @@ mod pod {
     unsafe impl aya::Pod for super::Peer {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::SnatEntry {}
+    unsafe impl aya::Pod for super::NextHop {}
 }

@@ -38,6 +38,9 @@ pub mod maps {
     /// The gateway's SNAT table (LRU): [`crate::dataplane::FlowKey`] ->
     /// [`crate::dataplane::SnatEntry`], both directions of every flow.
     pub const SNAT: &str = "mc_snat";
+    /// Underlay address -> [`crate::dataplane::NextHop`] (LRU): the Ethernet addresses the
+    /// programs last learned from the kernel for it.
+    pub const NEXT_HOPS: &str = "mc_next_hops";
     /// Every map the agent pins, for iteration.
-    pub const ALL: &[&str] = &[COUNTERS, CONFIG, ROUTES, PEERS, SNAT];
+    pub const ALL: &[&str] = &[COUNTERS, CONFIG, ROUTES, PEERS, SNAT, NEXT_HOPS];
 }

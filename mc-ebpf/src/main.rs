@@ -24,9 +24,9 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, FlowKey, LocalConfig, MAX_PEERS,
-        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer,
-        ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SnatEntry,
+        CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, FlowKey, LocalConfig, MAX_NEXT_HOPS,
+        MAX_PEERS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, PEER_LOCAL_NODE,
+        PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SnatEntry,
     },
 };
 use packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port};
@@ -53,6 +53,10 @@ static PEERS: HashMap<[u8; 4], Peer, { MAX_PEERS as usize }> = HashMap::new();
 
 #[btf_map(name = "mc_snat")]
 pub(crate) static SNAT: LruHashMap<FlowKey, SnatEntry, { MAX_SNAT_ENTRIES as usize }> =
+    LruHashMap::new();
+
+#[btf_map(name = "mc_next_hops")]
+pub(crate) static NEXT_HOPS: LruHashMap<[u8; 4], NextHop, { MAX_NEXT_HOPS as usize }> =
     LruHashMap::new();
 
 /// A counter and the verdict to return; `Err` is a drop reason.
@@ -145,9 +149,10 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
+    // A reply to a flow a remote gateway opened: the tunnel packet goes to the address the
+    // kernel just routed this one to, so the Ethernet header it wrote is already right.
     tunnel::encap(ctx, cfg.node_ip, ip.dst, port)?;
-    let verdict = tunnel::send_out(ctx, cfg.node_ip, ip.dst);
-    Ok((Counter::TxReplyToRemote, verdict))
+    Ok((Counter::TxReplyToRemote, VERDICT_PASS))
 }
 
 /// Makes a packet bound for the tunnel fit it: clamps the MSS of SYNs and SYN-ACKs, and

@@ -12,12 +12,21 @@ use aya_ebpf::{
         BPF_F_ADJ_ROOM_ENCAP_L4_UDP, BPF_F_ADJ_ROOM_FIXED_GSO, BPF_FIB_LKUP_RET_SUCCESS,
         BPF_FIB_LOOKUP_OUTPUT, TC_ACT_OK, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, bpf_fib_lookup,
     },
-    helpers::generated::{bpf_fib_lookup, bpf_get_hash_recalc, bpf_redirect, bpf_redirect_neigh},
+    helpers::generated::{
+        bpf_fib_lookup, bpf_get_hash_recalc, bpf_ktime_get_coarse_ns, bpf_redirect,
+        bpf_redirect_neigh,
+    },
     programs::TcContext,
 };
-use mc_common::{Counter, dataplane::VNI_UNKNOWN};
+use mc_common::{
+    Counter,
+    dataplane::{NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN},
+};
 
-use crate::packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, checksum, ipv4_at, read};
+use crate::{
+    NEXT_HOPS,
+    packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, checksum, ipv4_at, read},
+};
 
 const UDP_HLEN: usize = 8;
 const GENEVE_HLEN: usize = 8;
@@ -190,9 +199,33 @@ fn ifindex(ctx: &TcContext) -> u32 {
 }
 
 /// The destination and source MAC addresses for sending to `dst` out of `ifindex`, when the
-/// route and the neighbour are known (`bpf_fib_lookup`) and the route leaves by that device.
+/// route and the neighbour are known and the route leaves by that device: from the next-hop
+/// cache while its entry is fresh, else from the kernel (`bpf_fib_lookup`), which refills it.
 #[inline(always)]
 fn next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4]) -> Option<[u8; 12]> {
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    // SAFETY: the entry is copied out at once (updates replace entries, never edit them).
+    if let Some(hop) = unsafe { NEXT_HOPS.get(&dst) }
+        && hop.ifindex == ifindex
+        && now < hop.expires_ns
+    {
+        return Some(hop.macs);
+    }
+    let macs = fib_next_hop(ctx, ifindex, src, dst)?;
+    let hop = NextHop {
+        macs,
+        ifindex,
+        expires_ns: now + NEXT_HOP_TTL_NS,
+    };
+    // A full table only means the next packet asks the kernel again.
+    let _ = NEXT_HOPS.insert(&dst, &hop, 0);
+    Some(macs)
+}
+
+/// [`next_hop`] from the kernel's FIB and neighbour table.
+#[inline(always)]
+fn fib_next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4]) -> Option<[u8; 12]> {
     let mut params = zeroed_fib_params();
     params.family = AF_INET;
     params.ifindex = ifindex;
