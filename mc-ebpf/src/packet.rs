@@ -8,7 +8,7 @@ use mc_common::Counter;
 use network_types::{eth::EthHdr, ip::Ipv4Hdr};
 
 pub const ETH_HLEN: usize = EthHdr::LEN;
-const ETH_P_IP: u16 = 0x0800;
+pub const ETH_P_IP: u16 = 0x0800;
 pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
@@ -111,21 +111,6 @@ pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counte
 pub fn udp_dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
     let ports: [u8; 4] = read(ctx, ip.l4()).map_err(|_| Counter::DropTruncated)?;
     Ok(u16::from_be_bytes([ports[2], ports[3]]))
-}
-
-/// RFC 1071 checksum of a header built here (an IPv4 header, an ICMP message) with its checksum
-/// field zero. `N` is even and known at compile time, so the loop has a bound the verifier sees.
-#[inline(always)]
-pub fn checksum<const N: usize>(data: &[u8; N]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut i = 0;
-    while i + 1 < N {
-        sum += u32::from(u16::from_be_bytes([data[i], data[i + 1]]));
-        i += 2;
-    }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
 }
 
 /// Sum of `words[from..to]` (bounds known at compile time where it is called).

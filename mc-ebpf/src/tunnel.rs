@@ -25,7 +25,7 @@ use mc_common::{
 
 use crate::{
     NEXT_HOPS,
-    packet::{ETH_HLEN, IPPROTO_UDP, Ipv4, checksum, ipv4_at, read},
+    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_UDP, Ipv4, fold, ipv4_at, read, sum_words},
 };
 
 const UDP_HLEN: usize = 8;
@@ -89,49 +89,49 @@ pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(
     {
         return Err(Counter::DropRewriteFailed);
     }
-    let mut header = [0u8; ENCAP_LEN];
-    let total = (ENCAP_LEN + inner_len) as u16;
-    let ip: [u8; 20] = {
-        let t = total.to_be_bytes();
-        let mut ip = [
-            0x45,
-            0,
-            t[0],
-            t[1],
-            0,
-            0,
-            0x40,
-            0, // version/IHL, TOS, length, id, DF
-            OUTER_TTL,
-            IPPROTO_UDP,
-            0,
-            0, // TTL, protocol, checksum
-            src[0],
-            src[1],
-            src[2],
-            src[3],
-            dst[0],
-            dst[1],
-            dst[2],
-            dst[3],
-        ];
-        let check = checksum(&ip).to_be_bytes();
-        ip[10] = check[0];
-        ip[11] = check[1];
-        ip
-    };
-    header[..20].copy_from_slice(&ip);
-    let udp_len = ((UDP_HLEN + GENEVE_HLEN + inner_len) as u16).to_be_bytes();
-    let sport = source_port.to_be_bytes();
-    let dport = port.to_be_bytes();
-    header[20..28].copy_from_slice(&[
-        sport[0], sport[1], dport[0], dport[1], udp_len[0], udp_len[1], 0, 0,
-    ]);
-    let proto = GENEVE_PROTO_IPV4.to_be_bytes();
-    let vni = (VNI_UNKNOWN << 8).to_be_bytes();
-    header[28..36].copy_from_slice(&[0, 0, proto[0], proto[1], vni[0], vni[1], vni[2], 0]);
+    let header = outer_headers(src, dst, source_port, port, inner_len);
     ctx.store(ETH_HLEN, &header, 0)
         .map_err(|_| Counter::DropRewriteFailed)
+}
+
+/// Strait's outer IPv4, UDP and Geneve headers (no options) around `inner_len` bytes, as 16-bit
+/// words in memory order, IPv4 checksum included (the RFC 1071 sum is the same in either byte
+/// order, so it is summed over the words as they are).
+#[inline(always)]
+fn outer_headers(
+    src: [u8; 4],
+    dst: [u8; 4],
+    source_port: u16,
+    port: u16,
+    inner_len: usize,
+) -> [u16; ENCAP_LEN / 2] {
+    let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
+    let vni = (VNI_UNKNOWN << 8).to_be_bytes();
+    let mut h = [
+        // IPv4: version/IHL, TOS; length; id; DF; TTL, protocol; checksum; addresses.
+        w(0x45, 0),
+        ((ENCAP_LEN + inner_len) as u16).to_be(),
+        0,
+        w(0x40, 0),
+        w(OUTER_TTL, IPPROTO_UDP),
+        0,
+        w(src[0], src[1]),
+        w(src[2], src[3]),
+        w(dst[0], dst[1]),
+        w(dst[2], dst[3]),
+        // UDP: ports, length, checksum 0 (none).
+        source_port.to_be(),
+        port.to_be(),
+        ((UDP_HLEN + GENEVE_HLEN + inner_len) as u16).to_be(),
+        0,
+        // Geneve: version 0, no options, no flags; IPv4 payload; VNI and reserved byte.
+        0,
+        GENEVE_PROTO_IPV4.to_be(),
+        w(vni[0], vni[1]),
+        w(vni[2], vni[3]),
+    ];
+    h[5] = fold(sum_words(&h, 0, 10));
+    h
 }
 
 /// Removes the outer headers so the inner packet follows the Ethernet header.
@@ -150,10 +150,11 @@ pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
 }
 
 /// Points a tunnel packet at a new hop and redirects it there (the gateway's hairpin, on the
-/// uplink's ingress) without decapsulating it: the outer IPv4 header is rebuilt with the new
-/// source and destination, TTL restored and its checksum computed afresh, and the outer UDP
-/// checksum cleared (the inner packet changed; it is optional in IPv4). With the next hop known,
-/// the Ethernet addresses and these headers go in one store; returns the verdict.
+/// uplink's ingress) without decapsulating it: the outer IPv4 and UDP headers are written afresh
+/// (Strait's own, as `encap` makes them) with the new source and destination, keeping the UDP
+/// ports; the outer UDP checksum is left out (the inner packet changed; it is optional in IPv4).
+/// With the next hop known, the Ethernet addresses and these headers go in one store; returns
+/// the verdict.
 #[inline(always)]
 pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Result<i32, Counter> {
     let fail = |_| Counter::DropRewriteFailed;
@@ -161,31 +162,50 @@ pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Re
         // Outer IP options never come from Strait's peers; not worth a slower path.
         return Err(Counter::DropBadGeneve);
     }
-    // Ethernet addresses (filled below), EtherType, outer IPv4 and UDP headers.
-    let mut f: [u8; 42] = read(ctx, 0).map_err(|_| Counter::DropTruncated)?;
-    let h = ETH_HLEN;
-    f[h + 8] = OUTER_TTL;
-    f[h + 10] = 0;
-    f[h + 11] = 0;
-    f[h + 12..h + 16].copy_from_slice(&src);
-    f[h + 16..h + 20].copy_from_slice(&dst);
-    let mut ip = [0u8; 20];
-    ip.copy_from_slice(&f[h..h + 20]);
-    let check = checksum(&ip).to_be_bytes();
-    f[h + 10] = check[0];
-    f[h + 11] = check[1];
-    f[h + 26] = 0;
-    f[h + 27] = 0;
+    let ports: [u8; 4] = read(ctx, outer.l4()).map_err(|_| Counter::DropTruncated)?;
+    // Everything after the Geneve base header, options included, counts as carried.
+    let carried = (ctx.len() as usize).saturating_sub(ETH_HLEN + ENCAP_LEN);
+    let h = outer_headers(
+        src,
+        dst,
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+        carried,
+    );
     let ifindex = ifindex(ctx);
-    if let Some(macs) = next_hop(ctx, ifindex, src, dst) {
-        f[..12].copy_from_slice(&macs);
-        ctx.store(0, &f, 0).map_err(fail)?;
+    if let Some(m) = next_hop(ctx, ifindex, src, dst) {
+        let w = |i: usize| u16::from_ne_bytes([m[i], m[i + 1]]);
+        let frame: [u16; 21] = [
+            w(0),
+            w(2),
+            w(4),
+            w(6),
+            w(8),
+            w(10),
+            ETH_P_IP.to_be(),
+            h[0],
+            h[1],
+            h[2],
+            h[3],
+            h[4],
+            h[5],
+            h[6],
+            h[7],
+            h[8],
+            h[9],
+            h[10],
+            h[11],
+            h[12],
+            h[13],
+        ];
+        ctx.store(0, &frame, 0).map_err(fail)?;
         // SAFETY: plain helper call.
         return Ok(unsafe { bpf_redirect(ifindex, 0) as i32 });
     }
-    let mut headers = [0u8; 28];
-    headers.copy_from_slice(&f[h..]);
-    ctx.store(h, &headers, 0).map_err(fail)?;
+    let headers: [u16; 14] = [
+        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13],
+    ];
+    ctx.store(ETH_HLEN, &headers, 0).map_err(fail)?;
     // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
     Ok(unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 })
 }
