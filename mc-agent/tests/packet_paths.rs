@@ -244,6 +244,39 @@ fn regular_node_decapsulates_only_from_its_gateway() {
     f.assert_counters(&[(Counter::RxFromGateway, 1), (Counter::DropUnknownPeer, 2)]);
 }
 
+#[test]
+fn snat_keeps_a_flows_port_when_free_and_picks_another_on_a_clash() {
+    let mut f = Fixture::new("gw-port-clash", ROLE_GATEWAY);
+    let hairpin = |f: &mut Fixture, pod: [u8; 4], port: u16| {
+        let request = tcp(pod, WEST_SVC, port, 80, 0x02, b"");
+        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &request)));
+        assert_eq!(verdict, REDIRECT);
+        let e = decode_geneve(&out);
+        e.inner.assert_checksums("SNATed");
+        e.inner.src_port()
+    };
+    // A port in the SNAT range is kept.
+    assert_eq!(hairpin(&mut f, POD_N, 40000), 40000);
+    // Another Pod, same port, same destination: the reply key is taken, so another port.
+    let other_pod = [10, 244, 1, 6];
+    let second = hairpin(&mut f, other_pod, 40000);
+    assert_ne!(second, 40000);
+    assert!(second >= SNAT_PORT_MIN);
+    // A port below the range is never used as is.
+    assert!(hairpin(&mut f, POD_N, 1234) >= SNAT_PORT_MIN);
+
+    // Each reply goes back to its own Pod.
+    for (port, pod) in [(40000, POD_N), (second, other_pod)] {
+        let reply = tcp(WEST_SVC, G, 80, port, 0x12, b"");
+        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+        assert_eq!(verdict, REDIRECT);
+        let e = decode_geneve(&out);
+        e.inner.assert_checksums("reverse-SNATed");
+        assert_eq!((e.inner.dst(), e.inner.dst_port()), (pod, 40000));
+    }
+    assert_eq!(f.snat_entries(), (3, 3));
+}
+
 /// CLOCK_MONOTONIC_COARSE, the clock of `bpf_ktime_get_coarse_ns`.
 fn coarse_now_ns() -> u64 {
     let mut t = libc::timespec {

@@ -160,15 +160,22 @@ pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<SnatEntry, Counter> {
 }
 
 /// Picks a free port for a new flow: the reverse entry is inserted only if no flow holds that
-/// (remote address, remote port, gateway port) yet, so two flows never share a reply key.
+/// (remote address, remote port, gateway port) yet, so two flows never share a reply key. The
+/// flow's own port comes first when it lies in the SNAT range (as the kernel's masquerade
+/// does): then only the address changes, and each packet costs one checksum update less.
 #[inline(always)]
 fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Counter> {
     const RANGE: u32 = (SNAT_PORT_MAX - SNAT_PORT_MIN) as u32 + 1;
     // SAFETY: no preconditions.
     let start = unsafe { bpf_get_prandom_u32() };
+    let keep = key.src_port >= SNAT_PORT_MIN && key.src_port <= SNAT_PORT_MAX;
     let mut i = 0;
     while i < SNAT_PORT_TRIES {
-        let port = SNAT_PORT_MIN + (start.wrapping_add(i) % RANGE) as u16;
+        let port = if i == 0 && keep {
+            key.src_port
+        } else {
+            SNAT_PORT_MIN + (start.wrapping_add(i) % RANGE) as u16
+        };
         let reverse_key = self::key(key.dst, gateway_ip, key.dst_port, port, key.proto);
         let reverse = SnatEntry {
             addr: key.src,
