@@ -168,7 +168,8 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
     const RANGE: u32 = (SNAT_PORT_MAX - SNAT_PORT_MIN) as u32 + 1;
     // SAFETY: no preconditions.
     let start = unsafe { bpf_get_prandom_u32() };
-    let keep = key.src_port >= SNAT_PORT_MIN && key.src_port <= SNAT_PORT_MAX;
+    // (SNAT_PORT_MAX is the largest port.)
+    let keep = key.src_port >= SNAT_PORT_MIN;
     let mut i = 0;
     while i < SNAT_PORT_TRIES {
         let port = if i == 0 && keep {

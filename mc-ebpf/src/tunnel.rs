@@ -281,7 +281,7 @@ fn zeroed_fib_params() -> bpf_fib_lookup {
     const WORDS: usize = core::mem::size_of::<bpf_fib_lookup>() / 4;
     const _: () = assert!(
         core::mem::align_of::<bpf_fib_lookup>() >= 4
-            && core::mem::size_of::<bpf_fib_lookup>() % 4 == 0
+            && core::mem::size_of::<bpf_fib_lookup>().is_multiple_of(4)
     );
     let mut raw = core::mem::MaybeUninit::<bpf_fib_lookup>::uninit();
     let words = raw.as_mut_ptr().cast::<u32>();
