@@ -22,12 +22,20 @@ use kube::{
     api::{DeleteParams, PostParams},
     runtime::watcher,
 };
-use mc_api::mcs::{ServiceExport, ServiceImport};
+use mc_agent::{bpffs::PinLayout, dataplane::DataplaneMaps};
+use mc_api::{
+    clusterinfo::{ClusterInfo, ClusterInfoImport, ClusterInfoImportSpec, GatewayInfo},
+    mcs::{ServiceExport, ServiceImport},
+};
+use mc_common::dataplane::PEER_REMOTE_GATEWAY;
 use serde_json::json;
 
 use crate::{
     paths::testbed_dir,
-    testbed::{self, topology::CLUSTERS},
+    testbed::{
+        self,
+        topology::{CLUSTERS, TestNode},
+    },
 };
 
 #[derive(clap::Subcommand)]
@@ -61,7 +69,15 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
         BenchCommand::Dataplane { runs, seconds } => {
-            crate::bench_dataplane::run(runs.max(1), seconds.max(1))
+            crate::bench_dataplane::run(runs.max(1), seconds.max(1))?;
+            // The agent's memory with many remote clusters: real agents on the testbed's Nodes,
+            // in a joined ClusterSet (so that east has a Gateway).
+            testbed::run(testbed::TestbedCommand::Up {
+                join: true,
+                no_nodes: false,
+                release: true,
+            })?;
+            tokio::runtime::Runtime::new()?.block_on(agent_memory(AGENT_REMOTE_CLUSTERS))
         }
     }
 }
@@ -360,4 +376,98 @@ fn controller_mem_kib(name: &str) -> (u64, u64) {
         .ok()
         .and_then(|p| p.running(name))
         .map_or((0, 0), testbed::proc::rss_kib)
+}
+
+/// Remote clusters in the agents' maps for the memory measurement (the figure).
+const AGENT_REMOTE_CLUSTERS: usize = 100;
+
+/// Gives east's agents `n` remote clusters (ClusterInfoImports made here, unmanaged, so the
+/// member controller leaves them alone), waits until every agent's maps hold all of them, prints
+/// each agent's resident memory and removes the objects again.
+async fn agent_memory(n: usize) -> anyhow::Result<()> {
+    let east = CLUSTERS
+        .iter()
+        .find(|c| c.name == "east")
+        .context("no east cluster")?;
+    let api: Api<ClusterInfoImport> = Api::namespaced(client("east").await?, "kube-system");
+    let name = |i: usize| format!("bench-{i}-clusterinfo");
+    for_all(n, |i| {
+        let api = api.clone();
+        async move {
+            // Addresses inside 198.18.0.0/15 for the gateways; prefixes no testbed cluster uses.
+            let info = ClusterInfo {
+                cluster_id: Some(format!("bench-{i}")),
+                service_cidr: Some(format!("172.16.{i}.0/24")),
+                gateway_infos: vec![GatewayInfo {
+                    gateway_ip: Some(format!("198.19.{i}.1")),
+                }],
+                pod_cidrs: vec![format!("172.17.{i}.0/24")],
+                ..Default::default()
+            };
+            let cii = ClusterInfoImport::new(&name(i), ClusterInfoImportSpec(info));
+            match api.create(&PostParams::default(), &cii).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    })
+    .await?;
+    let nodes: Vec<_> = TestNode::all()
+        .filter(|t| t.cluster.name == east.name)
+        .collect();
+    let procs = testbed::proc::Procs::new(&testbed_dir())?;
+    let agent = |t: &TestNode| format!("{}-{}-mc-agent", t.cluster.name, t.name);
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for t in &nodes {
+        let pid = procs
+            .running(&agent(t))
+            .with_context(|| format!("{} is not running", agent(t)))?;
+        // The agent's pins, seen through its own mount namespace.
+        let layout = PinLayout::new(format!("/proc/{pid}/root/sys/fs/bpf/mc/v1"));
+        loop {
+            let clusters = DataplaneMaps::open_pinned(&layout)
+                .ok()
+                .map(|maps| {
+                    maps.peers
+                        .iter()
+                        .filter_map(Result::ok)
+                        .filter(|(_, p)| p.kind == PEER_REMOTE_GATEWAY)
+                        .count()
+                })
+                .unwrap_or(0);
+            if clusters >= n {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                bail!(
+                    "{}: {clusters} of {n} remote clusters in its maps after 120 s",
+                    agent(t)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        rows.push((agent(t), pid));
+    }
+    // Let the passes that follow the last object settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    println!("\nmc-agent resident memory with {n} remote clusters in its maps (peak so far), MiB:");
+    for (name, pid) in rows {
+        let (now, peak) = testbed::proc::rss_kib(pid);
+        println!(
+            "  {name:<24} {:>6.1} ({:.1})",
+            now as f64 / 1024.0,
+            peak as f64 / 1024.0
+        );
+    }
+    println!("target: < 30 MiB");
+    for_all(n, |i| {
+        let api = api.clone();
+        async move {
+            api.delete(&name(i), &DeleteParams::default()).await?;
+            Ok(())
+        }
+    })
+    .await
 }
