@@ -69,6 +69,16 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
         BenchCommand::Dataplane { runs, seconds } => {
+            let testbed_was_up = testbed::proc::Procs::new(&testbed_dir())
+                .ok()
+                .and_then(|p| p.running("etcd"))
+                .is_some();
+            if testbed_was_up {
+                eprintln!(
+                    "note: the testbed is up; its API servers share the CPUs with the measurement \
+                     (`cargo xtask testbed down` first for quieter numbers)"
+                );
+            }
             crate::bench_dataplane::run(runs.max(1), seconds.max(1))?;
             // The agent's memory with many remote clusters: real agents on the testbed's Nodes,
             // in a joined ClusterSet (so that east has a Gateway).
@@ -77,7 +87,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 no_nodes: false,
                 release: true,
             })?;
-            tokio::runtime::Runtime::new()?.block_on(agent_memory(AGENT_REMOTE_CLUSTERS))
+            let measured =
+                tokio::runtime::Runtime::new()?.block_on(agent_memory(AGENT_REMOTE_CLUSTERS));
+            if !testbed_was_up {
+                testbed::run(testbed::TestbedCommand::Down)?;
+            }
+            measured
         }
     }
 }
