@@ -49,8 +49,8 @@ pub enum BenchCommand {
     /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through one namespace topology:
     /// TCP throughput (1 and 4 streams), request/response, small-packet rate, CPU per packet.
     Dataplane {
-        /// Runs per measurement (the median is printed).
-        #[arg(long, default_value_t = 3)]
+        /// Runs per measurement (the median is printed); the variants take turns run by run.
+        #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Seconds per measurement.
         #[arg(long, default_value_t = 5)]

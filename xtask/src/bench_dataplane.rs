@@ -18,13 +18,15 @@
 //! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
 //! delivered (a sender thread in the client, a receiver in the server), and the kernel's
 //! softirq CPU time per delivered packet over the whole path (namespaces share one kernel, so
-//! one hop's CPU cannot be told apart). Each number is the median of several runs. For Strait,
+//! one hop's CPU cannot be told apart). Each number is the median of several runs, the three
+//! variants taking turns run by run, each through a topology built afresh (this machine's speed
+//! drifts over minutes; a drift must not favour one variant). For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's
 //! own time per packet (not during the measured runs: timing every run costs per packet). It
 //! prints numbers; it asserts nothing.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::BTreeSet,
     io::{Read as _, Write as _},
     net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket},
     os::fd::AsFd as _,
@@ -552,8 +554,13 @@ struct Row {
     rtt_us: f64,
     pps: f64,
     softirq_ns: f64,
-    /// Strait only: per Node and hook, the programs' mean run time (ns) and runs over one extra
-    /// request/response and UDP flood with the kernel's BPF statistics on.
+}
+
+/// One run of a variant: TCP 1 and 4 streams (bit/s), request/response (/s), its median round
+/// trip (us), UDP packets per second and softirq ns per packet; for Strait's last run, per Node
+/// and hook, the programs' mean run time (ns) and runs with the kernel's BPF statistics on.
+struct Sample {
+    values: [f64; 6],
     programs: Vec<(String, f64, u64)>,
 }
 
@@ -601,7 +608,11 @@ fn bpf_stats(enabled: bool) -> String {
     old.trim().to_owned()
 }
 
-fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Row> {
+/// One run of every measurement through a freshly built topology for `variant`; for Strait with
+/// `stats`, then one more request/response and UDP run with the kernel's BPF statistics on, for
+/// the programs' own time per packet (they time every program run, which costs enough per packet
+/// that the measured runs leave them off).
+fn measure(variant: Variant, seconds: u64, agent: &Path, stats: bool) -> anyhow::Result<Sample> {
     build(variant, agent)
         .with_context(|| format!("building the topology for {}", variant.label()))?;
     let _server = Server(
@@ -637,30 +648,12 @@ fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow:
             SERVER,
         ])
         .output();
-    let (mut t1, mut t4, mut rr, mut rtt, mut pps, mut cpu) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
-    for run in 0..runs {
-        eprintln!("  {} run {}/{runs}", variant.label(), run + 1);
-        t1.push(iperf(1, seconds)?);
-        t4.push(iperf(4, seconds)?);
-        let (rate, p50) = request_response(seconds)?;
-        rr.push(rate);
-        rtt.push(p50.as_secs_f64() * 1e6);
-        let (rate, ns_per_packet) = udp_flood(seconds)?;
-        pps.push(rate);
-        cpu.push(ns_per_packet);
-    }
-    // The programs' own cost per packet, from one more pass of the small-packet measurements
-    // with the kernel's BPF run-time statistics on: they time every program run, which costs
-    // enough per packet that the measured runs above leave them off.
-    let mut small: HashMap<String, (u64, u64)> = HashMap::new();
-    if variant == Variant::Strait {
+    let tcp1 = iperf(1, seconds)?;
+    let tcp4 = iperf(4, seconds)?;
+    let (rr, p50) = request_response(seconds)?;
+    let (pps, softirq_ns) = udp_flood(seconds)?;
+    let mut programs = Vec::new();
+    if stats && variant == Variant::Strait {
         eprintln!("  {} with BPF statistics", variant.label());
         let old = bpf_stats(true);
         let before = program_stats();
@@ -669,38 +662,55 @@ fn measure(variant: Variant, runs: usize, seconds: u64, agent: &Path) -> anyhow:
         bpf_stats(old == "1");
         measured?;
         for ((name, t1, c1), (_, t0, c0)) in after.into_iter().zip(before) {
-            let e = small.entry(name).or_default();
-            e.0 += t1.saturating_sub(t0);
-            e.1 += c1.saturating_sub(c0);
+            let (ns, runs) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
+            programs.push((name, ns as f64 / runs.max(1) as f64, runs));
         }
+        programs.sort_by(|a, b| a.0.cmp(&b.0));
     }
-    let mut programs: Vec<(String, f64, u64)> = small
-        .into_iter()
-        .map(|(name, (ns, runs))| (name, ns as f64 / runs.max(1) as f64, runs))
-        .collect();
-    programs.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Row {
-        tcp1: median(t1),
-        tcp4: median(t4),
-        rr: median(rr),
-        rtt_us: median(rtt),
-        pps: median(pps),
-        softirq_ns: median(cpu),
+    Ok(Sample {
+        values: [tcp1, tcp4, rr, p50.as_secs_f64() * 1e6, pps, softirq_ns],
         programs,
     })
 }
 
 pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
-    let mut rows = Vec::new();
-    for variant in [Variant::Plain, Variant::Kernel, Variant::Strait] {
-        let row = measure(variant, runs, seconds, &agent);
-        teardown();
-        rows.push((variant, row?));
+    // The variants take turns, run after run, each through a topology built afresh: this
+    // machine's speed drifts over minutes, and a drift must not fall on one variant only.
+    const VARIANTS: [Variant; 3] = [Variant::Plain, Variant::Kernel, Variant::Strait];
+    let mut samples: Vec<Vec<[f64; 6]>> = vec![Vec::new(); VARIANTS.len()];
+    let mut programs = Vec::new();
+    for run in 0..runs {
+        for (i, &variant) in VARIANTS.iter().enumerate() {
+            eprintln!("  {} run {}/{runs}", variant.label(), run + 1);
+            let sample = measure(variant, seconds, &agent, run + 1 == runs);
+            teardown();
+            let sample = sample?;
+            samples[i].push(sample.values);
+            if !sample.programs.is_empty() {
+                programs = sample.programs;
+            }
+        }
     }
+    let rows: Vec<(Variant, Row)> = VARIANTS
+        .iter()
+        .zip(&samples)
+        .map(|(&variant, runs)| {
+            let m = |k: usize| median(runs.iter().map(|v| v[k]).collect());
+            let row = Row {
+                tcp1: m(0),
+                tcp4: m(1),
+                rr: m(2),
+                rtt_us: m(3),
+                pps: m(4),
+                softirq_ns: m(5),
+            };
+            (variant, row)
+        })
+        .collect();
     let (a, b, c) = (rows[0].1.clone(), rows[1].1.clone(), rows[2].1.clone());
     println!(
-        "\ndataplane: medians of {runs} runs of {seconds} s; Pod MTU lowered by each tunnel's overhead\n"
+        "\ndataplane: medians of {runs} runs of {seconds} s, the variants taking turns; Pod MTU lowered by each tunnel's overhead\n"
     );
     println!(
         "{:<24} {:>11} {:>11} {:>11} {:>9} {:>11} {:>13}",
@@ -736,7 +746,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     println!(
         "\nStrait's programs over one extra request/response and UDP run with kernel.bpf_stats_enabled (helpers included; not during the runs above):"
     );
-    for (name, ns, runs) in &c.programs {
+    for (name, ns, runs) in &programs {
         println!("  {name:<12} {ns:>7.0} ns per run over {runs} runs");
     }
     Ok(())
