@@ -21,7 +21,7 @@ use crate::{
     counters,
     dataplane::Dataplane,
     routes,
-    state::{ClusterInfoObject, Desired, GatewayObject, Inputs, desired},
+    state::{ClusterInfoObject, Desired, GatewayObject, Inputs, Routed, desired},
     sync,
 };
 
@@ -41,9 +41,8 @@ pub struct RunOptions {
 struct Attached {
     dataplane: Dataplane,
     uplink: String,
-    /// The address Strait's routes to the remote prefixes were last installed toward (their
-    /// next hop is the kernel's toward it), when that sync succeeded.
-    routed_toward: Option<Ipv4Addr>,
+    /// Strait's routes to the remote prefixes as the last sync that succeeded left them.
+    routed: Option<Routed>,
 }
 
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
@@ -200,9 +199,10 @@ fn pass(
     };
     let mut want = desired(&inputs);
     let toward = want.routes_toward();
-    // Only routes already in place toward this gateway let the programs keep the kernel's
-    // Ethernet header (after a gateway change, the flag follows the routes, never leads them).
-    want.config.flags = want.routed_flag(a.routed_toward);
+    // Only routes already in place toward this gateway, for every prefix, let the programs keep
+    // the kernel's Ethernet header (after a gateway change or a new cluster, the flag follows
+    // the routes, never leads them).
+    want.config.flags = want.routed_flag(a.routed.as_ref());
     let mut problems = want.skipped.clone();
     let mut not_ready = want.not_ready.clone();
     if let Some(why) = &want.not_ready {
@@ -222,9 +222,10 @@ fn pass(
         Ok(_) => Ok(()),
         Err(e) => Err(e),
     };
-    if let Err(e) = write_maps(&want) {
+    let maps_written = write_maps(&want);
+    if let Err(e) = &maps_written {
         problems.push(e.clone());
-        not_ready = Some(e);
+        not_ready = Some(e.clone());
     }
     if want.config.role == mc_common::dataplane::ROLE_GATEWAY
         && let Err(e) = routes::set_sysctl("net/ipv4/ip_forward", "1")
@@ -232,22 +233,34 @@ fn pass(
         problems.push(format!("enabling IPv4 forwarding on the gateway: {e}"));
     }
     let prefixes: BTreeSet<_> = want.routes.keys().copied().collect();
-    match routes::sync(&a.uplink, &prefixes, toward) {
-        Ok(r) => {
-            a.routed_toward = toward.filter(|_| !prefixes.is_empty());
+    // The routes follow the maps: if these could not be written, the programs may still
+    // tunnel as before, and moving the routes now could send that traffic toward another
+    // gateway. They stay as they are, and the flag waits for a pass that syncs them.
+    let synced = match maps_written {
+        Ok(()) => Some(routes::sync(&a.uplink, &prefixes, toward)),
+        Err(_) => None,
+    };
+    match synced {
+        None => a.routed = None,
+        Some(Ok(r)) => {
+            a.routed = toward
+                .filter(|_| !prefixes.is_empty())
+                .map(|toward| Routed { toward, prefixes });
             if !r.added.is_empty() || !r.removed.is_empty() {
                 tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
             }
         }
-        Err(e) => {
-            a.routed_toward = None;
+        Some(Err(e)) => {
+            a.routed = None;
             let why = format!("routes to remote prefixes: {e}");
             problems.push(why.clone());
             not_ready.get_or_insert(why);
         }
     }
-    let flags = want.routed_flag(a.routed_toward);
-    if flags != want.config.flags && not_ready.is_none() {
+    let flags = want.routed_flag(a.routed.as_ref());
+    // Turning the flag on waits for a pass with nothing wrong; turning it off never waits
+    // (a failed route sync leaves the kernel's routes unknown).
+    if flags != want.config.flags && (flags == 0 || not_ready.is_none()) {
         want.config.flags = flags;
         if let Err(e) = write_maps(&want) {
             problems.push(e.clone());
@@ -301,7 +314,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
     Ok(Attached {
         dataplane,
         uplink,
-        routed_toward: None,
+        routed: None,
     })
 }
 

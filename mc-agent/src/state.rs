@@ -4,7 +4,11 @@
 //! unparsable address, a CIDR that overlaps one already taken) are skipped with a reason that
 //! the agent logs and reports; they never reach the maps.
 
-use std::{collections::BTreeMap, fmt, net::Ipv4Addr};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::Ipv4Addr,
+};
 
 use mc_common::dataplane::{
     CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
@@ -103,6 +107,14 @@ pub struct RemoteCluster {
     pub prefixes: Vec<Prefix>,
 }
 
+/// Strait's kernel routes to the remote prefixes as a sync that succeeded left them: their next
+/// hop is the kernel's toward `toward`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Routed {
+    pub toward: Ipv4Addr,
+    pub prefixes: BTreeSet<Prefix>,
+}
+
 /// The maps' desired contents, and what was left out and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Desired {
@@ -128,11 +140,17 @@ impl Desired {
         }
     }
 
-    /// [`CONFIG_ROUTED_VIA_GATEWAY`] for a regular Node whose remote-prefix routes were last
-    /// installed toward its current gateway (`routed_toward`), else 0.
-    pub fn routed_flag(&self, routed_toward: Option<Ipv4Addr>) -> u32 {
+    /// [`CONFIG_ROUTED_VIA_GATEWAY`] for a regular Node when the kernel routes every remote
+    /// prefix of the maps toward its current gateway (`routed`: what was last installed), else 0.
+    /// A prefix not yet routed (a new cluster) would otherwise leave by some other route with the
+    /// kernel's Ethernet header for that route, tunnelled to the gateway's address.
+    pub fn routed_flag(&self, routed: Option<&Routed>) -> u32 {
         let gateway = Ipv4Addr::from(self.config.gateway_internal_ip);
-        if self.config.role == ROLE_NODE && routed_toward == Some(gateway) {
+        if self.config.role == ROLE_NODE
+            && routed.is_some_and(|r| {
+                r.toward == gateway && self.routes.keys().all(|p| r.prefixes.contains(p))
+            })
+        {
             CONFIG_ROUTED_VIA_GATEWAY
         } else {
             0
@@ -354,6 +372,41 @@ mod tests {
         assert_eq!(d.peers.len(), 1);
         assert_eq!(d.peers[&ip("198.18.2.1")].kind, PEER_REMOTE_GATEWAY);
         assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    }
+
+    #[test]
+    fn the_flag_needs_every_prefix_routed_toward_the_current_gateway() {
+        let d = desired(&inputs("east-node", "198.18.1.2"));
+        let routed = |toward: &str, prefixes: &[&str]| Routed {
+            toward: ip(toward),
+            prefixes: prefixes.iter().map(|p| Prefix::parse(p).unwrap()).collect(),
+        };
+        assert_eq!(d.routed_flag(None), 0);
+        assert_eq!(
+            d.routed_flag(Some(&routed("198.18.1.1", &["10.98.0.0/16"]))),
+            CONFIG_ROUTED_VIA_GATEWAY
+        );
+        // Routes toward another (the previous) gateway.
+        assert_eq!(
+            d.routed_flag(Some(&routed("198.18.1.9", &["10.98.0.0/16"]))),
+            0
+        );
+        // A prefix of the maps whose route is not in place yet.
+        assert_eq!(d.routed_flag(Some(&routed("198.18.1.1", &[]))), 0);
+        // A route left over for a prefix the maps no longer hold does no harm.
+        assert_eq!(
+            d.routed_flag(Some(&routed(
+                "198.18.1.1",
+                &["10.98.0.0/16", "10.99.0.0/16"]
+            ))),
+            CONFIG_ROUTED_VIA_GATEWAY
+        );
+        // Never on a gateway.
+        let g = desired(&inputs("east-gw", "198.18.1.1"));
+        assert_eq!(
+            g.routed_flag(Some(&routed("198.18.2.1", &["10.98.0.0/16"]))),
+            0
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ use mc_agent::{
     bpffs::PinLayout,
     dataplane::DataplaneMaps,
     routes,
-    state::{ClusterInfoObject, GatewayObject, Inputs, desired},
+    state::{ClusterInfoObject, GatewayObject, Inputs, Routed, desired},
     sync::apply,
 };
 
@@ -334,11 +334,15 @@ fn sync(node: &str, inputs: &Inputs) -> anyhow::Result<()> {
     apply(&mut maps, &d)?;
     let prefixes: BTreeSet<_> = d.routes.keys().copied().collect();
     let toward = d.routes_toward();
+    let routed = toward.map(|toward| Routed {
+        toward,
+        prefixes: prefixes.clone(),
+    });
     in_ns(node, move || routes::sync("eth0", &prefixes, toward))
         .join()
         .map_err(|_| anyhow::anyhow!("route sync thread in {node}"))?
         .with_context(|| format!("routes in {node}"))?;
-    d.config.flags = d.routed_flag(toward);
+    d.config.flags = d.routed_flag(routed.as_ref());
     apply(&mut maps, &d)?;
     Ok(())
 }
