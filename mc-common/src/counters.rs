@@ -105,7 +105,8 @@ counters! {
     /// (the packet itself is not sent).
     TxFragNeeded = 23, "tx_frag_needed", false;
     /// An oversize packet for the tunnel that cannot be answered with fragmentation-needed (no
-    /// DF, IP options, or itself an ICMP error): dropped.
+    /// DF, IP options, or itself an ICMP error), or a GSO packet too large for an outer IPv4
+    /// length (BIG TCP beyond 64 KiB): dropped.
     DropTooBig = 24, "drop_too_big", true;
     /// Not a verdict: SYNs and SYN-ACKs whose MSS was lowered to fit the tunnel (each is also
     /// counted under its verdict).

@@ -78,6 +78,11 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
 #[inline(always)]
 pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(), Counter> {
     let inner_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
+    if ENCAP_LEN + inner_len > MAX_IP_LEN {
+        // A GSO packet beyond IPv4's 64 KiB (BIG TCP on the Node): its outer length would not
+        // fit the header's 16 bits.
+        return Err(Counter::DropTooBig);
+    }
     let source_port = flow_source_port(ctx);
     let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64;
     if ctx
@@ -93,6 +98,9 @@ pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(
     ctx.store(ETH_HLEN, &header, 0)
         .map_err(|_| Counter::DropRewriteFailed)
 }
+
+/// The largest IPv4 packet an outer header can describe.
+const MAX_IP_LEN: usize = 0xffff;
 
 /// Strait's outer IPv4, UDP and Geneve headers (no options) around `inner_len` bytes, as 16-bit
 /// words in memory order, IPv4 checksum included (the RFC 1071 sum is the same in either byte
@@ -165,6 +173,9 @@ pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Re
     let ports: [u8; 4] = read(ctx, outer.l4()).map_err(|_| Counter::DropTruncated)?;
     // Everything after the Geneve base header, options included, counts as carried.
     let carried = (ctx.len() as usize).saturating_sub(ETH_HLEN + ENCAP_LEN);
+    if ENCAP_LEN + carried > MAX_IP_LEN {
+        return Err(Counter::DropTooBig);
+    }
     let h = outer_headers(
         src,
         dst,
