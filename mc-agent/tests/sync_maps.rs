@@ -1,6 +1,6 @@
 //! The agent's sync against real (pinned) maps: what the maps hold after `sync::apply` is exactly
 //! the desired state, whatever they held before, and the pins carry it across a reload (a
-//! restart). Run as root.
+//! restart), and bpftool prints every map with named fields. Run as root.
 
 mod support;
 
@@ -13,7 +13,13 @@ use mc_agent::{
     state::{ClusterInfoObject, GatewayObject, Inputs, desired},
     sync::{SyncReport, apply},
 };
-use mc_common::dataplane::{PEER_LOCAL_NODE, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute};
+use mc_common::{
+    dataplane::{
+        FlowKey, NextHop, PEER_LOCAL_NODE, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+        SNAT_FORWARD, SnatEntry,
+    },
+    maps,
+};
 use support::{Bpffs, require_root};
 
 fn inputs(node: &str, gateway: &str, clusters: &[(&str, &str, &str)]) -> Inputs {
@@ -170,7 +176,87 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
     assert_eq!(peers(&maps), [(Ipv4Addr::new(198, 18, 2, 1), 1)]);
 
     // The same view through the pins (what `mc-agent maps` and bpftool read).
-    let pinned = DataplaneMaps::open_pinned(&layout).expect("open pinned");
+    let mut pinned = DataplaneMaps::open_pinned(&layout).expect("open pinned");
     assert_eq!(routes(&pinned).len(), 1);
     assert_eq!(pinned.config.get(&0, 0).unwrap().role, ROLE_NODE);
+
+    // bpftool prints every map with named fields (BTF). The maps the programs fill (SNAT, next
+    // hops) get one entry each here, as a program would write it.
+    let flow = FlowKey {
+        src: [10, 244, 1, 5],
+        dst: [10, 98, 0, 10],
+        src_port: 40000,
+        dst_port: 80,
+        proto: 6,
+        _pad: [0; 3],
+    };
+    let entry = SnatEntry {
+        addr: [198, 18, 1, 1],
+        port: 40000,
+        _pad: 0,
+        node: [198, 18, 1, 2],
+        flags: SNAT_FORWARD,
+    };
+    pinned.snat.insert(&flow, &entry, 0).expect("SNAT entry");
+    let hop = NextHop {
+        macs: [2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2],
+        ifindex: 1,
+        expires_ns: 0,
+    };
+    pinned
+        .next_hops
+        .insert(&[198, 18, 2, 1], &hop, 0)
+        .expect("next hop");
+    for name in maps::ALL {
+        let fields = bpftool_fields(&layout.map(name));
+        let expected: &[&str] = match *name {
+            maps::CONFIG => &["role", "node_ip", "gateway_internal_ip", "flags"],
+            maps::ROUTES => &["cluster", "gateway_ip"],
+            maps::PEERS => &["kind"],
+            maps::SNAT => &["addr", "port", "node", "flags"],
+            maps::NEXT_HOPS => &["macs", "ifindex", "expires_ns"],
+            maps::COUNTERS => &["packets", "bytes"],
+            other => panic!("map {other} has no expectation here: add one"),
+        };
+        for f in expected {
+            assert!(
+                fields.contains(*f),
+                "bpftool map dump of {name}: no field {f} in {fields:?}"
+            );
+        }
+    }
+}
+
+/// The field names of the values `bpftool -j map dump pinned` prints for a map (per-CPU values
+/// included); fails if the map is empty or a value has no named fields.
+fn bpftool_fields(path: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(path)
+        .output()
+        .expect("running bpftool");
+    assert!(
+        out.status.success(),
+        "bpftool map dump {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    let entries = dump.as_array().expect("an array of entries");
+    assert!(!entries.is_empty(), "{} is empty", path.display());
+    let mut names = std::collections::BTreeSet::new();
+    for e in entries {
+        let f = &e["formatted"];
+        let values: Vec<&serde_json::Value> = match f["values"].as_array() {
+            Some(per_cpu) => per_cpu.iter().map(|v| &v["value"]).collect(),
+            None => vec![&f["value"]],
+        };
+        for v in values {
+            let obj = v
+                .as_object()
+                .unwrap_or_else(|| panic!("{}: no named fields in {e}", path.display()));
+            names.extend(obj.keys().cloned());
+        }
+    }
+    names
 }
