@@ -19,8 +19,8 @@ use mc_common::{
 use support::{
     Bpffs,
     frames::{
-        ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, icmp_echo, ipv4, tcp, tcp_mss,
-        tcp_syn_mss, udp, without_df,
+        ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, geneve_with_options, icmp_echo,
+        ipv4, tcp, tcp_mss, tcp_syn_mss, udp, without_df,
     },
     require_root,
 };
@@ -325,6 +325,37 @@ fn the_hairpin_takes_the_next_hop_from_the_cache_while_it_is_fresh() {
     assert_tunnel(&out, G, W);
     assert_eq!(&out[..12], &eth(&request)[..12], "no stale addresses");
     f.assert_counters(&[(Counter::HairpinSnat, 2)]);
+}
+
+#[test]
+fn the_hairpin_carries_geneve_options_and_counts_them_in_its_lengths() {
+    let mut f = Fixture::new("gw-options", ROLE_GATEWAY);
+    let request = tcp(POD_N, WEST_SVC, 40000, 80, 0x10, b"data");
+    // One option: class 0x0102, type 0x80, one 4-byte word of data.
+    let options = [0x01, 0x02, 0x80, 0x01, 0xde, 0xad, 0xbe, 0xef];
+    let frame = eth(&geneve_with_options(N, G, PORT, &options, &request));
+    let (verdict, out) = f.run(Direction::Ingress, &frame);
+    assert_eq!(verdict, REDIRECT);
+    let outer = Ip(&out[ETH_HLEN..]);
+    outer.assert_checksums("outer");
+    assert_eq!((outer.src(), outer.dst()), (G, W), "outer addresses");
+    assert_eq!(
+        outer.total_len(),
+        out.len() - ETH_HLEN,
+        "outer total length"
+    );
+    let udp = &out[ETH_HLEN + outer.hlen()..];
+    assert_eq!(
+        usize::from(u16::from_be_bytes([udp[4], udp[5]])),
+        udp.len(),
+        "outer UDP length counts the options"
+    );
+    assert_eq!(udp[8], 2, "Geneve option length kept");
+    assert_eq!(&udp[16..24], &options, "options carried unchanged");
+    let inner = Ip(&udp[24..]);
+    inner.assert_checksums("SNATed inner packet");
+    assert_eq!((inner.src(), inner.dst()), (G, WEST_SVC), "inner SNATed");
+    f.assert_counters(&[(Counter::HairpinSnat, 1)]);
 }
 
 /// One request through the hairpin and its reply back, for a protocol.

@@ -160,12 +160,25 @@ pub fn icmp_echo(src: [u8; 4], dst: [u8; 4], kind: u8, id: u16, seq: u16) -> Vec
 
 /// Geneve (IPv4 payload, VNI 0xffffff) from `src` to `dst` around an inner IPv4 packet.
 pub fn geneve(src: [u8; 4], dst: [u8; 4], port: u16, inner: &[u8]) -> Vec<u8> {
+    geneve_with_options(src, dst, port, &[], inner)
+}
+
+/// Like [`geneve`], with `options` (a multiple of 4 bytes) after the Geneve base header.
+pub fn geneve_with_options(
+    src: [u8; 4],
+    dst: [u8; 4],
+    port: u16,
+    options: &[u8],
+    inner: &[u8],
+) -> Vec<u8> {
     let mut s = Vec::new();
     s.extend_from_slice(&50000u16.to_be_bytes());
     s.extend_from_slice(&port.to_be_bytes());
-    s.extend_from_slice(&((16 + inner.len()) as u16).to_be_bytes());
+    s.extend_from_slice(&((16 + options.len() + inner.len()) as u16).to_be_bytes());
     s.extend_from_slice(&[0, 0]);
-    s.extend_from_slice(&[0, 0, 0x08, 0x00, 0xff, 0xff, 0xff, 0]);
+    let opt_words = (options.len() / 4) as u8;
+    s.extend_from_slice(&[opt_words, 0, 0x08, 0x00, 0xff, 0xff, 0xff, 0]);
+    s.extend_from_slice(options);
     s.extend_from_slice(inner);
     ipv4(src, dst, UDP, &s)
 }
