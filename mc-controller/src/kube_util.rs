@@ -163,10 +163,18 @@ where
 /// key, arrays element by element): what a server-side apply of `desired` would not change. Fields
 /// the API server defaults (a port's targetPort, a clusterIP) do not count as differences.
 pub fn json_subset(desired: &Value, actual: &Value) -> bool {
+    // An empty list or map the API server does not store (Go's omitempty) is no difference.
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
     match (desired, actual) {
-        (Value::Object(d), Value::Object(a)) => d
-            .iter()
-            .all(|(k, v)| a.get(k).is_some_and(|av| json_subset(v, av)) || v.is_null()),
+        (Value::Object(d), Value::Object(a)) => d.iter().all(|(k, v)| match a.get(k) {
+            Some(av) => json_subset(v, av) || v.is_null(),
+            None => empty(v),
+        }),
         (Value::Array(d), Value::Array(a)) => {
             d.len() == a.len() && d.iter().zip(a).all(|(x, y)| json_subset(x, y))
         }
@@ -196,6 +204,15 @@ struct Memory {
     /// When an entry was last used: entries of objects that went with their namespace are dropped
     /// once unused for `UNCONFIRMED_TTL`.
     confirmed: HashMap<u64, (u64, u64, Instant)>,
+}
+
+impl Memory {
+    /// The hash of the desired state last written or last found in place for a key, if any.
+    fn last_desired(&self, key: u64) -> Option<u64> {
+        let applied = self.applied.get(&key).map(|&(h, at)| (at, h));
+        let confirmed = self.confirmed.get(&key).map(|&(h, _, used)| (used, h));
+        applied.max(confirmed).map(|(_, h)| h)
+    }
 }
 
 /// A hash of some strings (SipHash with fixed keys: the same in every process).
@@ -262,6 +279,14 @@ impl Writer {
             let uid = actual.meta().uid.as_deref().unwrap_or_default();
             let found_in = hash_of(&[uid, rv]);
             let mut memory = self.memory.lock().expect("writer cache");
+            // The desired state changed since it was last written or found in place: apply it,
+            // even when the stored object holds every field it sets. A field it no longer sets
+            // (a withdrawn cluster's endpoints, a policy's removed rules) is removed by the apply
+            // and by nothing else. (After a restart nothing is remembered, and the comparison
+            // below decides.)
+            if memory.last_desired(key).is_some_and(|h| h != want_hash) {
+                return true;
+            }
             if let Some((h, f, used)) = memory.confirmed.get_mut(&key)
                 && *h == want_hash
                 && *f == found_in
@@ -323,6 +348,17 @@ impl Writer {
             .await;
         self.metrics.write(&kind, "apply", result.is_ok());
         result?;
+        self.applied(desired);
+        tracing::debug!(kind, name, "applied");
+        Ok(())
+    }
+
+    /// Remembers that `desired` was just written.
+    fn applied<K>(&self, desired: &K)
+    where
+        K: Resource + Serialize,
+        K::DynamicType: Default,
+    {
         let written = desired_hash(desired);
         let mut memory = self.memory.lock().expect("writer cache");
         // Entries past the longest time they are trusted only take memory: drop them now and
@@ -335,9 +371,6 @@ impl Writer {
         memory
             .applied
             .insert(Self::cache_key(desired), (written, Instant::now()));
-        drop(memory);
-        tracing::debug!(kind, name, "applied");
-        Ok(())
     }
 
     /// Deletes an object; one that is already gone is not an error.
@@ -522,5 +555,52 @@ mod tests {
         let mut other = config_map("", "v2");
         other.metadata.resource_version = None;
         assert!(w.needed(&other, Some(Some(&stored))));
+    }
+
+    #[test]
+    fn a_field_no_longer_desired_is_written_away() {
+        let w = Writer::new(Metrics::default());
+        let both: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "ns"},
+            "data": {"k": "v1", "gone": "x"}
+        }))
+        .expect("ConfigMap");
+        let mut stored = both.clone();
+        stored.metadata.resource_version = Some("7".into());
+        stored.metadata.uid = Some("u1".into());
+        // In place: nothing to write.
+        assert!(!w.needed(&both, Some(Some(&stored))));
+        // The desired state drops a field: the stored object still holds every field it sets,
+        // but only an apply removes the other one.
+        let fewer: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "ns"},
+            "data": {"k": "v1"}
+        }))
+        .expect("ConfigMap");
+        assert!(w.needed(&fewer, Some(Some(&stored))));
+        // Until it has been written; then the store's copy is compared as usual.
+        w.applied(&fewer);
+        assert!(!w.needed(&fewer, Some(Some(&stored))));
+        let mut after = stored.clone();
+        after.data = fewer.data.clone();
+        after.metadata.resource_version = Some("8".into());
+        assert!(!w.needed(&fewer, Some(Some(&after))));
+        // A write that failed is made again (nothing recorded it).
+        assert!(w.needed(&both, Some(Some(&after))));
+        assert!(w.needed(&both, Some(Some(&after))));
+    }
+
+    #[test]
+    fn an_empty_list_matches_one_the_server_left_out() {
+        assert!(json_subset(
+            &json!({"subsets": []}),
+            &json!({"metadata": {}})
+        ));
+        assert!(json_subset(&json!({"a": {}}), &json!({})));
+        assert!(!json_subset(&json!({"subsets": [1]}), &json!({})));
+        assert!(!json_subset(
+            &json!({"subsets": []}),
+            &json!({"subsets": [1]})
+        ));
     }
 }
