@@ -68,6 +68,15 @@ impl Tracker {
         self.seen.iter().map(|(c, (_, at))| (c.as_str(), *at))
     }
 
+    /// Members silent for longer than `max_age`: their announces are removed (as Antrea's stale
+    /// controller does after 24 h), and with them, as for a member that left, their exports.
+    pub fn expired(&self, max_age: SignedDuration, now: Timestamp) -> BTreeSet<String> {
+        self.last_seen()
+            .filter(|(_, at)| now.duration_since(*at) > max_age)
+            .map(|(c, _)| c.to_owned())
+            .collect()
+    }
+
     /// Members whose endpoints are withdrawn: silent for longer than timeout + grace.
     pub fn withdrawn(&self, liveness: Liveness, now: Timestamp) -> BTreeSet<String> {
         self.last_seen()
@@ -202,6 +211,27 @@ mod tests {
         // Gone announces are forgotten.
         tr.observe([], t(101));
         assert_eq!(tr.last_seen().count(), 0);
+    }
+
+    #[test]
+    fn a_member_silent_for_a_day_expires() {
+        let day = SignedDuration::from_hours(24);
+        let mut tr = Tracker::default();
+        tr.observe([("east", "1", None), ("west", "1", None)], t(0));
+        tr.observe([("east", "2", None), ("west", "1", None)], t(3600));
+        assert!(tr.expired(day, t(86_400)).is_empty());
+        assert_eq!(
+            tr.expired(day, t(86_401)),
+            BTreeSet::from(["west".to_owned()])
+        );
+        // After a leader restart, an old touch-ts counts.
+        let mut tr = Tracker::default();
+        let old = t(0).to_string();
+        tr.observe([("west", "9", Some(old.as_str()))], t(90_000));
+        assert_eq!(
+            tr.expired(day, t(90_000)),
+            BTreeSet::from(["west".to_owned()])
+        );
     }
 
     #[test]

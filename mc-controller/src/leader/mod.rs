@@ -69,6 +69,7 @@ struct Leader {
     exports: Watched<ResourceExport>,
     imports: Watched<ResourceImport>,
     re_api: Api<ResourceExport>,
+    mca_api: Api<MemberClusterAnnounce>,
     ri_api: Api<ResourceImport>,
     cs_api: Api<ClusterSet>,
     tracker: Tracker,
@@ -80,6 +81,9 @@ struct Leader {
 /// A member's export left without its announce this long is collected (the announce comes first
 /// when a member joins, so a younger export may just be ahead of the announce in the watch).
 const ORPHAN_AGE: SignedDuration = SignedDuration::from_secs(10);
+/// A member silent for this long has its announce removed (Antrea: 24 h), so that its exports
+/// are collected as those of a member that left.
+const ANNOUNCE_MAX_AGE: SignedDuration = SignedDuration::from_hours(24);
 
 pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyhow::Result<()> {
     let trigger = opts.trigger.clone();
@@ -118,6 +122,7 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
             "ResourceImport",
         ),
         re_api: Api::namespaced(client.clone(), &ns),
+        mca_api: Api::namespaced(client.clone(), &ns),
         ri_api: Api::namespaced(client.clone(), &ns),
         cs_api: Api::namespaced(client.clone(), &ns),
         writer: Writer::new(metrics.clone()),
@@ -168,19 +173,24 @@ impl Leader {
     async fn sync(&mut self) -> usize {
         let now = Timestamp::now();
         let announces = self.announces.all();
+        let cluster_of = |a: &MemberClusterAnnounce| -> String {
+            a.spec
+                .cluster_id
+                .as_deref()
+                .or_else(|| {
+                    a.metadata
+                        .name
+                        .as_deref()?
+                        .strip_prefix(names::MEMBER_ANNOUNCE_PREFIX)
+                })
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let clusters: Vec<String> = announces.iter().map(|a| cluster_of(a)).collect();
         self.tracker.observe(
-            announces.iter().map(|a| {
+            announces.iter().zip(&clusters).map(|(a, cluster)| {
                 (
-                    a.spec
-                        .cluster_id
-                        .as_deref()
-                        .or_else(|| {
-                            a.metadata
-                                .name
-                                .as_deref()?
-                                .strip_prefix(names::MEMBER_ANNOUNCE_PREFIX)
-                        })
-                        .unwrap_or_default(),
+                    cluster.as_str(),
                     a.metadata.resource_version.as_deref().unwrap_or_default(),
                     a.annotations()
                         .get(annotations::TOUCH_TS)
@@ -194,6 +204,25 @@ impl Leader {
             binding::pending(&announces, &self.accounts.all()),
         )
         .await;
+        let expired = self.tracker.expired(ANNOUNCE_MAX_AGE, now);
+        let mut ops = Vec::new();
+        for (a, cluster) in announces.iter().zip(&clusters) {
+            if expired.contains(cluster) && a.metadata.deletion_timestamp.is_none() {
+                let name = a.name_any();
+                tracing::info!(
+                    announce = name,
+                    cluster,
+                    "removing the announce of a member silent for 24 h; its exports follow"
+                );
+                let (w, api, ns) = (self.writer.clone(), self.mca_api.clone(), self.ns.clone());
+                ops.push((
+                    name.clone(),
+                    Box::pin(async move { w.delete(&api, &ns, &name).await })
+                        as std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>,
+                ));
+            }
+        }
+        failures += run_all("MemberClusterAnnounce", ops).await;
         let withdrawn = self.tracker.withdrawn(self.liveness, now);
         let exports = self.exports.all();
         let merged = merge::merge(&self.ns, &exports, &self.imports.all(), &withdrawn);

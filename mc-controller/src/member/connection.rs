@@ -193,6 +193,12 @@ impl Connection {
 
     /// Leaving the ClusterSet: remove our announce and our exports from the leader.
     pub async fn leave(&self) -> Result<(), String> {
+        // Heartbeats stop first: a beat in flight would otherwise create the announce again
+        // once it is deleted here.
+        self.heartbeat.abort();
+        while !self.heartbeat.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let ns = &self.identity.leader_ns;
         let re: Api<ResourceExport> = Api::namespaced(self.client.clone(), ns);
         let lp = kube::api::ListParams::default().labels(&format!(

@@ -436,7 +436,23 @@ impl Member {
                     }
                     self.writer.forget();
                     match Connection::open(id, self.trigger.clone(), self.heartbeat).await {
-                        Ok(c) => self.conn = Some(c),
+                        Ok(c) => {
+                            // A leave still being retried for the same cluster at the same
+                            // leader would delete this connection's exports and announce
+                            // (they carry the same cluster ID): this connection supersedes it.
+                            if let Some((old, _)) = &self.leaving {
+                                let (o, n) = (&old.identity, &c.identity);
+                                if (&o.server, &o.leader_ns, &o.cluster_id)
+                                    == (&n.server, &n.leader_ns, &n.cluster_id)
+                                {
+                                    tracing::info!(
+                                        "rejoined the same leader: the pending leave is dropped"
+                                    );
+                                    self.leaving = None;
+                                }
+                            }
+                            self.conn = Some(c);
+                        }
                         Err(e) => {
                             self.log_once(format!("cannot make a client for the leader: {e:#}"));
                         }
