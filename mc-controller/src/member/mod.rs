@@ -712,7 +712,11 @@ impl Member {
             }
             verdicts.push((se, decision));
         }
-        if let Some(gw) = self.local.gateways.all().first() {
+        // The Gateway the election counts as current (the first by name), so that the exported
+        // ClusterInfo does not flap while an old and a new Gateway briefly coexist.
+        let mut gateways = self.local.gateways.all();
+        gateways.sort_by_key(|g| g.name_any());
+        if let Some(gw) = gateways.first() {
             let name = names::cluster_info_export(&id.cluster_id);
             let mut re = ResourceExport::new(
                 &name,
