@@ -268,6 +268,26 @@ impl Writer {
         K: Resource + Serialize,
         K::DynamicType: Default,
     {
+        self.needed_with(desired, actual, false)
+    }
+
+    /// Like [`Writer::needed`], for objects whose whole `spec` this controller writes and the
+    /// API server never fills in (Strait's own CRDs, which have no defaults): a field in the
+    /// stored spec that is not desired also counts as a difference. Unlike the memory of what
+    /// was written, this holds across a restart.
+    pub fn needed_exact_spec<K>(&self, desired: &K, actual: Option<Option<&K>>) -> bool
+    where
+        K: Resource + Serialize,
+        K::DynamicType: Default,
+    {
+        self.needed_with(desired, actual, true)
+    }
+
+    fn needed_with<K>(&self, desired: &K, actual: Option<Option<&K>>, exact_spec: bool) -> bool
+    where
+        K: Resource + Serialize,
+        K::DynamicType: Default,
+    {
         let key = Self::cache_key(desired);
         let want_hash = desired_hash(desired);
         if let Some(Some(actual)) = actual {
@@ -296,7 +316,10 @@ impl Writer {
             }
             drop(memory);
             let want = serde_json::to_value(desired).unwrap_or(Value::Null);
-            if json_subset(&want, &serde_json::to_value(actual).unwrap_or(Value::Null)) {
+            let actual_v = serde_json::to_value(actual).unwrap_or(Value::Null);
+            if json_subset(&want, &actual_v)
+                && (!exact_spec || json_subset(&actual_v["spec"], &want["spec"]))
+            {
                 if !rv.is_empty() && !uid.is_empty() {
                     let mut memory = self.memory.lock().expect("writer cache");
                     if memory.confirmed.len() % 1024 == 1023 {
@@ -588,6 +611,40 @@ mod tests {
         // A write that failed is made again (nothing recorded it).
         assert!(w.needed(&both, Some(Some(&after))));
         assert!(w.needed(&both, Some(Some(&after))));
+    }
+
+    #[test]
+    fn an_exact_spec_sees_a_field_left_behind_even_after_a_restart() {
+        use mc_api::imports::ResourceImport;
+        let ri = |spec: serde_json::Value, rv: Option<&str>| -> ResourceImport {
+            let mut meta = json!({"name": "default-nginx-endpoints", "namespace": "mc"});
+            if let Some(rv) = rv {
+                meta["resourceVersion"] = json!(rv);
+                meta["uid"] = json!("u1");
+            }
+            serde_json::from_value(json!({"metadata": meta, "spec": spec})).expect("RI")
+        };
+        // A fresh Writer (a restarted controller) and a stored spec with endpoints no longer
+        // desired.
+        let w = Writer::new(Metrics::default());
+        let stored = ri(
+            json!({"kind": "Endpoints", "endpoints": {"subsets": [{"addresses": [{"ip": "10.0.0.1"}]}]}}),
+            Some("5"),
+        );
+        let want = ri(json!({"kind": "Endpoints"}), None);
+        assert!(
+            !w.needed(&want, Some(Some(&stored))),
+            "the loose comparison misses it"
+        );
+        let w = Writer::new(Metrics::default());
+        assert!(w.needed_exact_spec(&want, Some(Some(&stored))));
+        // Equal specs (empty lists the server left out included) need no write.
+        let same = ri(json!({"kind": "Endpoints"}), Some("6"));
+        let want_empty = ri(
+            json!({"kind": "Endpoints", "endpoints": {"subsets": []}}),
+            None,
+        );
+        assert!(!w.needed_exact_spec(&want_empty, Some(Some(&same))));
     }
 
     #[test]

@@ -234,7 +234,7 @@ impl Leader {
             let mut ri = ResourceImport::new(name, spec.clone());
             ri.metadata.namespace = Some(self.ns.clone());
             let current = self.imports.get(Some(&self.ns), name);
-            if self.writer.needed(&ri, Some(current.as_deref())) {
+            if self.writer.needed_exact_spec(&ri, Some(current.as_deref())) {
                 let (w, api) = (self.writer.clone(), self.ri_api.clone());
                 ops.push((
                     name.clone(),

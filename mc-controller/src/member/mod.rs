@@ -755,7 +755,7 @@ impl Member {
         let mut ops: Vec<(String, Op)> = Vec::new();
         for (name, re) in &desired {
             let stored = conn.own_exports.get(Some(&id.leader_ns), name);
-            if self.writer.needed(re, Some(stored.as_deref())) {
+            if self.writer.needed_exact_spec(re, Some(stored.as_deref())) {
                 let (w, api, re) = (self.writer.clone(), api.clone(), re.clone());
                 ops.push((
                     name.clone(),
@@ -1008,7 +1008,7 @@ impl Member {
         for cii in plan.cluster_infos {
             let (ns, name) = key(&cii);
             let stored = self.local.cluster_infos.get(Some(&ns), &name);
-            if w.needed(&cii, Some(stored.as_deref())) {
+            if w.needed_exact_spec(&cii, Some(stored.as_deref())) {
                 let (w, api) = (
                     w.clone(),
                     Api::<ClusterInfoImport>::namespaced(c.clone(), &ns),
