@@ -20,7 +20,7 @@ use mc_common::{
     },
     maps,
 };
-use support::{Bpffs, require_root};
+use support::{Bpffs, require_root, run};
 
 fn inputs(node: &str, gateway: &str, clusters: &[(&str, &str, &str)]) -> Inputs {
     Inputs {
@@ -230,17 +230,9 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
 /// The field names of the values `bpftool -j map dump pinned` prints for a map (per-CPU values
 /// included); fails if the map is empty or a value has no named fields.
 fn bpftool_fields(path: &std::path::Path) -> std::collections::BTreeSet<String> {
-    let out = std::process::Command::new("bpftool")
+    let out = run(std::process::Command::new("bpftool")
         .args(["-j", "map", "dump", "pinned"])
-        .arg(path)
-        .output()
-        .expect("running bpftool");
-    assert!(
-        out.status.success(),
-        "bpftool map dump {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(path));
     let dump: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
     let entries = dump.as_array().expect("an array of entries");
     assert!(!entries.is_empty(), "{} is empty", path.display());

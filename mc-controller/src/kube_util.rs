@@ -418,6 +418,24 @@ impl Writer {
         Ok(())
     }
 
+    /// A delete for [`run_all`], labelled with the object's name.
+    pub fn delete_op<K>(&self, api: &Api<K>, namespace: &str, name: &str) -> (String, Op)
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
+    {
+        let (w, api, ns, n) = (
+            self.clone(),
+            api.clone(),
+            namespace.to_owned(),
+            name.to_owned(),
+        );
+        (
+            name.to_owned(),
+            Box::pin(async move { w.delete(&api, &ns, &n).await }),
+        )
+    }
+
     /// A merge patch of the status subresource.
     pub async fn patch_status<K>(&self, api: &Api<K>, name: &str, status: Value) -> kube::Result<()>
     where
@@ -486,6 +504,9 @@ impl StatusPacer {
         self.0 = Instant::now();
     }
 }
+
+/// One write for [`run_all`], boxed so that writes of different kinds share one list.
+pub type Op = std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>;
 
 /// Runs futures with bounded concurrency, logging and counting failures; returns how many failed.
 pub async fn run_all<F>(what: &str, ops: Vec<(String, F)>) -> usize

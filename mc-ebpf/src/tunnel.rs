@@ -78,12 +78,7 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
 #[inline(always)]
 pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(), Counter> {
     let inner_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
-    if ENCAP_LEN + inner_len > MAX_IP_LEN {
-        // A GSO packet beyond IPv4's 64 KiB (BIG TCP on the Node): its outer length would not
-        // fit the header's 16 bits.
-        return Err(Counter::DropTooBig);
-    }
-    let source_port = flow_source_port(ctx);
+    let header = outer_headers(src, dst, flow_source_port(ctx), port, inner_len)?;
     let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64;
     if ctx
         .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, gso_flags)
@@ -94,7 +89,6 @@ pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(
     {
         return Err(Counter::DropRewriteFailed);
     }
-    let header = outer_headers(src, dst, source_port, port, inner_len);
     ctx.store(ETH_HLEN, &header, 0)
         .map_err(|_| Counter::DropRewriteFailed)
 }
@@ -104,7 +98,8 @@ const MAX_IP_LEN: usize = 0xffff;
 
 /// Strait's outer IPv4, UDP and Geneve headers (no options) around `inner_len` bytes, as 16-bit
 /// words in memory order, IPv4 checksum included (the RFC 1071 sum is the same in either byte
-/// order, so it is summed over the words as they are).
+/// order, so it is summed over the words as they are). A GSO packet beyond IPv4's 64 KiB (BIG
+/// TCP on the Node) has no outer length that fits the header's 16 bits: it is dropped.
 #[inline(always)]
 fn outer_headers(
     src: [u8; 4],
@@ -112,7 +107,10 @@ fn outer_headers(
     source_port: u16,
     port: u16,
     inner_len: usize,
-) -> [u16; ENCAP_LEN / 2] {
+) -> Result<[u16; ENCAP_LEN / 2], Counter> {
+    if ENCAP_LEN + inner_len > MAX_IP_LEN {
+        return Err(Counter::DropTooBig);
+    }
     let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
     let vni = (VNI_UNKNOWN << 8).to_be_bytes();
     let mut h = [
@@ -139,7 +137,7 @@ fn outer_headers(
         w(vni[2], vni[3]),
     ];
     h[5] = fold(sum_words(&h, 0, 10));
-    h
+    Ok(h)
 }
 
 /// Removes the outer headers so the inner packet follows the Ethernet header.
@@ -173,16 +171,13 @@ pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Re
     let ports: [u8; 4] = read(ctx, outer.l4()).map_err(|_| Counter::DropTruncated)?;
     // Everything after the Geneve base header, options included, counts as carried.
     let carried = (ctx.len() as usize).saturating_sub(ETH_HLEN + ENCAP_LEN);
-    if ENCAP_LEN + carried > MAX_IP_LEN {
-        return Err(Counter::DropTooBig);
-    }
     let h = outer_headers(
         src,
         dst,
         u16::from_be_bytes([ports[0], ports[1]]),
         u16::from_be_bytes([ports[2], ports[3]]),
         carried,
-    );
+    )?;
     let ifindex = ifindex(ctx);
     if let Some(m) = next_hop(ctx, ifindex, src, dst) {
         let w = |i: usize| u16::from_ne_bytes([m[i], m[i + 1]]);

@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, same},
-    kube_util::{StatusPacer, Trigger, Watched, Writer, run_all},
+    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, run_all},
     metrics::Metrics,
 };
 use members::{Liveness, Tracker};
@@ -173,20 +173,23 @@ impl Leader {
     async fn sync(&mut self) -> usize {
         let now = Timestamp::now();
         let announces = self.announces.all();
-        let cluster_of = |a: &MemberClusterAnnounce| -> String {
-            a.spec
-                .cluster_id
-                .as_deref()
-                .or_else(|| {
-                    a.metadata
-                        .name
-                        .as_deref()?
-                        .strip_prefix(names::MEMBER_ANNOUNCE_PREFIX)
-                })
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let clusters: Vec<String> = announces.iter().map(|a| cluster_of(a)).collect();
+        // Each announce's cluster ID (from its name when the spec has none).
+        let clusters: Vec<String> = announces
+            .iter()
+            .map(|a| {
+                a.spec
+                    .cluster_id
+                    .as_deref()
+                    .or_else(|| {
+                        a.metadata
+                            .name
+                            .as_deref()?
+                            .strip_prefix(names::MEMBER_ANNOUNCE_PREFIX)
+                    })
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
         self.tracker.observe(
             announces.iter().zip(&clusters).map(|(a, cluster)| {
                 (
@@ -214,12 +217,7 @@ impl Leader {
                     cluster,
                     "removing the announce of a member silent for 24 h; its exports follow"
                 );
-                let (w, api, ns) = (self.writer.clone(), self.mca_api.clone(), self.ns.clone());
-                ops.push((
-                    name.clone(),
-                    Box::pin(async move { w.delete(&api, &ns, &name).await })
-                        as std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>,
-                ));
+                ops.push(self.writer.delete_op(&self.mca_api, &self.ns, &name));
             }
         }
         failures += run_all("MemberClusterAnnounce", ops).await;
@@ -238,19 +236,14 @@ impl Leader {
                 let (w, api) = (self.writer.clone(), self.ri_api.clone());
                 ops.push((
                     name.clone(),
-                    Box::pin(async move { w.apply(&api, &ri).await })
-                        as std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>,
+                    Box::pin(async move { w.apply(&api, &ri).await }) as Op,
                 ));
             }
         }
         for ri in self.imports.all() {
             let name = ri.name_any();
             if !merged.imports.contains_key(&name) && ri.metadata.deletion_timestamp.is_none() {
-                let (w, api, ns) = (self.writer.clone(), self.ri_api.clone(), self.ns.clone());
-                ops.push((
-                    name.clone(),
-                    Box::pin(async move { w.delete(&api, &ns, &name).await }),
-                ));
+                ops.push(self.writer.delete_op(&self.ri_api, &self.ns, &name));
             }
         }
         let statuses_due = self.statuses.due(!ops.is_empty());
@@ -288,8 +281,7 @@ impl Leader {
                             )
                             .await
                             .map(|_| ())
-                        })
-                            as std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>,
+                        }) as Op,
                     ));
                 }
                 continue;
@@ -307,11 +299,7 @@ impl Leader {
                     cluster,
                     "collecting the export of a cluster that left"
                 );
-                let (w, api, ns) = (self.writer.clone(), self.re_api.clone(), self.ns.clone());
-                ops.push((
-                    name.clone(),
-                    Box::pin(async move { w.delete(&api, &ns, &name).await }),
-                ));
+                ops.push(self.writer.delete_op(&self.re_api, &self.ns, &name));
                 continue;
             }
             let Some(verdict) = merged.verdicts.get(&name) else {
@@ -334,8 +322,7 @@ impl Leader {
                 Box::pin(async move {
                     w.patch_status(&api, &name, json!({"conditions": [want]}))
                         .await
-                })
-                    as std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>,
+                }) as Op,
             ));
         }
         if statuses_due && !statuses.is_empty() {

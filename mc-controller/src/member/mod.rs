@@ -11,7 +11,6 @@ pub mod import;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    pin::Pin,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -48,7 +47,7 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, meta_condition, same_meta},
-    kube_util::{StatusPacer, Trigger, Watched, Writer, is_managed, run_all},
+    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, is_managed, run_all},
     leader::members::same_status,
     metrics::Metrics,
 };
@@ -59,8 +58,6 @@ pub struct MemberOptions {
     pub config: MultiClusterConfig,
     pub heartbeat: Duration,
 }
-
-type Op = Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>;
 
 struct LocalStores {
     clustersets: Watched<ClusterSet>,
