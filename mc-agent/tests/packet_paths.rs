@@ -20,7 +20,7 @@ use support::{
     Bpffs,
     frames::{
         ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, geneve_with_options, icmp_echo,
-        ipv4, tcp, tcp_mss, tcp_syn_mss, udp, without_df,
+        icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, udp, without_df,
     },
     require_root,
 };
@@ -519,6 +519,112 @@ fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
         (Counter::RxReplyFromNode, 1),
         (Counter::TxReplyToRemote, 1),
     ]);
+}
+
+/// Checks an ICMP error after translation: valid checksums (the error's, and the quoted IPv4
+/// header's), the error's addresses, and a quote equal to `want` byte for byte: the packet as
+/// the error's receiver knows it.
+fn assert_icmp_error(error: Ip, src: [u8; 4], dst: [u8; 4], want: &[u8]) {
+    error.assert_checksums("translated ICMP error");
+    assert_eq!((error.src(), error.dst()), (src, dst), "error's addresses");
+    let quoted = &error.l4()[8..];
+    assert_eq!(
+        support::frames::csum(&quoted[..20], 0),
+        0,
+        "quoted IPv4 header checksum"
+    );
+    assert_eq!(quoted, want, "the quoted packet, translated back");
+}
+
+#[test]
+fn icmp_errors_about_translated_flows_are_translated_with_them() {
+    let mut f = Fixture::new("gw-icmp-error", ROLE_GATEWAY);
+    const WEST_NODE: [u8; 4] = [198, 18, 2, 7];
+
+    // Entering, through the hairpin: errors from west about N's UDP (quoted whole), TCP (quoted
+    // to the 8 bytes an error must carry, the TCP checksum not among them) and echo request go
+    // back to N, as errors about the packets N's Pod sent.
+    let dns = udp(POD_N, WEST_SVC, 5353, 53, b"query", true);
+    let syn = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    let ping = icmp_echo(POD_N, WEST_SVC, 8, 0x4242, 1);
+    for (request, quote_len, kind, code) in [
+        (&dns, dns.len(), 3, 3),
+        (&syn, 28, 3, 1),
+        (&ping, ping.len(), 11, 0),
+    ] {
+        let (v, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, request)));
+        assert_eq!(v, REDIRECT);
+        let sent = decode_geneve(&out).inner.0.to_vec();
+        let error = icmp_error(WEST_NODE, G, kind, code, &sent[..quote_len]);
+        let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &error)));
+        assert_eq!(v, REDIRECT, "the error is tunnelled on to N");
+        assert_tunnel(&out, G, N);
+        let e = decode_geneve(&out);
+        assert_icmp_error(e.inner, WEST_NODE, POD_N, &request[..quote_len]);
+        assert_eq!(&e.inner.l4()[..2], &[kind, code]);
+    }
+
+    // Entering, for the gateway Node's own Pod: decapsulated to the stack.
+    let (v, out) = f.run(Direction::Egress, &eth(&dns_from(POD_G)));
+    assert_eq!(v, REDIRECT);
+    let sent = decode_geneve(&out).inner.0.to_vec();
+    let error = icmp_error(WEST_SVC, G, 3, 3, &sent);
+    let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &error)));
+    assert_eq!(v, NEXT);
+    assert_icmp_error(Ip(&out[ETH_HLEN..]), WEST_SVC, POD_G, &dns_from(POD_G));
+
+    // Leaving: the Pod on the gateway Node got west's reply (un-SNATed) and answers it with an
+    // error, which leaves from the gateway address and quotes the reply as west sent it.
+    let port = Ip(&sent).src_port();
+    let reply = udp(WEST_SVC, G, 53, port, b"late answer", true);
+    let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(v, NEXT);
+    let got = out[ETH_HLEN..].to_vec();
+    let error = icmp_error(POD_G, WEST_SVC, 3, 3, &got);
+    let (v, out) = f.run(Direction::Egress, &eth(&error));
+    assert_eq!(v, REDIRECT);
+    assert_tunnel(&out, G, W);
+    assert_icmp_error(decode_geneve(&out).inner, G, WEST_SVC, &reply);
+
+    // Leaving through the hairpin: N's Pod answers a reply of its flow with an error.
+    let (_, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &dns)));
+    let port = decode_geneve(&out).inner.src_port();
+    let reply = udp(WEST_SVC, G, 53, port, b"late", true);
+    let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(v, REDIRECT);
+    let got = decode_geneve(&out).inner.0.to_vec();
+    let error = icmp_error(POD_N, WEST_SVC, 3, 3, &got[..28]);
+    let (v, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &error)));
+    assert_eq!(v, REDIRECT);
+    assert_tunnel(&out, G, W);
+    assert_icmp_error(decode_geneve(&out).inner, G, WEST_SVC, &reply[..28]);
+
+    // Errors about no flow of ours, or about a packet the gateway address did not send, or
+    // too short to quote a header, are dropped and counted.
+    let unknown = tcp(G, WEST_SVC, 50000, 80, 0x02, b"");
+    let not_ours = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    for quoted in [&unknown[..28], &not_ours[..28]] {
+        let error = icmp_error(WEST_NODE, G, 3, 3, quoted);
+        let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &error)));
+        assert_eq!(v, SHOT);
+    }
+    let short = icmp_error(WEST_NODE, G, 3, 3, &sent[..12]);
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &short)));
+    assert_eq!(v, SHOT);
+
+    f.assert_counters(&[
+        (Counter::HairpinSnat, 5),
+        (Counter::HairpinUnsnat, 4),
+        (Counter::TxSnatToRemote, 2),
+        (Counter::RxUnsnatLocal, 2),
+        (Counter::DropNoSnatEntry, 2),
+        (Counter::DropTruncated, 1),
+    ]);
+}
+
+/// A DNS query from `pod` to west.
+fn dns_from(pod: [u8; 4]) -> Vec<u8> {
+    udp(pod, WEST_SVC, 5400, 53, b"query", true)
 }
 
 #[test]

@@ -91,7 +91,8 @@ counters! {
     DropNoSnatEntry = 16, "drop_no_snat_entry", true;
     /// No free SNAT port for a new flow after every try.
     DropSnatExhausted = 17, "drop_snat_exhausted", true;
-    /// A protocol the gateway cannot SNAT (not TCP, UDP or ICMP echo).
+    /// A protocol the gateway cannot SNAT (not TCP, UDP, ICMP echo, or an ICMP error about one
+    /// of those).
     DropUnsupportedProto = 18, "drop_unsupported_proto", true;
     /// A non-first IPv4 fragment: it has no ports to translate.
     DropFragment = 19, "drop_fragment", true;

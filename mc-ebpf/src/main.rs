@@ -223,12 +223,12 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxFromRemote, VERDICT_NEXT));
             }
-            let entry = nat::unsnat(ctx, &tunnel.inner)?;
-            if entry.node == cfg.node_ip {
+            let node = nat::unsnat(ctx, &tunnel.inner)?;
+            if node == cfg.node_ip {
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxUnsnatLocal, VERDICT_NEXT));
             }
-            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, entry.node)?;
+            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node)?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
         _ => Err(Counter::DropUnknownPeer),

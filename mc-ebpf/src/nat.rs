@@ -1,7 +1,8 @@
 //! The gateway's SNAT: flows leaving the cluster get the gateway address and an allocated port
 //! (an echo identifier for ICMP echo); replies get the original address and port back. Both
 //! directions live in one LRU table, and the reverse entry also records the Node that sent the
-//! flow, so that replies are tunnelled back to it.
+//! flow, so that replies are tunnelled back to it. ICMP errors about a translated flow are
+//! translated with it, as the kernel's NAT does for "related" packets.
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
@@ -18,11 +19,21 @@ use mc_common::{
 
 use crate::{
     SNAT,
-    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, read},
+    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, ipv4_at, read},
 };
 
 const ICMP_ECHO_REPLY: u8 = 0;
+const ICMP_DEST_UNREACH: u8 = 3;
 const ICMP_ECHO_REQUEST: u8 = 8;
+const ICMP_TIME_EXCEEDED: u8 = 11;
+const ICMP_PARAMETER_PROBLEM: u8 = 12;
+
+/// What a packet offers to translate.
+enum L4 {
+    Ports(Ports),
+    /// An ICMP error, which quotes the packet it answers.
+    IcmpError,
+}
 
 /// Where a packet's translatable fields are and what they hold.
 struct Ports {
@@ -40,7 +51,7 @@ struct Ports {
 }
 
 #[inline(always)]
-fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
+fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Counter> {
     if ip.is_later_fragment() {
         return Err(Counter::DropFragment);
     }
@@ -52,7 +63,7 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
             // Make sure the checksum field is inside the packet before any rewrite.
             let csum_off = if tcp { l4 + 16 } else { l4 + 6 };
             let _: [u8; 2] = read(ctx, csum_off).map_err(|_| Counter::DropTruncated)?;
-            Ok(Ports {
+            Ok(L4::Ports(Ports {
                 src: u16::from_be_bytes([p[0], p[1]]),
                 dst: u16::from_be_bytes([p[2], p[3]]),
                 src_off: l4,
@@ -60,7 +71,7 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
                 csum_off,
                 pseudo: true,
                 udp: !tcp,
-            })
+            }))
         }
         IPPROTO_ICMP => {
             let h: [u8; 8] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
@@ -70,11 +81,17 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
             } else {
                 ICMP_ECHO_REPLY
             };
+            if matches!(
+                h[0],
+                ICMP_DEST_UNREACH | ICMP_TIME_EXCEEDED | ICMP_PARAMETER_PROBLEM
+            ) {
+                return Ok(L4::IcmpError);
+            }
             if h[0] != expected {
                 return Err(Counter::DropUnsupportedProto);
             }
             let (src, dst) = if leaving { (id, 0) } else { (0, id) };
-            Ok(Ports {
+            Ok(L4::Ports(Ports {
                 src,
                 dst,
                 src_off: l4 + 4,
@@ -82,7 +99,7 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<Ports, Counter> {
                 csum_off: l4 + 2,
                 pseudo: false,
                 udp: false,
-            })
+            }))
         }
         _ => Err(Counter::DropUnsupportedProto),
     }
@@ -114,7 +131,10 @@ fn key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, proto: u8) -> F
 /// creating both table entries for a new flow. `node` is the Node that sent it.
 #[inline(always)]
 pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<(), Counter> {
-    let p = ports(ctx, ip, true)?;
+    let p = match ports(ctx, ip, true)? {
+        L4::Ports(p) => p,
+        L4::IcmpError => return icmp_error(ctx, ip, true).map(|_| ()),
+    };
     let key = flow_key(ip, &p);
     let port = match SNAT.get_ptr(&key) {
         // SAFETY: a pointer into the map's value, valid for this program run.
@@ -134,11 +154,14 @@ pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> R
     )
 }
 
-/// Reverses the translation of a reply arriving at the gateway address. Returns the entry (its
-/// `node` is where the reply goes).
+/// Reverses the translation of a reply arriving at the gateway address. Returns the Node that
+/// sent the flow, where the reply goes.
 #[inline(always)]
-pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<SnatEntry, Counter> {
-    let p = ports(ctx, ip, false)?;
+pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<[u8; 4], Counter> {
+    let p = match ports(ctx, ip, false)? {
+        L4::Ports(p) => p,
+        L4::IcmpError => return icmp_error(ctx, ip, false),
+    };
     let key = flow_key(ip, &p);
     let entry = match SNAT.get_ptr(&key) {
         // SAFETY: as above; copied out at once.
@@ -156,7 +179,132 @@ pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<SnatEntry, Counter> {
         p.dst,
         entry.port,
     )?;
-    Ok(entry)
+    Ok(entry.node)
+}
+
+/// Translates an ICMP error (destination unreachable, time exceeded, parameter problem) about a
+/// translated flow. The error quotes the flow's packet as the error's sender got it, so the
+/// quoted header is translated back the other way: entering (to the gateway address), the
+/// quoted source is the gateway's address and port and becomes the Pod's, and the error goes
+/// to the Pod; leaving (a Pod's error about a reply it got), the quoted destination is the Pod
+/// and becomes the gateway's, and so does the error's source. The checksums of the quoted
+/// header and of the quoted L4 header (when quoted) are updated, and the ICMP checksum with
+/// them. Returns the Node that sent the flow.
+#[inline(always)]
+fn icmp_error(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<[u8; 4], Counter> {
+    let fail = |_| Counter::DropRewriteFailed;
+    let q = ipv4_at(ctx, ip.l4() + 8, Counter::DropBadIpv4Header)?;
+    if q.is_later_fragment() {
+        return Err(Counter::DropFragment);
+    }
+    if !leaving && q.src != ip.dst {
+        // Not about a packet the gateway address sent.
+        return Err(Counter::DropNoSnatEntry);
+    }
+    let l4 = q.l4();
+    // (source port or echo id, destination port, where the source port or echo id is, where
+    // the quoted L4 checksum is, whether that covers the addresses)
+    let (sport, dport, sport_off, csum_off, pseudo) = match q.proto {
+        IPPROTO_TCP | IPPROTO_UDP => {
+            let p: [u8; 4] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            let csum_off = if q.proto == IPPROTO_TCP {
+                l4 + 16
+            } else {
+                l4 + 6
+            };
+            (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+                l4,
+                csum_off,
+                true,
+            )
+        }
+        // An error about an echo request the gateway sent for a Pod.
+        IPPROTO_ICMP if !leaving => {
+            let h: [u8; 8] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            if h[0] != ICMP_ECHO_REQUEST {
+                return Err(Counter::DropUnsupportedProto);
+            }
+            (u16::from_be_bytes([h[4], h[5]]), 0, l4 + 4, l4 + 2, false)
+        }
+        _ => return Err(Counter::DropUnsupportedProto),
+    };
+    // The quoted packet runs the other way from the error: its reverse is the flow's packet in
+    // the direction the error travels, and that is how the table knows it.
+    let entry = match SNAT.get_ptr(&key(q.dst, q.src, dport, sport, q.proto)) {
+        // SAFETY: a pointer into the map's value, copied out at once.
+        Some(entry) => unsafe { *entry },
+        None => return Err(Counter::DropNoSnatEntry),
+    };
+    let (q_addr_off, old_addr, port_off, old_port) = if leaving {
+        (q.dst_off(), q.dst, l4 + 2, dport)
+    } else {
+        (q.src_off(), q.src, sport_off, sport)
+    };
+    let (new_addr, new_port) = (entry.addr, entry.port);
+    let icmp_csum = ip.l4() + 2;
+    // A 16-bit field changes: the ICMP checksum, which covers it, follows.
+    let store16 = |off: usize, old: u16, new: u16| -> Result<(), Counter> {
+        let (old_b, new_b) = (old.to_be_bytes(), new.to_be_bytes());
+        ctx.l4_csum_replace(
+            icmp_csum,
+            u64::from(u16::from_ne_bytes(old_b)),
+            u64::from(u16::from_ne_bytes(new_b)),
+            2,
+        )
+        .map_err(fail)?;
+        ctx.store(off, &new_b, 0).map_err(fail)
+    };
+
+    // The quoted L4 checksum, when the error quotes that far (a TCP checksum may lie beyond the
+    // 8 bytes an error must quote); a zero UDP checksum means none and stays zero.
+    if let Ok(c) = read::<[u8; 2]>(ctx, csum_off) {
+        let old = u16::from_be_bytes(c);
+        if !(q.proto == IPPROTO_UDP && old == 0) {
+            let mut new = csum_replace2(old, old_port, new_port);
+            if pseudo {
+                new = csum_replace4(new, old_addr, new_addr);
+            }
+            if q.proto == IPPROTO_UDP && new == 0 {
+                new = 0xffff;
+            }
+            store16(csum_off, old, new)?;
+        }
+    }
+    if old_port != new_port {
+        store16(port_off, old_port, new_port)?;
+    }
+    let c: [u8; 2] = read(ctx, q.check_off()).map_err(|_| Counter::DropTruncated)?;
+    let old_check = u16::from_be_bytes(c);
+    store16(
+        q.check_off(),
+        old_check,
+        csum_replace4(old_check, old_addr, new_addr),
+    )?;
+    let (old_a, new_a) = (
+        u64::from(u32::from_ne_bytes(old_addr)),
+        u64::from(u32::from_ne_bytes(new_addr)),
+    );
+    ctx.l4_csum_replace(icmp_csum, old_a, new_a, 4)
+        .map_err(fail)?;
+    ctx.store(q_addr_off, &new_addr, 0).map_err(fail)?;
+
+    // The error itself: to the Pod entering, from the gateway leaving.
+    let (outer_off, outer_old) = if leaving {
+        (ip.src_off(), ip.src)
+    } else {
+        (ip.dst_off(), ip.dst)
+    };
+    ctx.l3_csum_replace(
+        ip.check_off(),
+        u64::from(u32::from_ne_bytes(outer_old)),
+        new_a,
+        4,
+    )
+    .map_err(fail)?;
+    ctx.store(outer_off, &new_addr, 0).map_err(fail)?;
+    Ok(entry.node)
 }
 
 /// Picks a free port for a new flow: the reverse entry is inserted only if no flow holds that
@@ -278,7 +426,17 @@ fn rewrite(
     ctx.store(addr_off, &new_addr, 0).map_err(fail)
 }
 
-/// The IPv4 header checksum after a 32-bit field changed from `old` to `new` (RFC 1624).
+/// A checksum after a 16-bit field it covers changed from `old` to `new` (RFC 1624).
+#[inline(always)]
+fn csum_replace2(check: u16, old: u16, new: u16) -> u16 {
+    let mut sum = u32::from(!check) + u32::from(!old) + u32::from(new);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
+
+/// A checksum (the IPv4 header's, or one over a pseudo-header) after a 32-bit field it covers
+/// changed from `old` to `new` (RFC 1624).
 #[inline(always)]
 fn csum_replace4(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
     let word = |b: [u8; 4], i: usize| u32::from(u16::from_be_bytes([b[i], b[i + 1]]));

@@ -94,6 +94,21 @@ fn udp_echo(addr: SocketAddr, payload: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
+/// Sends a datagram from a connected UDP socket to a port nobody listens on: `Ok` when the ICMP
+/// port-unreachable comes back to the socket as "connection refused".
+fn udp_refused(addr: SocketAddr) -> Result<(), String> {
+    let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    sock.connect(addr).map_err(|e| e.to_string())?;
+    sock.send(b"anyone?").map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    match sock.recv(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+        Err(e) => Err(format!("{addr}: {e}, not refused")),
+        Ok(n) => Err(format!("{addr}: an answer of {n} bytes")),
+    }
+}
+
 fn ping(cluster: &str, pod: &str, ip: &str) -> Result<(), String> {
     let out = Command::new("ip")
         .args([
@@ -317,6 +332,14 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
         T,
         || ping("west", "client-wb", &web_e),
     );
+    // An ICMP error about a translated flow is translated back with it: a closed UDP port in
+    // west answers east's Pods (through the hairpin, and on the gateway Node) with port
+    // unreachable, and the sockets see "connection refused".
+    let closed: SocketAddr = format!("{web_w}:9").parse().unwrap();
+    for client in ["client-eb", "client-ea"] {
+        in_pod("east", client, move || udp_refused(closed))
+            .unwrap_or_else(|e| panic!("east/{client}: {e}"));
+    }
 
     std::thread::sleep(Duration::from_millis(500));
     capture.stop();

@@ -158,6 +158,15 @@ pub fn icmp_echo(src: [u8; 4], dst: [u8; 4], kind: u8, id: u16, seq: u16) -> Vec
     ipv4(src, dst, ICMP, &s)
 }
 
+/// An ICMP error (`kind`, `code`) quoting `quoted` (an IPv4 packet, or its first bytes).
+pub fn icmp_error(src: [u8; 4], dst: [u8; 4], kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
+    let mut s = vec![kind, code, 0, 0, 0, 0, 0, 0];
+    s.extend_from_slice(quoted);
+    let c = csum(&s, 0);
+    s[2..4].copy_from_slice(&c.to_be_bytes());
+    ipv4(src, dst, ICMP, &s)
+}
+
 /// Geneve (IPv4 payload, VNI 0xffffff) from `src` to `dst` around an inner IPv4 packet.
 pub fn geneve(src: [u8; 4], dst: [u8; 4], port: u16, inner: &[u8]) -> Vec<u8> {
     geneve_with_options(src, dst, port, &[], inner)
@@ -191,6 +200,7 @@ pub fn eth(packet: &[u8]) -> Vec<u8> {
 }
 
 /// A view of an IPv4 packet.
+#[derive(Clone, Copy)]
 pub struct Ip<'a>(pub &'a [u8]);
 
 impl<'a> Ip<'a> {
