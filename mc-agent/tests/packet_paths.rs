@@ -541,20 +541,32 @@ fn icmp_errors_about_translated_flows_are_translated_with_them() {
     let mut f = Fixture::new("gw-icmp-error", ROLE_GATEWAY);
     const WEST_NODE: [u8; 4] = [198, 18, 2, 7];
 
-    // Entering, through the hairpin: errors from west about N's UDP (quoted whole), TCP (quoted
-    // to the 8 bytes an error must carry, the TCP checksum not among them) and echo request go
-    // back to N, as errors about the packets N's Pod sent.
+    // Entering, through the hairpin: errors from west about N's UDP (with and without a
+    // checksum), TCP (quoted whole, and to the 8 bytes an error must carry, the TCP checksum not
+    // among them; ports below the SNAT range, so the port changes too) and echo request go back
+    // to N, as errors about the packets N's Pod sent.
     let dns = udp(POD_N, WEST_SVC, 5353, 53, b"query", true);
-    let syn = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    let plain = udp(POD_N, WEST_SVC, 5354, 53, b"no checksum", false);
+    let syn = tcp(POD_N, WEST_SVC, 3000, 80, 0x02, b"");
+    let syn2 = tcp(POD_N, WEST_SVC, 3001, 80, 0x02, b"");
     let ping = icmp_echo(POD_N, WEST_SVC, 8, 0x4242, 1);
     for (request, quote_len, kind, code) in [
         (&dns, dns.len(), 3, 3),
-        (&syn, 28, 3, 1),
+        (&plain, plain.len(), 3, 3),
+        (&syn, syn.len(), 3, 1),
+        (&syn2, 28, 3, 1),
         (&ping, ping.len(), 11, 0),
     ] {
         let (v, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, request)));
         assert_eq!(v, REDIRECT);
         let sent = decode_geneve(&out).inner.0.to_vec();
+        if request[9] == TCP {
+            assert_ne!(
+                Ip(&sent).src_port(),
+                Ip(request).src_port(),
+                "port translated"
+            );
+        }
         let error = icmp_error(WEST_NODE, G, kind, code, &sent[..quote_len]);
         let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &error)));
         assert_eq!(v, REDIRECT, "the error is tunnelled on to N");
@@ -608,16 +620,27 @@ fn icmp_errors_about_translated_flows_are_translated_with_them() {
         let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &error)));
         assert_eq!(v, SHOT);
     }
+    // Leaving, a quote shaped like N's SNATed request (it matches the flow's reverse entry)
+    // must not put N's Pod address on the wire.
+    let forged = icmp_error(
+        POD_G,
+        WEST_SVC,
+        3,
+        3,
+        &udp(G, WEST_SVC, port, 53, b"", true)[..28],
+    );
+    let (v, _) = f.run(Direction::Egress, &eth(&forged));
+    assert_eq!(v, SHOT, "an error matching a reverse entry is refused");
     let short = icmp_error(WEST_NODE, G, 3, 3, &sent[..12]);
     let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &short)));
     assert_eq!(v, SHOT);
 
     f.assert_counters(&[
-        (Counter::HairpinSnat, 5),
-        (Counter::HairpinUnsnat, 4),
+        (Counter::HairpinSnat, 7),
+        (Counter::HairpinUnsnat, 6),
         (Counter::TxSnatToRemote, 2),
         (Counter::RxUnsnatLocal, 2),
-        (Counter::DropNoSnatEntry, 2),
+        (Counter::DropNoSnatEntry, 3),
         (Counter::DropTruncated, 1),
     ]);
 }

@@ -237,6 +237,12 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<[u8; 4], Coun
         Some(entry) => unsafe { *entry },
         None => return Err(Counter::DropNoSnatEntry),
     };
+    // Leaving, only a flow's own direction: a quote shaped like a SNATed request would match a
+    // reverse entry and put another Pod's address on the wire. (The error's source may be any
+    // local address, as with the kernel's NAT: a Node forwarding the reply may answer it.)
+    if entry.flags != if leaving { SNAT_FORWARD } else { SNAT_REVERSE } {
+        return Err(Counter::DropNoSnatEntry);
+    }
     let (q_addr_off, old_addr, port_off, old_port) = if leaving {
         (q.dst_off(), q.dst, l4 + 2, dport)
     } else {
