@@ -58,7 +58,7 @@ pub const CONFIG_ROUTED_VIA_GATEWAY: u32 = 1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoteRoute {
-    /// The agent's index of the remote cluster (`mc-agent maps` shows the cluster ID).
+    /// The agent's index of the remote cluster (`mc-agent maps` prints this index).
     pub cluster: u32,
     /// The remote cluster's gateway (`gatewayInfos[0].gatewayIP` of its ClusterInfoImport).
     pub gateway_ip: [u8; 4],
