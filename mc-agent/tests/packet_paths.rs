@@ -638,6 +638,7 @@ fn icmp_errors_about_translated_flows_are_translated_with_them() {
     f.assert_counters(&[
         (Counter::HairpinSnat, 7),
         (Counter::HairpinUnsnat, 6),
+        (Counter::IcmpErrorTranslated, 8),
         (Counter::TxSnatToRemote, 2),
         (Counter::RxUnsnatLocal, 2),
         (Counter::DropNoSnatEntry, 3),

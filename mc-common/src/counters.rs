@@ -112,6 +112,9 @@ counters! {
     /// Not a verdict: SYNs and SYN-ACKs whose MSS was lowered to fit the tunnel (each is also
     /// counted under its verdict).
     TcpMssClamped = 25, "tcp_mss_clamped", false;
+    /// Not a verdict: ICMP errors (destination unreachable, time exceeded, parameter problem)
+    /// about a SNATed flow, translated with it (each is also counted under its verdict).
+    IcmpErrorTranslated = 26, "icmp_error_translated", false;
 }
 
 impl Counter {

@@ -310,6 +310,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<[u8; 4], Coun
     )
     .map_err(fail)?;
     ctx.store(outer_off, &new_addr, 0).map_err(fail)?;
+    crate::count(ctx, Counter::IcmpErrorTranslated);
     Ok(entry.node)
 }
 

@@ -361,6 +361,10 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     );
     assert!(packets(&east_a, "rx_unsnat_local") > 0);
     assert!(
+        packets(&east_a, "icmp_error_translated") >= 2,
+        "west's port unreachable to both east Pods"
+    );
+    assert!(
         packets(&east_a, "rx_from_remote") > 0,
         "west's requests to web-e"
     );
