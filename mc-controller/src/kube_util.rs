@@ -63,6 +63,85 @@ impl Trigger {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// How long a watch may keep failing before readiness says so: reconnecting after an API server
+/// restart or a dropped connection takes seconds, and the stores keep their content meanwhile.
+pub const WATCH_FAILING_GRACE: Duration = Duration::from_secs(30);
+
+/// Whether a watch has delivered its first full list, and since when it has been failing.
+#[derive(Default)]
+pub struct WatchHealth {
+    synced: AtomicBool,
+    /// Since when the watch has been failing, and its last error; None while it works.
+    failing: Mutex<Option<(Instant, String)>>,
+}
+
+impl WatchHealth {
+    /// True once the first full list has been received.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// For how long the watch has been failing, and its last error; None while it works.
+    pub fn failing(&self) -> Option<(Duration, String)> {
+        let failing = self.failing.lock().expect("watch health");
+        failing
+            .as_ref()
+            .map(|(since, error)| (since.elapsed(), error.clone()))
+    }
+
+    /// Records a failed attempt; returns true for the first of a run of failures.
+    fn failed(&self, error: String) -> bool {
+        let mut failing = self.failing.lock().expect("watch health");
+        match failing.as_mut() {
+            Some((_, last)) => {
+                *last = error;
+                false
+            }
+            None => {
+                *failing = Some((Instant::now(), error));
+                true
+            }
+        }
+    }
+
+    /// Records an event; returns true when it ends a run of failures.
+    fn worked(&self) -> bool {
+        self.failing.lock().expect("watch health").take().is_some()
+    }
+}
+
+/// Readiness from a controller's watches (by what they watch): `Err` with the message while a
+/// first list is missing (the sync must wait for it); `Ok(Some(message))` while a watch has been
+/// failing for longer than [`WATCH_FAILING_GRACE`] (not ready, but the sync goes on with what the
+/// stores hold, as they keep their content); `Ok(None)` when every watch works.
+pub fn watch_readiness(watches: &[(&str, &WatchHealth)]) -> Result<Option<String>, String> {
+    let waiting: Vec<&str> = watches
+        .iter()
+        .filter(|(_, h)| !h.synced())
+        .map(|(what, _)| *what)
+        .collect();
+    if !waiting.is_empty() {
+        return Err(format!(
+            "waiting for the first list of {}",
+            waiting.join(", ")
+        ));
+    }
+    let failing: Vec<String> = watches
+        .iter()
+        .filter_map(|(what, h)| {
+            let (since, error) = h.failing()?;
+            (since >= WATCH_FAILING_GRACE)
+                .then(|| format!("{what} for {} s ({error})", since.as_secs()))
+        })
+        .collect();
+    Ok((!failing.is_empty()).then(|| {
+        format!(
+            "watch failing, working from the last state seen: {}",
+            failing.join("; ")
+        )
+    }))
+}
+
 /// A reflector store kept up to date by a watch; every change fires the trigger. The store keeps
 /// its last content while the API server is unreachable (the watch retries with backoff).
 pub struct Watched<K: Resource + 'static>
@@ -70,7 +149,7 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     pub store: Store<K>,
-    ready: Arc<AtomicBool>,
+    health: Arc<WatchHealth>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -102,8 +181,8 @@ where
         trim: fn(&mut K),
     ) -> Self {
         let (store, writer) = reflector::store();
-        let ready = Arc::new(AtomicBool::new(false));
-        let ready2 = ready.clone();
+        let health = Arc::new(WatchHealth::default());
+        let health2 = health.clone();
         let task = tokio::spawn(async move {
             // managedFields, and kubectl's copy of the last applied object, are often the largest
             // part of an object and nothing here reads them: keep them out of the stores.
@@ -116,34 +195,39 @@ where
                 })
                 .reflect(writer);
             futures::pin_mut!(stream);
-            let mut failing = false;
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => {
                         if matches!(event, watcher::Event::InitDone) {
-                            ready2.store(true, Ordering::Release);
+                            health2.synced.store(true, Ordering::Release);
                         }
-                        if failing {
+                        if health2.worked() {
                             tracing::info!(what, "watch recovered");
-                            failing = false;
                         }
                         trigger.fire();
                     }
                     Err(e) => {
-                        if !failing {
+                        if health2.failed(e.to_string()) {
                             tracing::warn!(what, error = %e, "watch failed; retrying with backoff");
-                            failing = true;
                         }
                     }
                 }
             }
         });
-        Self { store, ready, task }
+        Self {
+            store,
+            health,
+            task,
+        }
     }
 
     /// True once the first full list has been received.
     pub fn ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.health.synced()
+    }
+
+    pub fn health(&self) -> &WatchHealth {
+        &self.health
     }
 
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
@@ -550,6 +634,33 @@ pub fn is_managed<K: Resource>(obj: &K) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn readiness_waits_for_first_lists_then_names_watches_failing_too_long() {
+        let (a, b) = (WatchHealth::default(), WatchHealth::default());
+        a.synced.store(true, Ordering::Release);
+        assert_eq!(
+            watch_readiness(&[("A", &a), ("B", &b)]),
+            Err("waiting for the first list of B".to_owned())
+        );
+        b.synced.store(true, Ordering::Release);
+        assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
+        // Failures within the grace are not reported: reconnecting takes seconds.
+        assert!(b.failed("connection refused".into()), "first of a run");
+        assert!(!b.failed("connection refused".into()));
+        assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
+        *b.failing.lock().unwrap() = Some((
+            Instant::now() - WATCH_FAILING_GRACE - Duration::from_secs(1),
+            "403 Forbidden".into(),
+        ));
+        let message = watch_readiness(&[("A", &a), ("B", &b)])
+            .expect("the sync goes on")
+            .expect("not ready");
+        assert!(message.contains("B for 31 s (403 Forbidden)"), "{message}");
+        assert!(!message.contains("A for"), "{message}");
+        assert!(b.worked(), "an event ends the run");
+        assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
+    }
 
     #[test]
     fn subset_ignores_server_defaults_but_not_changes() {

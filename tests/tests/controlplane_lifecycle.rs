@@ -680,6 +680,20 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
         );
     }
     service_and_export(&tb, "west", ns, "d", "10.244.2.21");
+    // The leader, which watches north, says so on /readyz once its watches have failed for
+    // longer than the 30 s a reconnect may take.
+    let not_ready = wait_for(
+        "the leader not ready during the outage",
+        Duration::from_secs(90),
+        || match readyz(LEADER_HEALTH) {
+            Some((code, body)) if code != 200 && body.contains("watch failing") => Ok(body),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(
+        not_ready.contains("MemberClusterAnnounces for"),
+        "{not_ready}"
+    );
     procs::start("north-apiserver", &apiserver);
     for m in MEMBERS {
         wait_for(
@@ -689,4 +703,29 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
         );
     }
     join::wait_ready(&tb);
+    wait_for(
+        "the leader ready again",
+        Duration::from_secs(60),
+        || match readyz(LEADER_HEALTH) {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+}
+
+/// The leader controller's health endpoint on the testbed.
+const LEADER_HEALTH: &str = "198.18.0.10:8080";
+
+/// `GET /readyz`: the status code and the body, or None when nothing answers.
+fn readyz(addr: &str) -> Option<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut conn =
+        std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(conn, "GET /readyz HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((code, body))
 }

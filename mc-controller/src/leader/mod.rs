@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, same},
-    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, run_all},
+    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, run_all, watch_readiness},
     metrics::Metrics,
 };
 use members::{Liveness, Tracker};
@@ -143,26 +143,20 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         }
         // Let a burst of events land before computing.
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let waiting: Vec<&str> = [
-            ("ClusterSets", leader.clustersets.ready()),
-            ("ClusterClaims", leader.claims.ready()),
-            ("MemberClusterAnnounces", leader.announces.ready()),
-            ("ResourceExports", leader.exports.ready()),
-            ("ResourceImports", leader.imports.ready()),
-            ("ServiceAccounts", leader.accounts.ready()),
-        ]
-        .into_iter()
-        .filter(|(_, ready)| !ready)
-        .map(|(what, _)| what)
-        .collect();
-        if !waiting.is_empty() {
-            metrics.set_ready(Some(format!(
-                "waiting for the first list of {}",
-                waiting.join(", ")
-            )));
-            continue;
+        match watch_readiness(&[
+            ("ClusterSets", leader.clustersets.health()),
+            ("ClusterClaims", leader.claims.health()),
+            ("MemberClusterAnnounces", leader.announces.health()),
+            ("ResourceExports", leader.exports.health()),
+            ("ResourceImports", leader.imports.health()),
+            ("ServiceAccounts", leader.accounts.health()),
+        ]) {
+            Err(waiting) => {
+                metrics.set_ready(Some(waiting));
+                continue;
+            }
+            Ok(failing) => metrics.set_ready(failing),
         }
-        metrics.set_ready(None);
         let started = Instant::now();
         let failures = leader.sync().await;
         metrics.sync("leader", started.elapsed(), failures);

@@ -47,7 +47,7 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, meta_condition, same_meta},
-    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, is_managed, run_all},
+    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, is_managed, run_all, watch_readiness},
     leader::members::same_status,
     metrics::Metrics,
 };
@@ -332,32 +332,26 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
         let l = &member.local;
-        let waiting: Vec<&str> = [
-            ("ClusterSets", l.clustersets.ready()),
-            ("ClusterClaims", l.claims.ready()),
-            ("Secrets", l.secrets.ready()),
-            ("Namespaces", l.namespaces.ready()),
-            ("Services", l.services.ready()),
-            ("EndpointSlices", l.slices.ready()),
-            ("Endpoints", l.endpoints.ready()),
-            ("ServiceExports", l.service_exports.ready()),
-            ("ServiceImports", l.service_imports.ready()),
-            ("Nodes", l.nodes.ready()),
-            ("Gateways", l.gateways.ready()),
-            ("ClusterInfoImports", l.cluster_infos.ready()),
-        ]
-        .into_iter()
-        .filter(|(_, ready)| !ready)
-        .map(|(what, _)| what)
-        .collect();
-        if !waiting.is_empty() {
-            metrics.set_ready(Some(format!(
-                "waiting for the first list of {}",
-                waiting.join(", ")
-            )));
-            continue;
+        match watch_readiness(&[
+            ("ClusterSets", l.clustersets.health()),
+            ("ClusterClaims", l.claims.health()),
+            ("Secrets", l.secrets.health()),
+            ("Namespaces", l.namespaces.health()),
+            ("Services", l.services.health()),
+            ("EndpointSlices", l.slices.health()),
+            ("Endpoints", l.endpoints.health()),
+            ("ServiceExports", l.service_exports.health()),
+            ("ServiceImports", l.service_imports.health()),
+            ("Nodes", l.nodes.health()),
+            ("Gateways", l.gateways.health()),
+            ("ClusterInfoImports", l.cluster_infos.health()),
+        ]) {
+            Err(waiting) => {
+                metrics.set_ready(Some(waiting));
+                continue;
+            }
+            Ok(failing) => metrics.set_ready(failing),
         }
-        metrics.set_ready(None);
         let started = Instant::now();
         let failures = member.sync().await;
         metrics.sync("member", started.elapsed(), failures);
