@@ -19,10 +19,12 @@ pub mod kinds {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceExport {
+    // Boxed: a `ServiceSpec` is 416 bytes, and the controllers hold thousands of
+    // ResourceExports, most of them of other kinds.
     /// Only `ports` is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub service_spec: Option<ServiceSpec>,
+    pub service_spec: Option<Box<ServiceSpec>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

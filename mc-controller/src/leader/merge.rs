@@ -422,10 +422,10 @@ mod tests {
             age,
             ResourceExportSpec {
                 service: Some(ServiceExport {
-                    service_spec: Some(ServiceSpec {
+                    service_spec: Some(Box::new(ServiceSpec {
                         ports: Some(ports),
                         ..Default::default()
-                    }),
+                    })),
                 }),
                 ..Default::default()
             },

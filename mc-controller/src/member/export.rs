@@ -211,10 +211,10 @@ pub fn exports_for(
             kinds::SERVICE,
             ResourceExportSpec {
                 service: Some(ServicePayload {
-                    service_spec: Some(ServiceSpec {
+                    service_spec: Some(Box::new(ServiceSpec {
                         ports: Some(exported.ports.clone()),
                         ..Default::default()
-                    }),
+                    })),
                 }),
                 ..Default::default()
             },
