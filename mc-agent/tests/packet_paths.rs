@@ -277,6 +277,43 @@ fn snat_keeps_a_flows_port_when_free_and_picks_another_on_a_clash() {
     assert_eq!(f.snat_entries(), (3, 3));
 }
 
+#[test]
+fn a_flow_whose_forward_entry_was_evicted_keeps_its_port() {
+    let mut f = Fixture::new("gw-evicted", ROLE_GATEWAY);
+    let send = |f: &mut Fixture, flags: u8| {
+        let packet = tcp(POD_N, WEST_SVC, 40000, 80, flags, b"");
+        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
+        assert_eq!(verdict, REDIRECT);
+        decode_geneve(&out).inner.src_port()
+    };
+    assert_eq!(send(&mut f, 0x02), 40000);
+    // The LRU table evicts the forward entry, not the reverse one (as a user-space delete here).
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let forward: Vec<_> = maps
+            .snat
+            .iter()
+            .map(|item| item.expect("snat entry"))
+            .filter(|(_, v)| v.flags == SNAT_FORWARD)
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(forward.len(), 1);
+        maps.snat.remove(&forward[0]).expect("remove");
+    }
+    assert_eq!(f.snat_entries(), (0, 1));
+    // The next packet finds its own reply key held by itself: same port, no second flow.
+    assert_eq!(
+        send(&mut f, 0x10),
+        40000,
+        "the port must not change mid-flow"
+    );
+    assert_eq!(f.snat_entries(), (1, 1));
+    // Another Pod with the same port still gets another one.
+    let other = tcp([10, 244, 1, 6], WEST_SVC, 40000, 80, 0x02, b"");
+    let (_, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &other)));
+    assert_ne!(decode_geneve(&out).inner.src_port(), 40000);
+}
+
 /// CLOCK_MONOTONIC_COARSE, the clock of `bpf_ktime_get_coarse_ns`.
 fn coarse_now_ns() -> u64 {
     let mut t = libc::timespec {

@@ -317,7 +317,9 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<[u8; 4], Coun
 /// Picks a free port for a new flow: the reverse entry is inserted only if no flow holds that
 /// (remote address, remote port, gateway port) yet, so two flows never share a reply key. The
 /// flow's own port comes first when it lies in the SNAT range (as the kernel's masquerade
-/// does): then only the address changes, and each packet costs one checksum update less.
+/// does): then only the address changes, and each packet costs one checksum update less. If
+/// that reply key is held by this very flow (the LRU table evicted its forward entry but not
+/// its reverse one), the flow keeps its port instead of changing it mid-connection.
 #[inline(always)]
 fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Counter> {
     const RANGE: u32 = (SNAT_PORT_MAX - SNAT_PORT_MIN) as u32 + 1;
@@ -340,9 +342,19 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
             node,
             flags: SNAT_REVERSE,
         };
+        let ours = || {
+            // SAFETY: a pointer into the map's value, read at once.
+            SNAT.get_ptr(&reverse_key).is_some_and(|r| unsafe {
+                (*r).flags == SNAT_REVERSE && (*r).addr == key.src && (*r).port == key.src_port
+            })
+        };
         if SNAT
             .insert(&reverse_key, &reverse, BPF_NOEXIST as u64)
             .is_ok()
+            || (i == 0
+                && keep
+                && ours()
+                && SNAT.insert(&reverse_key, &reverse, BPF_ANY as u64).is_ok())
         {
             let forward = SnatEntry {
                 addr: gateway_ip,
