@@ -278,6 +278,48 @@ fn snat_keeps_a_flows_port_when_free_and_picks_another_on_a_clash() {
 }
 
 #[test]
+fn a_flow_whose_reverse_entry_was_evicted_gets_it_back_with_its_next_packet() {
+    let mut f = Fixture::new("gw-rev-evicted", ROLE_GATEWAY);
+    let send = |f: &mut Fixture, flags: u8| {
+        let packet = tcp(POD_N, WEST_SVC, 3000, 80, flags, b"");
+        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
+        assert_eq!(verdict, REDIRECT);
+        decode_geneve(&out).inner.src_port()
+    };
+    let port = send(&mut f, 0x02);
+    // The LRU table evicts the reverse entry, not the forward one (a user-space delete here).
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let reverse: Vec<_> = maps
+            .snat
+            .iter()
+            .map(|item| item.expect("snat entry"))
+            .filter(|(_, v)| v.flags == SNAT_REVERSE)
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(reverse.len(), 1);
+        maps.snat.remove(&reverse[0]).expect("remove");
+    }
+    let reply = tcp(WEST_SVC, G, 80, port, 0x12, b"");
+    let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(verdict, SHOT, "no reverse entry: the reply is dropped");
+    // The flow's next packet, in a later second of the coarse clock, puts it back.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    assert_eq!(send(&mut f, 0x10), port, "same port");
+    assert_eq!(f.snat_entries(), (1, 1));
+    let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(verdict, REDIRECT);
+    let e = decode_geneve(&out);
+    e.inner.assert_checksums("reply after the repair");
+    assert_eq!((e.inner.dst(), e.inner.dst_port()), (POD_N, 3000));
+    f.assert_counters(&[
+        (Counter::HairpinSnat, 2),
+        (Counter::DropNoSnatEntry, 1),
+        (Counter::HairpinUnsnat, 1),
+    ]);
+}
+
+#[test]
 fn a_flow_whose_forward_entry_was_evicted_keeps_its_port() {
     let mut f = Fixture::new("gw-evicted", ROLE_GATEWAY);
     let send = |f: &mut Fixture, flags: u8| {

@@ -193,7 +193,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
     let entry = SnatEntry {
         addr: [198, 18, 1, 1],
         port: 40000,
-        _pad: 0,
+        checked: 0,
         node: [198, 18, 1, 2],
         flags: SNAT_FORWARD,
     };
@@ -213,7 +213,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::CONFIG => &["role", "node_ip", "gateway_internal_ip", "flags"],
             maps::ROUTES => &["cluster", "gateway_ip"],
             maps::PEERS => &["kind"],
-            maps::SNAT => &["addr", "port", "node", "flags"],
+            maps::SNAT => &["addr", "port", "checked", "node", "flags"],
             maps::NEXT_HOPS => &["macs", "ifindex", "expires_ns"],
             maps::COUNTERS => &["packets", "bytes"],
             other => panic!("map {other} has no expectation here: add one"),

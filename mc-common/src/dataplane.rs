@@ -114,7 +114,9 @@ pub struct SnatEntry {
     pub addr: [u8; 4],
     /// Forward: the allocated port (or echo id). Reverse: the original port (or echo id).
     pub port: u16,
-    pub _pad: u16,
+    /// Forward: when a packet of the flow last made sure its reverse entry exists, in units of
+    /// 2^30 ns of the coarse monotonic clock (about a second), wrapping. Reverse: 0.
+    pub checked: u16,
     /// The Node that sent the flow (replies are tunnelled back to it).
     pub node: [u8; 4],
     /// [`SNAT_FORWARD`] or [`SNAT_REVERSE`].

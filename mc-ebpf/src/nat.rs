@@ -6,7 +6,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
-    helpers::generated::bpf_get_prandom_u32,
+    helpers::generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
     programs::TcContext,
 };
 use mc_common::{
@@ -136,9 +136,18 @@ pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> R
         L4::IcmpError => return icmp_error(ctx, ip, true).map(|_| ()),
     };
     let key = flow_key(ip, &p);
-    let port = match SNAT.get_ptr(&key) {
-        // SAFETY: a pointer into the map's value, valid for this program run.
-        Some(entry) => unsafe { (*entry).port },
+    let port = match SNAT.get_ptr_mut(&key) {
+        Some(entry) => {
+            // SAFETY: a pointer into the map's value, valid for this program run; another CPU
+            // writing `checked` at the same time only repeats the check.
+            let entry = unsafe { &mut *entry };
+            let now = coarse_seconds();
+            if entry.checked != now {
+                entry.checked = now;
+                keep_reverse(&key, entry, node);
+            }
+            entry.port
+        }
         None => allocate(&key, gateway_ip, node)?,
     };
     rewrite(
@@ -152,6 +161,32 @@ pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> R
         p.src,
         port,
     )
+}
+
+/// The coarse monotonic clock in units of 2^30 ns (about a second), wrapping.
+#[inline(always)]
+fn coarse_seconds() -> u16 {
+    // SAFETY: no preconditions.
+    (unsafe { bpf_ktime_get_coarse_ns() } >> 30) as u16
+}
+
+/// Makes sure a flow's reverse entry exists, re-creating it if not: the LRU table may evict it
+/// while the forward entry stays in use, and then every reply would be dropped. Runs for the
+/// first packet of a flow in each second, so an idle flow checks when it sends again.
+#[inline(always)]
+fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) {
+    let reverse_key = self::key(key.dst, forward.addr, key.dst_port, forward.port, key.proto);
+    if SNAT.get_ptr(&reverse_key).is_none() {
+        let reverse = SnatEntry {
+            addr: key.src,
+            port: key.src_port,
+            checked: 0,
+            node,
+            flags: SNAT_REVERSE,
+        };
+        // NOEXIST: another flow may have just taken the key, and keeps it.
+        let _ = SNAT.insert(&reverse_key, &reverse, BPF_NOEXIST as u64);
+    }
 }
 
 /// Reverses the translation of a reply arriving at the gateway address. Returns the Node that
@@ -338,7 +373,7 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
         let reverse = SnatEntry {
             addr: key.src,
             port: key.src_port,
-            _pad: 0,
+            checked: 0,
             node,
             flags: SNAT_REVERSE,
         };
@@ -359,7 +394,7 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
             let forward = SnatEntry {
                 addr: gateway_ip,
                 port,
-                _pad: 0,
+                checked: coarse_seconds(),
                 node,
                 flags: SNAT_FORWARD,
             };
