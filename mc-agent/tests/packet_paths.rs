@@ -320,6 +320,44 @@ fn a_flow_whose_reverse_entry_was_evicted_gets_it_back_with_its_next_packet() {
 }
 
 #[test]
+fn a_flow_whose_reply_key_went_to_another_flow_moves_to_a_new_port() {
+    let mut f = Fixture::new("gw-rev-taken", ROLE_GATEWAY);
+    let other_pod = [10, 244, 1, 6];
+    let send = |f: &mut Fixture, pod: [u8; 4], flags: u8| {
+        let packet = tcp(pod, WEST_SVC, 40000, 80, flags, b"");
+        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
+        assert_eq!(verdict, REDIRECT);
+        decode_geneve(&out).inner.src_port()
+    };
+    assert_eq!(send(&mut f, POD_N, 0x02), 40000);
+    // Its reverse entry is evicted, and another Pod's flow takes the freed reply key.
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let reverse: Vec<_> = maps
+            .snat
+            .iter()
+            .map(|item| item.expect("snat entry"))
+            .filter(|(_, v)| v.flags == SNAT_REVERSE)
+            .map(|(k, _)| k)
+            .collect();
+        maps.snat.remove(&reverse[0]).expect("remove");
+    }
+    assert_eq!(send(&mut f, other_pod, 0x02), 40000);
+    // The first flow's next check finds the key taken: it moves to a new port rather than
+    // have its replies delivered to the other Pod.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let moved = send(&mut f, POD_N, 0x10);
+    assert_ne!(moved, 40000);
+    assert_eq!(f.snat_entries(), (2, 2));
+    for (port, pod) in [(40000, other_pod), (moved, POD_N)] {
+        let reply = tcp(WEST_SVC, G, 80, port, 0x10, b"");
+        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+        assert_eq!(verdict, REDIRECT);
+        assert_eq!(decode_geneve(&out).inner.dst(), pod);
+    }
+}
+
+#[test]
 fn a_flow_whose_forward_entry_was_evicted_keeps_its_port() {
     let mut f = Fixture::new("gw-evicted", ROLE_GATEWAY);
     let send = |f: &mut Fixture, flags: u8| {

@@ -139,14 +139,15 @@ fn try_egress(ctx: &TcContext) -> Outcome {
             // The kernel routed it via the hop toward the gateway: its Ethernet header is right.
             return Ok((Counter::TxToGateway, VERDICT_PASS));
         }
-        let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip);
+        let verdict = tunnel::send_out(ctx, cfg.node_ip, cfg.gateway_internal_ip, tunnel::now());
         return Ok((Counter::TxToGateway, verdict));
     }
     if let Some(route) = route {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
-        nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip)?;
+        let now = tunnel::now();
+        nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
         tunnel::encap(ctx, cfg.node_ip, route.gateway_ip, port)?;
-        let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip);
+        let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
     // A reply to a flow a remote gateway opened: the tunnel packet goes to the address the
@@ -206,8 +207,10 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             if let Some(route) = remote_route(tunnel.inner.dst) {
                 // The hairpin: SNAT the inner packet and send it on to the remote gateway
                 // without decapsulating it or letting it into the stack.
-                nat::snat(ctx, &tunnel.inner, cfg.gateway_ip, tunnel.outer.src)?;
-                let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, route.gateway_ip)?;
+                let now = tunnel::now();
+                nat::snat(ctx, &tunnel.inner, cfg.gateway_ip, tunnel.outer.src, now)?;
+                let verdict =
+                    tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, route.gateway_ip, now)?;
                 return Ok((Counter::HairpinSnat, verdict));
             }
             if peer_kind(&tunnel.inner.dst) == PEER_REMOTE_GATEWAY {
@@ -228,7 +231,7 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxUnsnatLocal, VERDICT_NEXT));
             }
-            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node)?;
+            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node, tunnel::now())?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
         _ => Err(Counter::DropUnknownPeer),

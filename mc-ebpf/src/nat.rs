@@ -6,7 +6,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_NOEXIST},
-    helpers::generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
+    helpers::generated::bpf_get_prandom_u32,
     programs::TcContext,
 };
 use mc_common::{
@@ -128,27 +128,42 @@ fn key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, proto: u8) -> F
 }
 
 /// Translates the source of a packet leaving the cluster to `gateway_ip` and an allocated port,
-/// creating both table entries for a new flow. `node` is the Node that sent it.
+/// creating both table entries for a new flow. `node` is the Node that sent it; `now` is
+/// `tunnel::now()`'s.
 #[inline(always)]
-pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<(), Counter> {
+pub fn snat(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    gateway_ip: [u8; 4],
+    node: [u8; 4],
+    now: u64,
+) -> Result<(), Counter> {
     let p = match ports(ctx, ip, true)? {
         L4::Ports(p) => p,
         L4::IcmpError => return icmp_error(ctx, ip, true).map(|_| ()),
     };
     let key = flow_key(ip, &p);
+    let second = coarse_seconds(now);
     let port = match SNAT.get_ptr_mut(&key) {
         Some(entry) => {
-            // SAFETY: a pointer into the map's value, valid for this program run; another CPU
-            // writing `checked` at the same time only repeats the check.
-            let entry = unsafe { &mut *entry };
-            let now = coarse_seconds();
-            if entry.checked != now {
-                entry.checked = now;
-                keep_reverse(&key, entry, node);
+            // SAFETY: a pointer into the map's value, valid for this program run; read before
+            // any insert (which may recycle an element of a full table). Another CPU writing
+            // `checked` at the same time only repeats the check.
+            let (forward, stale) = unsafe {
+                let stale = (*entry).checked != second;
+                (*entry).checked = second;
+                (*entry, stale)
+            };
+            if stale && !keep_reverse(&key, &forward, node) {
+                // Its reply key went to another flow: replies would reach another Pod. This
+                // flow starts over with a new port (the connection breaks, as it would anyway).
+                let _ = SNAT.remove(&key);
+                allocate(&key, gateway_ip, node, second)?
+            } else {
+                forward.port
             }
-            entry.port
         }
-        None => allocate(&key, gateway_ip, node)?,
+        None => allocate(&key, gateway_ip, node, second)?,
     };
     rewrite(
         ctx,
@@ -163,30 +178,41 @@ pub fn snat(ctx: &TcContext, ip: &Ipv4, gateway_ip: [u8; 4], node: [u8; 4]) -> R
     )
 }
 
-/// The coarse monotonic clock in units of 2^30 ns (about a second), wrapping.
+/// A coarse clock reading (ns) in units of 2^30 ns (about a second), wrapping.
 #[inline(always)]
-fn coarse_seconds() -> u16 {
-    // SAFETY: no preconditions.
-    (unsafe { bpf_ktime_get_coarse_ns() } >> 30) as u16
+fn coarse_seconds(now: u64) -> u16 {
+    (now >> 30) as u16
+}
+
+/// Whether the reverse entry `(remote, gateway address, remote port, gateway port)` is this
+/// flow's: the whole 5-tuple is in its key and value.
+#[inline(always)]
+fn is_reverse_of(entry: &SnatEntry, key: &FlowKey) -> bool {
+    entry.flags == SNAT_REVERSE && entry.addr == key.src && entry.port == key.src_port
 }
 
 /// Makes sure a flow's reverse entry exists, re-creating it if not: the LRU table may evict it
 /// while the forward entry stays in use, and then every reply would be dropped. Runs for the
-/// first packet of a flow in each second, so an idle flow checks when it sends again.
+/// first packet of a flow in each second, so an idle flow checks when it sends again. False
+/// when the reply key now belongs to another flow.
 #[inline(always)]
-fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) {
+fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) -> bool {
     let reverse_key = self::key(key.dst, forward.addr, key.dst_port, forward.port, key.proto);
-    if SNAT.get_ptr(&reverse_key).is_none() {
-        let reverse = SnatEntry {
-            addr: key.src,
-            port: key.src_port,
-            checked: 0,
-            node,
-            flags: SNAT_REVERSE,
-        };
-        // NOEXIST: another flow may have just taken the key, and keeps it.
-        let _ = SNAT.insert(&reverse_key, &reverse, BPF_NOEXIST as u64);
+    if let Some(reverse) = SNAT.get_ptr(&reverse_key) {
+        // SAFETY: a pointer into the map's value, read at once.
+        return is_reverse_of(unsafe { &*reverse }, key);
     }
+    let reverse = SnatEntry {
+        addr: key.src,
+        port: key.src_port,
+        checked: 0,
+        node,
+        flags: SNAT_REVERSE,
+    };
+    // NOEXIST: if another flow has just taken the key, it keeps it (and the next check finds
+    // out).
+    let _ = SNAT.insert(&reverse_key, &reverse, BPF_NOEXIST as u64);
+    true
 }
 
 /// Reverses the translation of a reply arriving at the gateway address. Returns the Node that
@@ -356,7 +382,12 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<[u8; 4], Coun
 /// that reply key is held by this very flow (the LRU table evicted its forward entry but not
 /// its reverse one), the flow keeps its port instead of changing it mid-connection.
 #[inline(always)]
-fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Counter> {
+fn allocate(
+    key: &FlowKey,
+    gateway_ip: [u8; 4],
+    node: [u8; 4],
+    second: u16,
+) -> Result<u16, Counter> {
     const RANGE: u32 = (SNAT_PORT_MAX - SNAT_PORT_MIN) as u32 + 1;
     // SAFETY: no preconditions.
     let start = unsafe { bpf_get_prandom_u32() };
@@ -377,24 +408,25 @@ fn allocate(key: &FlowKey, gateway_ip: [u8; 4], node: [u8; 4]) -> Result<u16, Co
             node,
             flags: SNAT_REVERSE,
         };
-        let ours = || {
-            // SAFETY: a pointer into the map's value, read at once.
-            SNAT.get_ptr(&reverse_key).is_some_and(|r| unsafe {
-                (*r).flags == SNAT_REVERSE && (*r).addr == key.src && (*r).port == key.src_port
-            })
+        // The reply key held by this very flow: taken back, with the Node that sends it now.
+        let ours = || match SNAT.get_ptr_mut(&reverse_key) {
+            // SAFETY: a pointer into the map's value, valid for this program run.
+            Some(r) if is_reverse_of(unsafe { &*r }, key) => {
+                // SAFETY: as above.
+                unsafe { (*r).node = node };
+                true
+            }
+            _ => false,
         };
         if SNAT
             .insert(&reverse_key, &reverse, BPF_NOEXIST as u64)
             .is_ok()
-            || (i == 0
-                && keep
-                && ours()
-                && SNAT.insert(&reverse_key, &reverse, BPF_ANY as u64).is_ok())
+            || (i == 0 && keep && ours())
         {
             let forward = SnatEntry {
                 addr: gateway_ip,
                 port,
-                checked: coarse_seconds(),
+                checked: second,
                 node,
                 flags: SNAT_FORWARD,
             };

@@ -162,7 +162,13 @@ pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
 /// With the next hop known, the Ethernet addresses and these headers go in one store; returns
 /// the verdict.
 #[inline(always)]
-pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Result<i32, Counter> {
+pub fn retarget(
+    ctx: &TcContext,
+    outer: &Ipv4,
+    src: [u8; 4],
+    dst: [u8; 4],
+    now: u64,
+) -> Result<i32, Counter> {
     let fail = |_| Counter::DropRewriteFailed;
     if outer.hlen != 20 || outer.off != ETH_HLEN {
         // Outer IP options never come from Strait's peers; not worth a slower path.
@@ -179,7 +185,7 @@ pub fn retarget(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Re
         carried,
     )?;
     let ifindex = ifindex(ctx);
-    if let Some(m) = next_hop(ctx, ifindex, src, dst) {
+    if let Some(m) = next_hop(ctx, ifindex, src, dst, now) {
         let w = |i: usize| u16::from_ne_bytes([m[i], m[i + 1]]);
         let frame: [u16; 21] = [
             w(0),
@@ -227,10 +233,15 @@ fn ifindex(ctx: &TcContext) -> u32 {
 /// The destination and source MAC addresses for sending to `dst` out of `ifindex`, when the
 /// route and the neighbour are known and the route leaves by that device: from the next-hop
 /// cache while its entry is fresh, else from the kernel (`bpf_fib_lookup`), which refills it.
+/// `now` is [`now`]'s.
 #[inline(always)]
-fn next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4]) -> Option<[u8; 12]> {
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
+fn next_hop(
+    ctx: &TcContext,
+    ifindex: u32,
+    src: [u8; 4],
+    dst: [u8; 4],
+    now: u64,
+) -> Option<[u8; 12]> {
     // SAFETY: the entry is copied out at once (updates replace entries, never edit them).
     if let Some(hop) = unsafe { NEXT_HOPS.get(&dst) }
         && hop.ifindex == ifindex
@@ -302,13 +313,21 @@ fn zeroed_fib_params() -> bpf_fib_lookup {
     unsafe { raw.assume_init() }
 }
 
+/// The coarse monotonic clock (ns) that the next-hop cache and the SNAT table's checks share:
+/// read once per packet.
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: plain helper call.
+    unsafe { bpf_ktime_get_coarse_ns() }
+}
+
 /// Sends a packet just encapsulated on the uplink's egress to `dst`. With the route and the
 /// neighbour known (`bpf_fib_lookup`), the Ethernet header is written here and the packet goes
 /// on without another route lookup; otherwise the kernel resolves it (`bpf_redirect_neigh`).
 #[inline(always)]
-pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4]) -> i32 {
+pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], now: u64) -> i32 {
     let ifindex = ifindex(ctx);
-    if let Some(macs) = next_hop(ctx, ifindex, src, dst)
+    if let Some(macs) = next_hop(ctx, ifindex, src, dst, now)
         && ctx.store(0, &macs, 0).is_ok()
     {
         return TC_ACT_OK;
