@@ -67,12 +67,24 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// restart or a dropped connection takes seconds, and the stores keep their content meanwhile.
 pub const WATCH_FAILING_GRACE: Duration = Duration::from_secs(30);
 
-/// Whether a watch has delivered its first full list, and since when it has been failing.
+/// A run of failures is over when no error came for this long. A watch that resumes from its
+/// last resource version yields no event until an object changes, so the end of the errors is
+/// the sign it works again; retries are at most 30 s apart (kube's backoff), so a watch still
+/// failing errs within this.
+const WATCH_ERRORS_OVER: Duration = Duration::from_secs(60);
+
+/// Whether a watch has delivered its first full list, and whether it has been failing.
 #[derive(Default)]
 pub struct WatchHealth {
     synced: AtomicBool,
-    /// Since when the watch has been failing, and its last error; None while it works.
-    failing: Mutex<Option<(Instant, String)>>,
+    failing: Mutex<Option<Failing>>,
+}
+
+/// A run of failed attempts: since when, the last one's time and error.
+struct Failing {
+    since: Instant,
+    last: Instant,
+    error: String,
 }
 
 impl WatchHealth {
@@ -86,25 +98,33 @@ impl WatchHealth {
         let failing = self.failing.lock().expect("watch health");
         failing
             .as_ref()
-            .map(|(since, error)| (since.elapsed(), error.clone()))
+            .filter(|f| f.last.elapsed() < WATCH_ERRORS_OVER)
+            .map(|f| (f.since.elapsed(), f.error.clone()))
     }
 
     /// Records a failed attempt; returns true for the first of a run of failures.
     fn failed(&self, error: String) -> bool {
+        let now = Instant::now();
         let mut failing = self.failing.lock().expect("watch health");
         match failing.as_mut() {
-            Some((_, last)) => {
-                *last = error;
+            Some(f) if now.duration_since(f.last) < WATCH_ERRORS_OVER => {
+                f.last = now;
+                f.error = error;
                 false
             }
-            None => {
-                *failing = Some((Instant::now(), error));
+            _ => {
+                *failing = Some(Failing {
+                    since: now,
+                    last: now,
+                    error,
+                });
                 true
             }
         }
     }
 
-    /// Records an event; returns true when it ends a run of failures.
+    /// Records an event that came from the API server; returns true when it ends a run of
+    /// failures.
     fn worked(&self) -> bool {
         self.failing.lock().expect("watch health").take().is_some()
     }
@@ -201,7 +221,8 @@ where
                         if matches!(event, watcher::Event::InitDone) {
                             health2.synced.store(true, Ordering::Release);
                         }
-                        if health2.worked() {
+                        // `Init` comes before the list is even asked for: not a sign of life.
+                        if !matches!(event, watcher::Event::Init) && health2.worked() {
                             tracing::info!(what, "watch recovered");
                         }
                         trigger.fire();
@@ -649,16 +670,28 @@ mod tests {
         assert!(b.failed("connection refused".into()), "first of a run");
         assert!(!b.failed("connection refused".into()));
         assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
-        *b.failing.lock().unwrap() = Some((
-            Instant::now() - WATCH_FAILING_GRACE - Duration::from_secs(1),
-            "403 Forbidden".into(),
-        ));
+        let long_ago = |d: Duration| Instant::now() - d;
+        *b.failing.lock().unwrap() = Some(Failing {
+            since: long_ago(WATCH_FAILING_GRACE + Duration::from_secs(1)),
+            last: Instant::now(),
+            error: "403 Forbidden".into(),
+        });
         let message = watch_readiness(&[("A", &a), ("B", &b)])
             .expect("the sync goes on")
             .expect("not ready");
         assert!(message.contains("B for 31 s (403 Forbidden)"), "{message}");
         assert!(!message.contains("A for"), "{message}");
         assert!(b.worked(), "an event ends the run");
+        assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
+        // A watch that resumed yields no event until an object changes: the run is over when
+        // the errors stop.
+        *b.failing.lock().unwrap() = Some(Failing {
+            since: long_ago(Duration::from_secs(120)),
+            last: long_ago(WATCH_ERRORS_OVER + Duration::from_secs(1)),
+            error: "connection refused".into(),
+        });
+        assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
+        assert!(b.failed("connection refused".into()), "a new run starts");
         assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
     }
 
