@@ -144,25 +144,29 @@ pub fn snat(
     };
     let key = flow_key(ip, &p);
     let second = coarse_seconds(now);
-    let port = match SNAT.get_ptr_mut(&key) {
-        Some(entry) => {
-            // SAFETY: a pointer into the map's value, valid for this program run; read before
-            // any insert (which may recycle an element of a full table). Another CPU writing
-            // `checked` at the same time only repeats the check.
-            let (forward, stale) = unsafe {
-                let stale = (*entry).checked != second;
-                (*entry).checked = second;
-                (*entry, stale)
-            };
-            if stale && !keep_reverse(&key, &forward, node) {
+    let mut known = None;
+    if let Some(entry) = SNAT.get_ptr_mut(&key) {
+        // SAFETY: a pointer into the map's value, valid for this program run; copied before any
+        // insert (which may recycle an element of a full table).
+        let forward = unsafe { *entry };
+        if forward.checked == second {
+            known = Some(forward.port);
+        } else {
+            // Written once a second, not per packet: the entry's cache line stays shared
+            // between CPUs. Another CPU writing it at the same time only repeats the check.
+            // SAFETY: as above.
+            unsafe { (*entry).checked = second };
+            if keep_reverse(&key, &forward, node) {
+                known = Some(forward.port);
+            } else {
                 // Its reply key went to another flow: replies would reach another Pod. This
                 // flow starts over with a new port (the connection breaks, as it would anyway).
                 let _ = SNAT.remove(&key);
-                allocate(&key, gateway_ip, node, second)?
-            } else {
-                forward.port
             }
         }
+    }
+    let port = match known {
+        Some(port) => port,
         None => allocate(&key, gateway_ip, node, second)?,
     };
     rewrite(
