@@ -119,6 +119,29 @@ impl Fixture {
         (forward, reverse)
     }
 
+    /// A TCP packet from `pod`:`sport` to west, through the hairpin: the source port it leaves
+    /// with.
+    fn hairpin_tcp(&mut self, pod: [u8; 4], sport: u16, flags: u8) -> u16 {
+        let packet = tcp(pod, WEST_SVC, sport, 80, flags, b"");
+        let (verdict, out) = self.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
+        assert_eq!(verdict, REDIRECT);
+        decode_geneve(&out).inner.src_port()
+    }
+
+    /// Removes the one SNAT entry with `flags`, as the LRU table's eviction would.
+    fn evict(&mut self, flags: u32) {
+        let mut maps = self.dp.maps().expect("maps");
+        let keys: Vec<_> = maps
+            .snat
+            .iter()
+            .map(|item| item.expect("snat entry"))
+            .filter(|(_, v)| v.flags == flags)
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys.len(), 1);
+        maps.snat.remove(&keys[0]).expect("remove");
+    }
+
     /// Asserts that exactly these counters are non-zero, with these packet counts.
     fn assert_counters(&self, expected: &[(Counter, u64)]) {
         for &counter in Counter::ALL {
@@ -280,32 +303,15 @@ fn snat_keeps_a_flows_port_when_free_and_picks_another_on_a_clash() {
 #[test]
 fn a_flow_whose_reverse_entry_was_evicted_gets_it_back_with_its_next_packet() {
     let mut f = Fixture::new("gw-rev-evicted", ROLE_GATEWAY);
-    let send = |f: &mut Fixture, flags: u8| {
-        let packet = tcp(POD_N, WEST_SVC, 3000, 80, flags, b"");
-        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
-        assert_eq!(verdict, REDIRECT);
-        decode_geneve(&out).inner.src_port()
-    };
-    let port = send(&mut f, 0x02);
+    let port = f.hairpin_tcp(POD_N, 3000, 0x02);
     // The LRU table evicts the reverse entry, not the forward one (a user-space delete here).
-    {
-        let mut maps = f.dp.maps().expect("maps");
-        let reverse: Vec<_> = maps
-            .snat
-            .iter()
-            .map(|item| item.expect("snat entry"))
-            .filter(|(_, v)| v.flags == SNAT_REVERSE)
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(reverse.len(), 1);
-        maps.snat.remove(&reverse[0]).expect("remove");
-    }
+    f.evict(SNAT_REVERSE);
     let reply = tcp(WEST_SVC, G, 80, port, 0x12, b"");
     let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
     assert_eq!(verdict, SHOT, "no reverse entry: the reply is dropped");
     // The flow's next packet, in a later second of the coarse clock, puts it back.
     std::thread::sleep(std::time::Duration::from_millis(1200));
-    assert_eq!(send(&mut f, 0x10), port, "same port");
+    assert_eq!(f.hairpin_tcp(POD_N, 3000, 0x10), port, "same port");
     assert_eq!(f.snat_entries(), (1, 1));
     let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
     assert_eq!(verdict, REDIRECT);
@@ -323,30 +329,14 @@ fn a_flow_whose_reverse_entry_was_evicted_gets_it_back_with_its_next_packet() {
 fn a_flow_whose_reply_key_went_to_another_flow_moves_to_a_new_port() {
     let mut f = Fixture::new("gw-rev-taken", ROLE_GATEWAY);
     let other_pod = [10, 244, 1, 6];
-    let send = |f: &mut Fixture, pod: [u8; 4], flags: u8| {
-        let packet = tcp(pod, WEST_SVC, 40000, 80, flags, b"");
-        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
-        assert_eq!(verdict, REDIRECT);
-        decode_geneve(&out).inner.src_port()
-    };
-    assert_eq!(send(&mut f, POD_N, 0x02), 40000);
+    assert_eq!(f.hairpin_tcp(POD_N, 40000, 0x02), 40000);
     // Its reverse entry is evicted, and another Pod's flow takes the freed reply key.
-    {
-        let mut maps = f.dp.maps().expect("maps");
-        let reverse: Vec<_> = maps
-            .snat
-            .iter()
-            .map(|item| item.expect("snat entry"))
-            .filter(|(_, v)| v.flags == SNAT_REVERSE)
-            .map(|(k, _)| k)
-            .collect();
-        maps.snat.remove(&reverse[0]).expect("remove");
-    }
-    assert_eq!(send(&mut f, other_pod, 0x02), 40000);
+    f.evict(SNAT_REVERSE);
+    assert_eq!(f.hairpin_tcp(other_pod, 40000, 0x02), 40000);
     // The first flow's next check finds the key taken: it moves to a new port rather than
     // have its replies delivered to the other Pod.
     std::thread::sleep(std::time::Duration::from_millis(1200));
-    let moved = send(&mut f, POD_N, 0x10);
+    let moved = f.hairpin_tcp(POD_N, 40000, 0x10);
     assert_ne!(moved, 40000);
     assert_eq!(f.snat_entries(), (2, 2));
     for (port, pod) in [(40000, other_pod), (moved, POD_N)] {
@@ -360,30 +350,13 @@ fn a_flow_whose_reply_key_went_to_another_flow_moves_to_a_new_port() {
 #[test]
 fn a_flow_whose_forward_entry_was_evicted_keeps_its_port() {
     let mut f = Fixture::new("gw-evicted", ROLE_GATEWAY);
-    let send = |f: &mut Fixture, flags: u8| {
-        let packet = tcp(POD_N, WEST_SVC, 40000, 80, flags, b"");
-        let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
-        assert_eq!(verdict, REDIRECT);
-        decode_geneve(&out).inner.src_port()
-    };
-    assert_eq!(send(&mut f, 0x02), 40000);
+    assert_eq!(f.hairpin_tcp(POD_N, 40000, 0x02), 40000);
     // The LRU table evicts the forward entry, not the reverse one (as a user-space delete here).
-    {
-        let mut maps = f.dp.maps().expect("maps");
-        let forward: Vec<_> = maps
-            .snat
-            .iter()
-            .map(|item| item.expect("snat entry"))
-            .filter(|(_, v)| v.flags == SNAT_FORWARD)
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(forward.len(), 1);
-        maps.snat.remove(&forward[0]).expect("remove");
-    }
+    f.evict(SNAT_FORWARD);
     assert_eq!(f.snat_entries(), (0, 1));
     // The next packet finds its own reply key held by itself: same port, no second flow.
     assert_eq!(
-        send(&mut f, 0x10),
+        f.hairpin_tcp(POD_N, 40000, 0x10),
         40000,
         "the port must not change mid-flow"
     );

@@ -195,24 +195,37 @@ fn is_reverse_of(entry: &SnatEntry, key: &FlowKey) -> bool {
     entry.flags == SNAT_REVERSE && entry.addr == key.src && entry.port == key.src_port
 }
 
+/// The reply key of a flow translated to `gateway_ip`:`port`: (remote, gateway address, remote
+/// port, gateway port), as a reply arrives.
+#[inline(always)]
+fn reverse_key(key: &FlowKey, gateway_ip: [u8; 4], port: u16) -> FlowKey {
+    self::key(key.dst, gateway_ip, key.dst_port, port, key.proto)
+}
+
+/// A flow's reverse entry: its original source, and the Node that sends it.
+#[inline(always)]
+fn reverse_entry(key: &FlowKey, node: [u8; 4]) -> SnatEntry {
+    SnatEntry {
+        addr: key.src,
+        port: key.src_port,
+        checked: 0,
+        node,
+        flags: SNAT_REVERSE,
+    }
+}
+
 /// Makes sure a flow's reverse entry exists, re-creating it if not: the LRU table may evict it
 /// while the forward entry stays in use, and then every reply would be dropped. Runs for the
 /// first packet of a flow in each second, so an idle flow checks when it sends again. False
 /// when the reply key now belongs to another flow.
 #[inline(always)]
 fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) -> bool {
-    let reverse_key = self::key(key.dst, forward.addr, key.dst_port, forward.port, key.proto);
+    let reverse_key = reverse_key(key, forward.addr, forward.port);
     if let Some(reverse) = SNAT.get_ptr(&reverse_key) {
         // SAFETY: a pointer into the map's value, read at once.
         return is_reverse_of(unsafe { &*reverse }, key);
     }
-    let reverse = SnatEntry {
-        addr: key.src,
-        port: key.src_port,
-        checked: 0,
-        node,
-        flags: SNAT_REVERSE,
-    };
+    let reverse = reverse_entry(key, node);
     // NOEXIST: if another flow has just taken the key, it keeps it (and the next check finds
     // out).
     let _ = SNAT.insert(&reverse_key, &reverse, BPF_NOEXIST as u64);
@@ -404,14 +417,8 @@ fn allocate(
         } else {
             SNAT_PORT_MIN + (start.wrapping_add(i) % RANGE) as u16
         };
-        let reverse_key = self::key(key.dst, gateway_ip, key.dst_port, port, key.proto);
-        let reverse = SnatEntry {
-            addr: key.src,
-            port: key.src_port,
-            checked: 0,
-            node,
-            flags: SNAT_REVERSE,
-        };
+        let reverse_key = reverse_key(key, gateway_ip, port);
+        let reverse = reverse_entry(key, node);
         // The reply key held by this very flow: taken back, with the Node that sends it now.
         let ours = || match SNAT.get_ptr_mut(&reverse_key) {
             // SAFETY: a pointer into the map's value, valid for this program run.
