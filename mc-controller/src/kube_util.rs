@@ -73,6 +73,24 @@ pub const WATCH_FAILING_GRACE: Duration = Duration::from_secs(30);
 /// failing errs within this.
 const WATCH_ERRORS_OVER: Duration = Duration::from_secs(60);
 
+/// How long one watch request lasts before the API server ends it and the watcher resumes from
+/// where it was (no relist, no error). It must stay below the client's read timeout (30 s on
+/// the connection to the leader): an idle watch cut by that timeout is an error, and kube's
+/// backoff after errors that never stop grows to 30 s, an import delayed by as much. kube also
+/// gives up on a watch that stays silent 5 s past this, so a connection to an API server that
+/// went away without closing it is noticed within 30 s, not 5 min.
+pub const WATCH_TIMEOUT_SECS: u32 = 25;
+
+/// Failed watch attempts by what is watched, for `/metrics` (one controller per process).
+static WATCH_ERRORS: Mutex<std::collections::BTreeMap<&'static str, u64>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// The failed watch attempts so far, by what is watched.
+pub fn watch_errors() -> Vec<(&'static str, u64)> {
+    let errors = WATCH_ERRORS.lock().expect("watch errors");
+    errors.iter().map(|(what, n)| (*what, *n)).collect()
+}
+
 /// Whether a watch has delivered its first full list, and whether it has been failing.
 #[derive(Default)]
 pub struct WatchHealth {
@@ -201,6 +219,15 @@ where
         trim: fn(&mut K),
     ) -> Self {
         let (store, writer) = reflector::store();
+        let config = match config.timeout {
+            Some(_) => config,
+            None => config.timeout(WATCH_TIMEOUT_SECS),
+        };
+        WATCH_ERRORS
+            .lock()
+            .expect("watch errors")
+            .entry(what)
+            .or_default();
         let health = Arc::new(WatchHealth::default());
         let health2 = health.clone();
         let task = tokio::spawn(async move {
@@ -228,6 +255,11 @@ where
                         trigger.fire();
                     }
                     Err(e) => {
+                        *WATCH_ERRORS
+                            .lock()
+                            .expect("watch errors")
+                            .entry(what)
+                            .or_default() += 1;
                         if health2.failed(e.to_string()) {
                             tracing::warn!(what, error = %e, "watch failed; retrying with backoff");
                         }

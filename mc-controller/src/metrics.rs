@@ -112,6 +112,17 @@ impl Metrics {
             }
             let _ = writeln!(out, "{series} {v}");
         }
+        let watch_errors = crate::kube_util::watch_errors();
+        if !watch_errors.is_empty() {
+            let _ = writeln!(out, "# TYPE strait_mc_watch_errors_total counter");
+        }
+        for (what, n) in watch_errors {
+            let _ = writeln!(
+                out,
+                "{} {n}",
+                series("strait_mc_watch_errors_total", &[("watch", what)])
+            );
+        }
         for (series, v) in &inner.gauges {
             let name = series.split('{').next().unwrap_or(series);
             if typed.insert(name.to_owned()) {

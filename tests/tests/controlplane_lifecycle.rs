@@ -716,14 +716,69 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
 
 /// The leader controller's health endpoint on the testbed.
 const LEADER_HEALTH: &str = "198.18.0.10:8080";
+/// The member controllers' health endpoints on the testbed (east, west).
+const MEMBER_HEALTH: [&str; 2] = ["198.18.0.11:8080", "198.18.0.12:8080"];
 
 /// `GET /readyz`: the status code and the body, or None when nothing answers.
 fn readyz(addr: &str) -> Option<(u16, String)> {
+    http_get(addr, "/readyz")
+}
+
+/// The failed watch attempts a member made on the leader so far (`/metrics`).
+fn leader_watch_errors(addr: &str) -> u64 {
+    let (code, text) = http_get(addr, "/metrics").expect("the member's /metrics");
+    assert_eq!(code, 200, "{text}");
+    let counts: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("strait_mc_watch_errors_total{watch=\"leader "))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    assert_eq!(
+        counts.len(),
+        2,
+        "the leader watches' error counters at {addr}:\n{text}"
+    );
+    counts.iter().sum()
+}
+
+#[test]
+fn idle_watches_on_the_leader_keep_working_and_a_late_export_is_imported() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "idle");
+    let ns = ns.1.as_str();
+    let before = MEMBER_HEALTH.map(leader_watch_errors);
+    // Nothing the members watch on the leader changes for longer than the read timeout of
+    // their connection to it (30 s): a watch cut by that timeout is an error, and after a few
+    // of them kube's backoff keeps the watch down for up to 30 s at a time, the delay the
+    // next import would get.
+    std::thread::sleep(Duration::from_secs(40));
+    let after = MEMBER_HEALTH.map(leader_watch_errors);
+    assert_eq!(
+        before, after,
+        "watches of the leader failed while idle (east, west)"
+    );
+    service_and_export(&tb, "west", ns, "late", "10.244.7.7");
+    let west_ip = wait_for("late's ClusterIP in west", T, || {
+        tb.try_json("west", &["get", "service", "-n", ns, "late"])
+            .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
+            .ok_or_else(|| "no ClusterIP yet".to_owned())
+    });
+    wait_for("late imported in east", T, || {
+        match endpoint_ips(&tb, "east", ns, "antrea-mc-late")? {
+            ips if ips == [west_ip.clone()] => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}
+
+/// `GET path` over HTTP/1.0: the status code and the body, or None when nothing answers.
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read as _, Write as _};
     let mut conn =
         std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(conn, "GET /readyz HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
     let mut text = String::new();
     conn.read_to_string(&mut text).ok()?;
     let code = text.split_whitespace().nth(1)?.parse().ok()?;

@@ -120,10 +120,17 @@ async fn client_for(id: &Identity) -> anyhow::Result<Client> {
     };
     let mut config =
         Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    config.read_timeout = Some(Duration::from_secs(30));
+    config.read_timeout = Some(LEADER_READ_TIMEOUT);
     config.connect_timeout = Some(Duration::from_secs(5));
     Ok(Client::try_from(config)?)
 }
+
+/// A request to the leader that gets no byte for this long fails (a leader gone without closing
+/// the connection). Watches end sooner by themselves (`WATCH_TIMEOUT_SECS`), so an idle watch is
+/// never cut by it.
+const LEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const _: () =
+    assert!((crate::kube_util::WATCH_TIMEOUT_SECS as u64) < LEADER_READ_TIMEOUT.as_secs());
 
 fn describe(e: &kube::Error, id: &Identity) -> String {
     match e {
