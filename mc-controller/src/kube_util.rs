@@ -16,17 +16,16 @@ use futures::StreamExt as _;
 use kube::{
     Api, Resource, ResourceExt as _,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{self, ObjectRef, Store},
-        watcher,
-    },
+    runtime::{WatchStreamExt as _, watcher},
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::metrics::Metrics;
+use crate::{
+    metrics::Metrics,
+    store::{ObjectStore, StoreWriter},
+};
 
 /// A client from a kubeconfig file, or from the in-cluster configuration when there is none.
 pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<kube::Client> {
@@ -180,13 +179,13 @@ pub fn watch_readiness(watches: &[(&str, &WatchHealth)]) -> Result<Option<String
     }))
 }
 
-/// A reflector store kept up to date by a watch; every change fires the trigger. The store keeps
-/// its last content while the API server is unreachable (the watch retries with backoff).
+/// A store kept up to date by a watch; every change fires the trigger. The store keeps its last
+/// content while the API server is unreachable (the watch retries with backoff).
 pub struct Watched<K: Resource + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    pub store: Store<K>,
+    store: ObjectStore<K>,
     health: Arc<WatchHealth>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -218,7 +217,7 @@ where
         what: &'static str,
         trim: fn(&mut K),
     ) -> Self {
-        let (store, writer) = reflector::store();
+        let (store, mut writer) = StoreWriter::new();
         let config = match config.timeout {
             Some(_) => config,
             None => config.timeout(WATCH_TIMEOUT_SECS),
@@ -233,23 +232,23 @@ where
         let task = tokio::spawn(async move {
             // managedFields, and kubectl's copy of the last applied object, are often the largest
             // part of an object and nothing here reads them: keep them out of the stores.
-            let stream = watcher(api, config)
-                .default_backoff()
-                .modify(move |obj| {
-                    obj.managed_fields_mut().clear();
-                    obj.annotations_mut().remove(LAST_APPLIED);
-                    trim(obj);
-                })
-                .reflect(writer);
+            let stream = watcher(api, config).default_backoff().modify(move |obj| {
+                obj.managed_fields_mut().clear();
+                obj.annotations_mut().remove(LAST_APPLIED);
+                trim(obj);
+            });
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => {
-                        if matches!(event, watcher::Event::InitDone) {
+                        let done = matches!(event, watcher::Event::InitDone);
+                        // `Init` comes before the list is even asked for: not a sign of life.
+                        let alive = !matches!(event, watcher::Event::Init);
+                        writer.apply(event);
+                        if done {
                             health2.synced.store(true, Ordering::Release);
                         }
-                        // `Init` comes before the list is even asked for: not a sign of life.
-                        if !matches!(event, watcher::Event::Init) && health2.worked() {
+                        if alive && health2.worked() {
                             tracing::info!(what, "watch recovered");
                         }
                         trigger.fire();
@@ -284,15 +283,11 @@ where
     }
 
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
-        let mut r = ObjectRef::new_with(name, K::DynamicType::default());
-        if let Some(ns) = namespace {
-            r = r.within(ns);
-        }
-        self.store.get(&r)
+        self.store.get(namespace, name)
     }
 
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.store.state()
+        self.store.all()
     }
 }
 

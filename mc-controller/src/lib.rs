@@ -10,4 +10,5 @@ pub mod kube_util;
 pub mod leader;
 pub mod member;
 pub mod metrics;
+mod store;
 pub mod webhook;

@@ -150,15 +150,26 @@ fn describe(e: &kube::Error, id: &Identity) -> String {
     }
 }
 
+/// What a member reads of a ResourceImport: of its embedded ServiceImport only the `spec`. The
+/// embedded object is a JSON tree, where every map costs over 600 bytes; its metadata repeats the
+/// import's own name and namespace.
+fn trim_import(ri: &mut ResourceImport) {
+    if let Some(si) = ri.spec.service_import.as_mut() {
+        let spec = si.get_mut("spec").map(serde_json::Value::take);
+        *si = serde_json::json!({ "spec": spec });
+    }
+}
+
 impl Connection {
     pub async fn open(id: Identity, trigger: Trigger, interval: Duration) -> anyhow::Result<Self> {
         let client = client_for(&id).await?;
         let ns = id.leader_ns.clone();
-        let imports = Watched::new(
+        let imports = Watched::trimmed(
             Api::namespaced(client.clone(), &ns),
             watcher::Config::default(),
             trigger.clone(),
             "leader ResourceImport",
+            trim_import,
         );
         let own_exports = Watched::new(
             Api::namespaced(client.clone(), &ns),
@@ -301,4 +312,40 @@ async fn beat_once(api: &Api<MemberClusterAnnounce>, id: &Identity) -> kube::Res
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use mc_api::imports::ResourceImportSpec;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_stored_import_keeps_the_embedded_spec_the_member_reads() {
+        let si = json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+            "metadata": {"name": "nginx", "namespace": "default"},
+            "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "type": "ClusterSetIP"}});
+        let mut ri = ResourceImport::new(
+            "default-nginx-service",
+            ResourceImportSpec {
+                kind: Some("ServiceImport".into()),
+                service_import: Some(si.clone()),
+                ..Default::default()
+            },
+        );
+        trim_import(&mut ri);
+        assert_eq!(ri.spec.service_import, Some(json!({"spec": si["spec"]})));
+        let mut endpoints = ResourceImport::new(
+            "default-nginx-endpoints",
+            ResourceImportSpec {
+                kind: Some("Endpoints".into()),
+                endpoints: Some(Default::default()),
+                ..Default::default()
+            },
+        );
+        let before = endpoints.clone();
+        trim_import(&mut endpoints);
+        assert_eq!(endpoints.spec, before.spec);
+    }
 }
