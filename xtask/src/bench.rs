@@ -6,7 +6,9 @@
 //! ServiceExport reports Ready (statuses are written after the imports), `STEADY` more Services
 //! are exported one at a time (the next once the previous is imported): the latency an operator
 //! sees at that scale. Prints p50/p99 of both per size and
-//! each controller's resident memory after the size.
+//! each controller's resident memory after the size, and what each burst cost: the writes the
+//! three API servers served (their own `apiserver_request_total`) and the CPU time of the
+//! testbed's processes by kind, until every ServiceExport was Ready.
 
 use std::{
     collections::HashMap,
@@ -127,6 +129,93 @@ fn imported(seen: &Seen, created: &HashMap<String, Instant>) -> Vec<Duration> {
         .collect()
 }
 
+/// CPU time used so far by the testbed's processes, by kind.
+fn testbed_cpu() -> std::collections::BTreeMap<&'static str, Duration> {
+    let mut by_kind = std::collections::BTreeMap::new();
+    let procs = testbed::proc::Procs::new(&testbed_dir()).ok();
+    let files = std::fs::read_dir(testbed_dir().join("pids"))
+        .into_iter()
+        .flatten();
+    for file in files.flatten() {
+        let name = file.file_name().to_string_lossy().into_owned();
+        let Some(name) = name.strip_suffix(".pid") else {
+            continue;
+        };
+        let kind = if name.ends_with("-apiserver") {
+            "API servers"
+        } else if name == "etcd" {
+            "etcd"
+        } else if name.ends_with("-controller-manager") {
+            "controller-managers"
+        } else if name.contains("-mc-") {
+            "Strait controllers"
+        } else {
+            "other"
+        };
+        if let Some(pid) = procs.as_ref().and_then(|p| p.running(name)) {
+            *by_kind.entry(kind).or_default() += testbed::proc::cpu_time(pid);
+        }
+    }
+    by_kind
+}
+
+/// Writes (create, update, patch, apply, delete) the three API servers have served so far, from
+/// their own `apiserver_request_total`.
+async fn api_writes(clients: &[&Client]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for c in clients {
+        let text = c
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await
+            .context("the API server's /metrics")?;
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| {
+                ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+                    .iter()
+                    .any(|v| l.contains(&format!("verb=\"{v}\"")))
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>() as u64;
+    }
+    Ok(total)
+}
+
+/// Where a burst's work went: the API writes it took and the CPU time of each kind of process.
+fn burst_cost(
+    n: usize,
+    writes: u64,
+    wall: Duration,
+    before: &std::collections::BTreeMap<&'static str, Duration>,
+    after: &std::collections::BTreeMap<&'static str, Duration>,
+) -> String {
+    let used: Vec<(&str, Duration)> = after
+        .iter()
+        .map(|(k, t)| {
+            (
+                *k,
+                t.saturating_sub(before.get(k).copied().unwrap_or_default()),
+            )
+        })
+        .collect();
+    let total: Duration = used.iter().map(|(_, t)| *t).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let parts: Vec<String> = used
+        .iter()
+        .map(|(k, t)| format!("{k} {:.1} s", t.as_secs_f64()))
+        .collect();
+    format!(
+        "burst of {n}: {writes} API writes ({:.1} per Service) and {:.1} s of the testbed's CPU ({:.0} ms per Service) in {:.1} s, {:.2} of {cores} cores: {}",
+        writes as f64 / n as f64,
+        total.as_secs_f64(),
+        total.as_secs_f64() * 1000.0 / n as f64,
+        wall.as_secs_f64(),
+        total.as_secs_f64() / wall.as_secs_f64(),
+        parts.join(", ")
+    )
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -230,6 +319,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
 
+        // (Reading the API servers' metrics costs them CPU: outside the CPU window.)
+        let writes_before = api_writes(&[&west, &east, &north]).await?;
+        let cpu_before = testbed_cpu();
         let created: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
         let se_api: Api<ServiceExport> = Api::namespaced(west.clone(), &ns);
         let started = Instant::now();
@@ -291,6 +383,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        let cpu_after = testbed_cpu();
+        let writes = api_writes(&[&west, &east, &north]).await? - writes_before;
+        let cost = burst_cost(n, writes, all_ready, &cpu_before, &cpu_after);
         // At this scale, one more at a time.
         let mut steady = Vec::new();
         for i in n..n + STEADY {
@@ -340,6 +435,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             total,
             all_ready,
             rss,
+            cost,
         ));
         for c in [&west, &east, &north] {
             let api: Api<Namespace> = Api::all(c.clone());
@@ -364,7 +460,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "1-BY-1 p50",
         "1-BY-1 p99"
     );
-    for (n, [p50, p99, s50, s99], total, all_ready, rss) in rows {
+    let mut costs = Vec::new();
+    for (n, [p50, p99, s50, s99], total, all_ready, rss, cost) in rows {
+        costs.push(cost);
         let mem: Vec<String> = rss
             .iter()
             .map(|(k, now, peak)| format!("{k} {now} ({peak})"))
@@ -379,6 +477,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             format!("{:.0?}", s99),
             mem.join(", ")
         );
+    }
+    for cost in costs {
+        println!("{cost}");
     }
     println!("targets: p99 <= 1 s at 1000 Services; <= 50 MiB resident per controller");
     Ok(())

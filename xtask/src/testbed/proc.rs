@@ -162,6 +162,28 @@ pub fn rss_kib(pid: i32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// CPU time a process has used so far (user and system), or zero if it is gone.
+pub fn cpu_time(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces: utime and
+    // stime are the 12th and 13th of them, in clock ticks.
+    let ticks: u64 = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|f| f.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .unwrap_or(100)
+        .max(1);
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
 /// Runs a command to completion and fails with its output when it fails.
 pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
