@@ -77,7 +77,9 @@ const WATCH_ERRORS_OVER: Duration = Duration::from_secs(60);
 /// the connection to the leader): an idle watch cut by that timeout is an error, and kube's
 /// backoff after errors that never stop grows to 30 s, an import delayed by as much. kube also
 /// gives up on a watch that stays silent 5 s past this, so a connection to an API server that
-/// went away without closing it is noticed within 30 s, not 5 min.
+/// went away without closing it is noticed within 30 s, not 5 min. (It applies to every watch,
+/// the agents' too: a watch request every 25 s each, served from the API server's watch cache.
+/// Watches list first and then watch; a streaming initial list would be cut by it.)
 pub const WATCH_TIMEOUT_SECS: u32 = 25;
 
 /// Failed watch attempts by what is watched, for `/metrics` (one controller per process).

@@ -747,12 +747,45 @@ fn idle_watches_on_the_leader_keep_working_and_a_late_export_is_imported() {
     join::ensure_joined(&tb);
     let ns = SameNamespace::new(&tb, "idle");
     let ns = ns.1.as_str();
+    // Earlier tests' namespaces may still be going (their imports withdrawn): first, the
+    // leader's ResourceImports and ResourceExports hold still for 5 s.
+    let state = || {
+        let mut versions: Vec<String> = ["resourceimports", "resourceexports"]
+            .iter()
+            .flat_map(|kind| {
+                tb.get_json("north", &["get", kind, "-n", LEADER_NS])["items"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|o| o["metadata"]["resourceVersion"].as_str().map(str::to_owned))
+            .collect();
+        versions.sort();
+        versions
+    };
+    let mut last = (state(), Instant::now());
+    wait_for(
+        "the leader's exports and imports holding still",
+        Duration::from_secs(120),
+        || {
+            let now = state();
+            if now != last.0 {
+                last = (now, Instant::now());
+            }
+            if last.1.elapsed() >= Duration::from_secs(5) {
+                Ok(())
+            } else {
+                Err(format!("changed {:?} ago", last.1.elapsed()))
+            }
+        },
+    );
     let before = MEMBER_HEALTH.map(leader_watch_errors);
     // Nothing the members watch on the leader changes for longer than the read timeout of
     // their connection to it (30 s): a watch cut by that timeout is an error, and after a few
     // of them kube's backoff keeps the watch down for up to 30 s at a time, the delay the
-    // next import would get.
-    std::thread::sleep(Duration::from_secs(40));
+    // next import would get. Errors come at most 60 s apart then (a 30 s cut, a backoff of
+    // up to 30 s): 65 s see one.
+    std::thread::sleep(Duration::from_secs(65));
     let after = MEMBER_HEALTH.map(leader_watch_errors);
     assert_eq!(
         before, after,

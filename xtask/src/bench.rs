@@ -11,7 +11,7 @@
 //! testbed's processes by kind, until every ServiceExport was Ready.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -129,9 +129,9 @@ fn imported(seen: &Seen, created: &HashMap<String, Instant>) -> Vec<Duration> {
         .collect()
 }
 
-/// CPU time used so far by the testbed's processes, by kind.
-fn testbed_cpu() -> std::collections::BTreeMap<&'static str, Duration> {
-    let mut by_kind = std::collections::BTreeMap::new();
+/// CPU time used so far by the testbed's processes (and their finished children), by kind.
+fn testbed_cpu() -> BTreeMap<&'static str, Duration> {
+    let mut by_kind = BTreeMap::new();
     let procs = testbed::proc::Procs::new(&testbed_dir()).ok();
     let files = std::fs::read_dir(testbed_dir().join("pids"))
         .into_iter()
@@ -147,8 +147,10 @@ fn testbed_cpu() -> std::collections::BTreeMap<&'static str, Duration> {
             "etcd"
         } else if name.ends_with("-controller-manager") {
             "controller-managers"
-        } else if name.contains("-mc-") {
+        } else if name.ends_with("-mc-controller") || name.ends_with("-mc-member") {
             "Strait controllers"
+        } else if name.ends_with("-mc-agent") {
+            "agents"
         } else {
             "other"
         };
@@ -159,43 +161,98 @@ fn testbed_cpu() -> std::collections::BTreeMap<&'static str, Duration> {
     by_kind
 }
 
-/// Writes (create, update, patch, apply, delete) the three API servers have served so far, from
-/// their own `apiserver_request_total`.
-async fn api_writes(clients: &[&Client]) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for c in clients {
+/// Writes (create, update, patch, apply, delete) the API servers have served so far, from their
+/// own `apiserver_request_total`, by cluster and resource.
+async fn api_writes(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<String, u64>> {
+    let mut writes = BTreeMap::new();
+    for (cluster, c) in clients {
         let text = c
             .request_text(http::Request::get("/metrics").body(Vec::new())?)
             .await
             .context("the API server's /metrics")?;
-        total += text
-            .lines()
-            .filter(|l| l.starts_with("apiserver_request_total{"))
-            .filter(|l| {
-                ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                    .iter()
-                    .any(|v| l.contains(&format!("verb=\"{v}\"")))
-            })
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum::<f64>() as u64;
+        for line in text.lines() {
+            let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split_once(&format!("{name}=\""))
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .map_or("", |(value, _)| value)
+            };
+            if !["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&label("verb")) {
+                continue;
+            }
+            let resource = match label("subresource") {
+                "" => label("resource").to_owned(),
+                sub => format!("{}/{sub}", label("resource")),
+            };
+            let n = line
+                .rsplit_once(' ')
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .unwrap_or(0.0) as u64;
+            *writes.entry(format!("{cluster} {resource}")).or_default() += n;
+        }
     }
-    Ok(total)
+    Ok(writes)
 }
 
-/// Where a burst's work went: the API writes it took and the CPU time of each kind of process.
+/// Waits (up to a minute) until the API servers serve fewer than 10 writes in 2 s (leases and
+/// heartbeats go on): the mirroring of EndpointSlices and other work a burst set off is done.
+async fn wait_quiet(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<String, u64>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = api_writes(clients).await?;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = api_writes(clients).await?;
+        let new: u64 = now
+            .iter()
+            .map(|(k, n)| n.saturating_sub(last.get(k).copied().unwrap_or(0)))
+            .sum();
+        if new < 10 || Instant::now() > deadline {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
+/// Where a burst's work went: the API writes it took, by cluster and resource, and the CPU time
+/// of each kind of process, from before the burst until the API servers were quiet again.
 fn burst_cost(
     n: usize,
-    writes: u64,
+    writes: (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
     wall: Duration,
-    before: &std::collections::BTreeMap<&'static str, Duration>,
-    after: &std::collections::BTreeMap<&'static str, Duration>,
+    cpu: (
+        &BTreeMap<&'static str, Duration>,
+        &BTreeMap<&'static str, Duration>,
+    ),
 ) -> String {
-    let used: Vec<(&str, Duration)> = after
+    let mut by_resource: Vec<(&str, u64)> = writes
+        .1
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str(),
+                v.saturating_sub(writes.0.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    by_resource.sort_by_key(|(_, v)| std::cmp::Reverse(*v));
+    let total_writes: u64 = by_resource.iter().map(|(_, v)| v).sum();
+    let per = |v: u64| v as f64 / n as f64;
+    let biggest: Vec<String> = by_resource
+        .iter()
+        .take(12)
+        .map(|(k, v)| format!("{k} {:.1}", per(*v)))
+        .collect();
+    let used: Vec<(&str, Duration)> = cpu
+        .1
         .iter()
         .map(|(k, t)| {
             (
                 *k,
-                t.saturating_sub(before.get(k).copied().unwrap_or_default()),
+                t.saturating_sub(cpu.0.get(k).copied().unwrap_or_default()),
             )
         })
         .collect();
@@ -206,13 +263,14 @@ fn burst_cost(
         .map(|(k, t)| format!("{k} {:.1} s", t.as_secs_f64()))
         .collect();
     format!(
-        "burst of {n}: {writes} API writes ({:.1} per Service) and {:.1} s of the testbed's CPU ({:.0} ms per Service) in {:.1} s, {:.2} of {cores} cores: {}",
-        writes as f64 / n as f64,
+        "burst of {n}, until the API servers were quiet ({:.1} s): {total_writes} API writes ({:.1} per Service) and {:.1} s of the testbed's CPU ({:.0} ms per Service, {:.2} of {cores} cores): {}\n  writes per Service, by cluster and resource: {}",
+        wall.as_secs_f64(),
+        per(total_writes),
         total.as_secs_f64(),
         total.as_secs_f64() * 1000.0 / n as f64,
-        wall.as_secs_f64(),
         total.as_secs_f64() / wall.as_secs_f64(),
-        parts.join(", ")
+        parts.join(", "),
+        biggest.join(", ")
     )
 }
 
@@ -319,8 +377,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
 
+        let clusters = [("west", &west), ("east", &east), ("north", &north)];
         // (Reading the API servers' metrics costs them CPU: outside the CPU window.)
-        let writes_before = api_writes(&[&west, &east, &north]).await?;
+        let writes_before = wait_quiet(&clusters).await?;
         let cpu_before = testbed_cpu();
         let created: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
         let se_api: Api<ServiceExport> = Api::namespaced(west.clone(), &ns);
@@ -383,9 +442,14 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        let writes_after = wait_quiet(&clusters).await?;
         let cpu_after = testbed_cpu();
-        let writes = api_writes(&[&west, &east, &north]).await? - writes_before;
-        let cost = burst_cost(n, writes, all_ready, &cpu_before, &cpu_after);
+        let cost = burst_cost(
+            n,
+            (&writes_before, &writes_after),
+            started.elapsed(),
+            (&cpu_before, &cpu_after),
+        );
         // At this scale, one more at a time.
         let mut steady = Vec::new();
         for i in n..n + STEADY {

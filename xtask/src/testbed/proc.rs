@@ -162,17 +162,18 @@ pub fn rss_kib(pid: i32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// CPU time a process has used so far (user and system), or zero if it is gone.
+/// CPU time a process and its finished children have used so far (user and system), or zero if
+/// it is gone.
 pub fn cpu_time(pid: i32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces: utime and
-    // stime are the 12th and 13th of them, in clock ticks.
+    // Fields after the command name, which is in parentheses and may hold spaces: utime, stime,
+    // cutime and cstime are the 12th to 15th of them, in clock ticks.
     let ticks: u64 = stat
         .rsplit_once(") ")
         .map(|(_, rest)| {
             rest.split_whitespace()
                 .skip(11)
-                .take(2)
+                .take(4)
                 .filter_map(|f| f.parse::<u64>().ok())
                 .sum()
         })
