@@ -611,6 +611,66 @@ fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
     ]);
 }
 
+#[test]
+fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only_as_itself() {
+    let mut f = Fixture::new("gw-spoof", ROLE_GATEWAY);
+    // A second remote cluster, south, behind gateway S.
+    const S: [u8; 4] = [198, 18, 3, 1];
+    const SOUTH_NODE: [u8; 4] = [198, 18, 3, 7];
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let south = RemoteRoute {
+            cluster: 2,
+            gateway_ip: S,
+        };
+        maps.routes
+            .insert(
+                &aya::maps::lpm_trie::Key::new(16, [10, 99, 0, 0]),
+                &south,
+                0,
+            )
+            .expect("route");
+        let peer = Peer {
+            kind: PEER_REMOTE_GATEWAY,
+            cluster: 2,
+        };
+        maps.peers.insert(&S, &peer, 0).expect("peer S");
+    }
+
+    // N's Pod opens a flow to west. South's gateway, a known peer, answers for it, or sends an
+    // error about it: neither reaches the Pod.
+    let port = f.hairpin_tcp(POD_N, 40000, 0x02);
+    let reply = tcp(WEST_SVC, G, 80, port, 0x12, b"");
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(S, G, PORT, &reply)));
+    assert_eq!(v, SHOT, "a reply about west's flow from south's gateway");
+    let sent = tcp(G, WEST_SVC, port, 80, 0x02, b"");
+    let error = icmp_error(SOUTH_NODE, G, 3, 3, &sent);
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(S, G, PORT, &error)));
+    assert_eq!(v, SHOT, "an error about west's flow from south's gateway");
+    // West's own answer still goes through.
+    let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(v, REDIRECT, "west answers for its own flow");
+    assert_eq!(decode_geneve(&out).inner.dst(), POD_N);
+
+    // A flow a remote cluster opens carries its gateway's address: not another cluster's, not
+    // one of this cluster's, not a remote Service's.
+    for forged in [S, POD_G, POD_N, WEST_SVC] {
+        let syn = tcp(forged, EAST_SVC, 42000, 80, 0x02, b"");
+        let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &syn)));
+        assert_eq!(v, SHOT, "west's gateway sending as {forged:?}");
+    }
+    let syn = tcp(W, EAST_SVC, 42000, 80, 0x02, b"");
+    let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &syn)));
+    assert_eq!((v, out), (NEXT, eth(&syn)), "west's gateway as itself");
+
+    f.assert_counters(&[
+        (Counter::HairpinSnat, 1),
+        (Counter::HairpinUnsnat, 1),
+        (Counter::RxFromRemote, 1),
+        (Counter::DropSpoofedSource, 6),
+    ]);
+}
+
 /// Checks an ICMP error after translation: valid checksums (the error's, and the quoted IPv4
 /// header's), the error's addresses, and a quote equal to `want` byte for byte: the packet as
 /// the error's receiver knows it.

@@ -115,6 +115,12 @@ counters! {
     /// Not a verdict: ICMP errors (destination unreachable, time exceeded, parameter problem)
     /// about a SNATed flow, translated with it (each is also counted under its verdict).
     IcmpErrorTranslated = 26, "icmp_error_translated", false;
+    /// Gateway, from a remote gateway: a packet that gateway cannot have sent on its cluster's
+    /// behalf. A flow its cluster opens carries its own address as inner source (it SNATs
+    /// them); a reply, or an ICMP error, about a flow of ours comes from the gateway of the
+    /// cluster that flow went to. Anything else would let one member inject traffic under
+    /// another's or a local address.
+    DropSpoofedSource = 27, "drop_spoofed_source", true;
 }
 
 impl Counter {

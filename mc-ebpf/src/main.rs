@@ -101,6 +101,13 @@ fn remote_route(addr: [u8; 4]) -> Option<RemoteRoute> {
     ROUTES.get(&Key::new(32, addr)).copied()
 }
 
+/// Whether `addr` lies in the prefixes of the remote cluster whose gateway is `gateway`: only
+/// that gateway answers for flows to it.
+#[inline(always)]
+fn routed_via(addr: [u8; 4], gateway: [u8; 4]) -> bool {
+    remote_route(addr).is_some_and(|r| r.gateway_ip == gateway)
+}
+
 #[inline(always)]
 fn peer_kind(addr: &[u8; 4]) -> u32 {
     // SAFETY: the value is copied out at once.
@@ -222,11 +229,16 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
         }
         PEER_REMOTE_GATEWAY => {
             if tunnel.inner.dst != cfg.gateway_ip {
-                // A flow a remote cluster opened to a local ClusterIP or Pod.
+                // A flow a remote cluster opened to a local ClusterIP or Pod. Its gateway SNATed
+                // it to the gateway's own address, the tunnel's source: any other inner source
+                // is forged (another cluster's or a local address, to slip past policy).
+                if tunnel.inner.src != tunnel.outer.src {
+                    return Err(Counter::DropSpoofedSource);
+                }
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxFromRemote, VERDICT_NEXT));
             }
-            let node = nat::unsnat(ctx, &tunnel.inner)?;
+            let node = nat::unsnat(ctx, &tunnel.inner, tunnel.outer.src)?;
             if node == cfg.node_ip {
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxUnsnatLocal, VERDICT_NEXT));

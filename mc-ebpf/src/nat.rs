@@ -140,7 +140,7 @@ pub fn snat(
 ) -> Result<(), Counter> {
     let p = match ports(ctx, ip, true)? {
         L4::Ports(p) => p,
-        L4::IcmpError => return icmp_error(ctx, ip, true).map(|_| ()),
+        L4::IcmpError => return icmp_error(ctx, ip, None).map(|_| ()),
     };
     let key = flow_key(ip, &p);
     let second = coarse_seconds(now);
@@ -232,15 +232,20 @@ fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) -> bool {
     true
 }
 
-/// Reverses the translation of a reply arriving at the gateway address. Returns the Node that
-/// sent the flow, where the reply goes.
+/// Reverses the translation of a reply arriving at the gateway address from the remote gateway
+/// `sender`. Returns the Node that sent the flow, where the reply goes. Only the gateway of the
+/// cluster the flow went to may answer for it: the flow's remote address must be routed via
+/// `sender`.
 #[inline(always)]
-pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<[u8; 4], Counter> {
+pub fn unsnat(ctx: &TcContext, ip: &Ipv4, sender: [u8; 4]) -> Result<[u8; 4], Counter> {
     let p = match ports(ctx, ip, false)? {
         L4::Ports(p) => p,
-        L4::IcmpError => return icmp_error(ctx, ip, false),
+        L4::IcmpError => return icmp_error(ctx, ip, Some(sender)),
     };
     let key = flow_key(ip, &p);
+    if !crate::routed_via(key.src, sender) {
+        return Err(Counter::DropSpoofedSource);
+    }
     let entry = match SNAT.get_ptr(&key) {
         // SAFETY: as above; copied out at once.
         Some(entry) => unsafe { *entry },
@@ -267,17 +272,26 @@ pub fn unsnat(ctx: &TcContext, ip: &Ipv4) -> Result<[u8; 4], Counter> {
 /// to the Pod; leaving (a Pod's error about a reply it got), the quoted destination is the Pod
 /// and becomes the gateway's, and so does the error's source. The checksums of the quoted
 /// header and of the quoted L4 header (when quoted) are updated, and the ICMP checksum with
-/// them. Returns the Node that sent the flow.
+/// them. `entering` is the remote gateway that sent an entering error (`None`: leaving); it must
+/// be the gateway of the cluster the quoted packet went to. Returns the Node that sent the flow.
 #[inline(always)]
-fn icmp_error(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<[u8; 4], Counter> {
+fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[u8; 4], Counter> {
     let fail = |_| Counter::DropRewriteFailed;
+    let leaving = entering.is_none();
     let q = ipv4_at(ctx, ip.l4() + 8, Counter::DropBadIpv4Header)?;
     if q.is_later_fragment() {
         return Err(Counter::DropFragment);
     }
-    if !leaving && q.src != ip.dst {
-        // Not about a packet the gateway address sent.
-        return Err(Counter::DropNoSnatEntry);
+    if let Some(sender) = entering {
+        if q.src != ip.dst {
+            // Not about a packet the gateway address sent.
+            return Err(Counter::DropNoSnatEntry);
+        }
+        // The error's own source may be any router of that cluster; the quoted destination
+        // is the flow's remote address.
+        if !crate::routed_via(q.dst, sender) {
+            return Err(Counter::DropSpoofedSource);
+        }
     }
     let l4 = q.l4();
     // (source port or echo id, destination port, where the source port or echo id is, where
