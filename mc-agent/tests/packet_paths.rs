@@ -784,6 +784,13 @@ fn icmp_errors_about_translated_flows_are_translated_with_them() {
     let short = icmp_error(WEST_NODE, G, 3, 3, &sent[..12]);
     let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &short)));
     assert_eq!(v, SHOT);
+    // An error whose own length ends inside the quoted ports, with the rest of a valid quote
+    // after it (as padding would be): the quote is cut where the error ends, so it is short.
+    let mut cut = icmp_error(WEST_NODE, G, 3, 3, &sent[..28]);
+    cut[2..4].copy_from_slice(&(20u16 + 8 + 20 + 2).to_be_bytes());
+    set_ipv4_checksum(&mut cut);
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &cut)));
+    assert_eq!(v, SHOT, "bytes past the error's length are not its quote");
 
     f.assert_counters(&[
         (Counter::HairpinSnat, 7),
@@ -792,8 +799,15 @@ fn icmp_errors_about_translated_flows_are_translated_with_them() {
         (Counter::TxSnatToRemote, 2),
         (Counter::RxUnsnatLocal, 2),
         (Counter::DropNoSnatEntry, 3),
-        (Counter::DropTruncated, 1),
+        (Counter::DropTruncated, 2),
     ]);
+}
+
+/// Recomputes the IPv4 header checksum of `packet` (a 20-byte header) after an edit.
+fn set_ipv4_checksum(packet: &mut [u8]) {
+    packet[10..12].fill(0);
+    let c = support::frames::csum(&packet[..20], 0);
+    packet[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
 /// A DNS query from `pod` to west.
@@ -827,6 +841,12 @@ fn bad_tunnel_packets_are_dropped_and_counted() {
     bad_inner[36] = 0x43; // inner IHL 3
     let (v, _) = f.run(Direction::Ingress, &eth(&bad_inner));
     assert_eq!(v, SHOT);
+    // An inner packet longer than the tunnel carries: cut short, never forwarded.
+    let mut long = inner.clone();
+    long[2..4].copy_from_slice(&(inner.len() as u16 + 100).to_be_bytes());
+    set_ipv4_checksum(&mut long);
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &long)));
+    assert_eq!(v, SHOT, "an inner packet past the tunnel's end");
 
     // A reply to the gateway IP that no flow of ours expects.
     let stray = tcp(WEST_SVC, G, 80, 50000, 0x12, b"");
@@ -862,7 +882,7 @@ fn bad_tunnel_packets_are_dropped_and_counted() {
     assert_eq!(f.snat_entries(), (0, 0));
     f.assert_counters(&[
         (Counter::DropUnknownPeer, 1),
-        (Counter::DropTruncated, 1),
+        (Counter::DropTruncated, 2),
         (Counter::DropBadGeneve, 4),
         (Counter::DropNoSnatEntry, 1),
         (Counter::DropNotRemote, 1),

@@ -51,7 +51,8 @@ counters! {
     PassNotIpv4 = 0, "pass_not_ipv4", false;
     /// A well-formed IPv4 packet with nothing for Strait to do, passed on.
     PassIpv4 = 1, "pass_ipv4", false;
-    /// The frame ends inside a header it announces.
+    /// The frame ends inside a header it announces, or before the end its IPv4 total length
+    /// gives (an inner packet before its outer one's end; an ICMP error's quote past the error).
     DropTruncated = 2, "drop_truncated", true;
     /// IPv4 header with a wrong version, a header length under 20 bytes or a total length
     /// shorter than its header.

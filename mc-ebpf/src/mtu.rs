@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use mc_common::{Counter, dataplane::ENCAP_OVERHEAD};
 
-use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, fold, read, sum_words};
+use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, fold, sum_words};
 
 const TCP_SYN: u8 = 0x02;
 const TCP_OPT_END: u8 = 0;
@@ -64,11 +64,15 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
         return Ok(false);
     }
     let l4 = ip.l4();
-    let head: [u8; 14] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+    let head: [u8; 14] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
     if head[13] & TCP_SYN == 0 {
         return Ok(false);
     }
     let header_len = usize::from(head[12] >> 4) * 4;
+    if l4 + header_len > ip.end {
+        // Options past the packet's end: not ours to rewrite (the receiver drops it).
+        return Ok(false);
+    }
     // IPv4 and TCP headers without options, inside the tunnel.
     let max_mss = inner_mtu(mtu).saturating_sub(40) as u16;
     let mut off = 20;

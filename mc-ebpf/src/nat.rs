@@ -58,11 +58,11 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Counter> {
     let l4 = ip.l4();
     match ip.proto {
         IPPROTO_TCP | IPPROTO_UDP => {
-            let p: [u8; 4] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            let p: [u8; 4] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             let tcp = ip.proto == IPPROTO_TCP;
             // Make sure the checksum field is inside the packet before any rewrite.
             let csum_off = if tcp { l4 + 16 } else { l4 + 6 };
-            let _: [u8; 2] = read(ctx, csum_off).map_err(|_| Counter::DropTruncated)?;
+            let _: [u8; 2] = ip.read(ctx, csum_off).map_err(|_| Counter::DropTruncated)?;
             Ok(L4::Ports(Ports {
                 src: u16::from_be_bytes([p[0], p[1]]),
                 dst: u16::from_be_bytes([p[2], p[3]]),
@@ -74,7 +74,7 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Counter> {
             }))
         }
         IPPROTO_ICMP => {
-            let h: [u8; 8] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            let h: [u8; 8] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             let id = u16::from_be_bytes([h[4], h[5]]);
             let expected = if leaving {
                 ICMP_ECHO_REQUEST
@@ -279,6 +279,11 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     let fail = |_| Counter::DropRewriteFailed;
     let leaving = entering.is_none();
     let q = ipv4_at(ctx, ip.l4() + 8, Counter::DropBadIpv4Header)?;
+    // The quote is cut short of the quoted packet's length: it ends where the error does, and
+    // every read of it below is bounded by the error (`ip.read`), not by the frame.
+    if q.l4() > ip.end {
+        return Err(Counter::DropTruncated);
+    }
     if q.is_later_fragment() {
         return Err(Counter::DropFragment);
     }
@@ -298,7 +303,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     // the quoted L4 checksum is, whether that covers the addresses)
     let (sport, dport, sport_off, csum_off, pseudo) = match q.proto {
         IPPROTO_TCP | IPPROTO_UDP => {
-            let p: [u8; 4] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            let p: [u8; 4] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             let csum_off = if q.proto == IPPROTO_TCP {
                 l4 + 16
             } else {
@@ -314,7 +319,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
         }
         // An error about an echo request the gateway sent for a Pod.
         IPPROTO_ICMP if !leaving => {
-            let h: [u8; 8] = read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            let h: [u8; 8] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             if h[0] != ICMP_ECHO_REQUEST {
                 return Err(Counter::DropUnsupportedProto);
             }
@@ -357,7 +362,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
 
     // The quoted L4 checksum, when the error quotes that far (a TCP checksum may lie beyond the
     // 8 bytes an error must quote); a zero UDP checksum means none and stays zero.
-    if let Ok(c) = read::<[u8; 2]>(ctx, csum_off) {
+    if let Ok(c) = ip.read::<[u8; 2]>(ctx, csum_off) {
         let old = u16::from_be_bytes(c);
         if !(q.proto == IPPROTO_UDP && old == 0) {
             let mut new = csum_replace2(old, old_port, new_port);
@@ -373,7 +378,9 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     if old_port != new_port {
         store16(port_off, old_port, new_port)?;
     }
-    let c: [u8; 2] = read(ctx, q.check_off()).map_err(|_| Counter::DropTruncated)?;
+    let c: [u8; 2] = ip
+        .read(ctx, q.check_off())
+        .map_err(|_| Counter::DropTruncated)?;
     let old_check = u16::from_be_bytes(c);
     store16(
         q.check_off(),

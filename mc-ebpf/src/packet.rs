@@ -23,6 +23,9 @@ pub struct Ipv4 {
     pub proto: u8,
     /// Flags and fragment offset, host order.
     pub frag: u16,
+    /// Where the packet ends by its header's total length: bytes past it (an Ethernet frame's
+    /// padding, or what follows a quoted header) are not the packet's.
+    pub end: usize,
 }
 
 impl Ipv4 {
@@ -59,6 +62,15 @@ impl Ipv4 {
     pub fn dst_off(&self) -> usize {
         self.off + 16
     }
+
+    /// Reads a `T` at `off`, which must lie inside this packet by its total length.
+    #[inline(always)]
+    pub fn read<T: Copy>(&self, ctx: &TcContext, off: usize) -> Result<T, ()> {
+        if off + core::mem::size_of::<T>() > self.end {
+            return Err(());
+        }
+        read(ctx, off)
+    }
 }
 
 /// Reads a `T` at offset `off` of the packet: from the linear data if it holds the bytes, else
@@ -82,15 +94,39 @@ pub fn eth_ipv4(ctx: &TcContext) -> Result<Option<Ipv4>, Counter> {
     if u16::from_be(eth.ether_type) != ETH_P_IP {
         return Ok(None);
     }
-    ipv4_at(ctx, ETH_HLEN, Counter::DropBadIpv4Header).map(Some)
+    whole_ipv4_at(
+        ctx,
+        ETH_HLEN,
+        ctx.len() as usize,
+        Counter::DropBadIpv4Header,
+    )
+    .map(Some)
 }
 
-/// Parses the IPv4 header at `off`; a malformed one is counted as `bad`.
+/// Parses the IPv4 header at `off` of a packet that must be whole and end by `limit`: shorter
+/// than its header's total length is truncated.
+#[inline(always)]
+pub fn whole_ipv4_at(
+    ctx: &TcContext,
+    off: usize,
+    limit: usize,
+    bad: Counter,
+) -> Result<Ipv4, Counter> {
+    let ip = ipv4_at(ctx, off, bad)?;
+    if limit < ip.end {
+        return Err(Counter::DropTruncated);
+    }
+    Ok(ip)
+}
+
+/// Parses the IPv4 header at `off` (of a whole packet, or one quoted in an ICMP error and so
+/// cut short); a malformed one is counted as `bad`.
 #[inline(always)]
 pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counter> {
     let ip: Ipv4Hdr = read(ctx, off).map_err(|_| Counter::DropTruncated)?;
     let hlen = usize::from(ip.ihl());
-    if ip.version() != 4 || hlen < Ipv4Hdr::LEN || usize::from(ip.tot_len()) < hlen {
+    let len = usize::from(ip.tot_len());
+    if ip.version() != 4 || hlen < Ipv4Hdr::LEN || len < hlen {
         return Err(bad);
     }
     if (ctx.len() as usize) < off + hlen {
@@ -103,13 +139,14 @@ pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counte
         dst: ip.dst_addr,
         proto: ip.proto,
         frag: u16::from_be_bytes(ip.frags),
+        end: off + len,
     })
 }
 
 /// The UDP destination port of a (first-fragment) UDP packet.
 #[inline(always)]
 pub fn udp_dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
-    let ports: [u8; 4] = read(ctx, ip.l4()).map_err(|_| Counter::DropTruncated)?;
+    let ports: [u8; 4] = ip.read(ctx, ip.l4()).map_err(|_| Counter::DropTruncated)?;
     Ok(u16::from_be_bytes([ports[2], ports[3]]))
 }
 

@@ -25,7 +25,7 @@ use mc_common::{
 
 use crate::{
     NEXT_HOPS,
-    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_UDP, Ipv4, fold, ipv4_at, read, sum_words},
+    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_UDP, Ipv4, fold, sum_words, whole_ipv4_at},
 };
 
 const UDP_HLEN: usize = 8;
@@ -48,7 +48,9 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
     if outer.proto != IPPROTO_UDP || outer.is_later_fragment() {
         return Ok(None);
     }
-    let udp: [u8; UDP_HLEN] = read(ctx, outer.l4()).map_err(|_| Counter::DropTruncated)?;
+    let udp: [u8; UDP_HLEN] = outer
+        .read(ctx, outer.l4())
+        .map_err(|_| Counter::DropTruncated)?;
     if u16::from_be_bytes([udp[2], udp[3]]) != port {
         return Ok(None);
     }
@@ -56,8 +58,9 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
     if outer.more_fragments() {
         return Err(Counter::DropBadGeneve);
     }
-    let geneve: [u8; GENEVE_HLEN] =
-        read(ctx, outer.l4() + UDP_HLEN).map_err(|_| Counter::DropTruncated)?;
+    let geneve: [u8; GENEVE_HLEN] = outer
+        .read(ctx, outer.l4() + UDP_HLEN)
+        .map_err(|_| Counter::DropTruncated)?;
     let version = geneve[0] >> 6;
     let options_len = usize::from(geneve[0] & 0x3f) * 4;
     let control = geneve[1] & 0x80 != 0;
@@ -66,7 +69,8 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
         return Err(Counter::DropBadGeneve);
     }
     let inner_off = outer.l4() + UDP_HLEN + GENEVE_HLEN + options_len;
-    let inner = ipv4_at(ctx, inner_off, Counter::DropBadGeneve)?;
+    // The inner packet must be whole and inside the outer one.
+    let inner = whole_ipv4_at(ctx, inner_off, outer.end, Counter::DropBadGeneve)?;
     Ok(Some(Tunnel {
         outer: *outer,
         inner,
@@ -174,7 +178,9 @@ pub fn retarget(
         // Outer IP options never come from Strait's peers; not worth a slower path.
         return Err(Counter::DropBadGeneve);
     }
-    let ports: [u8; 4] = read(ctx, outer.l4()).map_err(|_| Counter::DropTruncated)?;
+    let ports: [u8; 4] = outer
+        .read(ctx, outer.l4())
+        .map_err(|_| Counter::DropTruncated)?;
     // Everything after the Geneve base header, options included, counts as carried.
     let carried = (ctx.len() as usize).saturating_sub(ETH_HLEN + ENCAP_LEN);
     let h = outer_headers(
