@@ -612,7 +612,8 @@ fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
 }
 
 #[test]
-fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only_as_itself() {
+fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only_as_itself_into_this_cluster()
+ {
     let mut f = Fixture::new("gw-spoof", ROLE_GATEWAY);
     // A second remote cluster, south, behind gateway S.
     const S: [u8; 4] = [198, 18, 3, 1];
@@ -662,12 +663,20 @@ fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only
     let syn = tcp(W, EAST_SVC, 42000, 80, 0x02, b"");
     let (v, out) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &syn)));
     assert_eq!((v, out), (NEXT, eth(&syn)), "west's gateway as itself");
+    // ... and only to this cluster: not through this gateway on to south (where it would
+    // arrive SNATed as this gateway's), not back to west, not to a Node or a gateway.
+    for elsewhere in [[10, 99, 0, 5], WEST_SVC, N, S] {
+        let syn = tcp(W, elsewhere, 42000, 80, 0x02, b"");
+        let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &syn)));
+        assert_eq!(v, SHOT, "west's gateway opening a flow to {elsewhere:?}");
+    }
 
     f.assert_counters(&[
         (Counter::HairpinSnat, 1),
         (Counter::HairpinUnsnat, 1),
         (Counter::RxFromRemote, 1),
         (Counter::DropSpoofedSource, 6),
+        (Counter::DropNotLocal, 4),
     ]);
 }
 

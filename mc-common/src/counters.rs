@@ -122,6 +122,10 @@ counters! {
     /// cluster that flow went to. Anything else would let one member inject traffic under
     /// another's or a local address.
     DropSpoofedSource = 27, "drop_spoofed_source", true;
+    /// Gateway, from a remote gateway: a flow its cluster opened to an address that is not this
+    /// cluster's to serve: another remote cluster's prefix (the gateway relays nothing between
+    /// members), or a Node's or gateway's own address.
+    DropNotLocal = 28, "drop_not_local", true;
 }
 
 impl Counter {

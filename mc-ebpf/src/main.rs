@@ -235,6 +235,12 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 if tunnel.inner.src != tunnel.outer.src {
                     return Err(Counter::DropSpoofedSource);
                 }
+                // And it is for this cluster: not relayed on to another member under this
+                // gateway's address, not to a Node's or gateway's own address.
+                let dst = tunnel.inner.dst;
+                if dst == cfg.node_ip || peer_kind(&dst) != 0 || remote_route(dst).is_some() {
+                    return Err(Counter::DropNotLocal);
+                }
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxFromRemote, VERDICT_NEXT));
             }
