@@ -20,7 +20,7 @@ use support::{
     Bpffs,
     frames::{
         ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, geneve_with_options, icmp_echo,
-        icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, udp, without_df,
+        icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, tcp_syn_options, udp, without_df,
     },
     require_root,
 };
@@ -930,6 +930,31 @@ fn syn_mss_is_clamped_to_the_tunnel_and_oversize_df_packets_get_frag_needed() {
         &small[..],
         "a small MSS stays as it is"
     );
+    // A SYN without MSS whose last option (window scale, 3 bytes) ends the segment: nothing to
+    // clamp, and nothing read past the header.
+    let ts = [8, 10, 0, 0, 0, 1, 0, 0, 0, 0];
+    let no_mss = [&[1, 1][..], &ts, &[1, 3, 3, 7]].concat();
+    let syn = tcp_syn_options(POD_N, WEST_SVC, 40002, 80, &no_mss, &[]);
+    let (verdict, out) = f.run(Direction::Egress, &eth(&syn));
+    assert_eq!(verdict, REDIRECT, "a SYN without MSS goes through");
+    assert_eq!(decode_geneve(&out).inner.0, &syn[..]);
+    // An MSS option that runs past the header's end is malformed: the bytes after the header
+    // (here data, 1460 in the shape of an MSS value) are not rewritten.
+    let syn = tcp_syn_options(
+        POD_N,
+        WEST_SVC,
+        40003,
+        80,
+        &[1, 1, 1, 1, 1, 1, 2, 4],
+        &[5, 180],
+    );
+    let (verdict, out) = f.run(Direction::Egress, &eth(&syn));
+    assert_eq!(verdict, REDIRECT);
+    assert_eq!(
+        decode_geneve(&out).inner.0,
+        &syn[..],
+        "an option crossing the header's end is left alone"
+    );
 
     // A 1465-byte DF datagram does not fit: ICMP fragmentation-needed goes back to the Pod.
     let big = udp(POD_N, WEST_SVC, 5353, 53, &[7u8; 1465 - 28], true);
@@ -976,7 +1001,7 @@ fn syn_mss_is_clamped_to_the_tunnel_and_oversize_df_packets_get_frag_needed() {
     assert_eq!(verdict, SHOT);
 
     f.assert_counters(&[
-        (Counter::TxToGateway, 4),
+        (Counter::TxToGateway, 6),
         (Counter::TcpMssClamped, 2),
         (Counter::TxFragNeeded, 1),
         (Counter::DropTooBig, 1),

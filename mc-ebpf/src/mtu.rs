@@ -84,13 +84,16 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
             TCP_OPT_END => break,
             TCP_OPT_NOP => off += 1,
             _ => {
-                let opt: [u8; 4] = ctx.load(l4 + off).map_err(|_| Counter::DropTruncated)?;
-                let len = usize::from(opt[1]);
-                if len < 2 {
+                // Kind and length only: the option may be the last, ending the segment.
+                let kl: [u8; 2] = ctx.load(l4 + off).map_err(|_| Counter::DropTruncated)?;
+                let len = usize::from(kl[1]);
+                if len < 2 || off + len > header_len {
+                    // Malformed options: not ours to rewrite (the receiver rejects them).
                     return Ok(false);
                 }
                 if kind == TCP_OPT_MSS && len == 4 {
-                    let mss = u16::from_be_bytes([opt[2], opt[3]]);
+                    let v: [u8; 2] = ctx.load(l4 + off + 2).map_err(|_| Counter::DropTruncated)?;
+                    let mss = u16::from_be_bytes(v);
                     // The value must sit on a 16-bit boundary of the segment for the
                     // incremental checksum update; MSS is the first option almost always.
                     if mss <= max_mss || (off + 2) % 2 != 0 {

@@ -94,6 +94,19 @@ pub fn tcp_syn_mss(
     tcp_segment(src, dst, sport, dport, flags, &[2, 4, m[0], m[1]], &[])
 }
 
+/// TCP SYN with the given options (a multiple of 4 bytes) and payload, with a correct checksum.
+pub fn tcp_syn_options(
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    options: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0, "TCP options fill whole words");
+    tcp_segment(src, dst, sport, dport, 0x02, options, payload)
+}
+
 /// The same packet with DF cleared (header checksum recomputed).
 pub fn without_df(packet: &[u8]) -> Vec<u8> {
     let mut p = packet.to_vec();
