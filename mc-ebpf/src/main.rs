@@ -3,6 +3,12 @@
 //! `mc_ingress` decapsulates, runs the gateway's hairpin between local Nodes and remote gateways,
 //! and drops tunnel traffic from anyone else. Every packet is counted under exactly one verdict
 //! or drop reason.
+//!
+//! Cold paths (ICMP errors, a flow's first packet, the once-a-second SNAT check, the next-hop
+//! cache's misses, SYN option walks, fragmentation-needed) are `#[inline(never)]` functions,
+//! called BPF-to-BPF: everything else is inlined, and without them the programs' every-packet
+//! code would be spread over half as many instructions again (19 and 28 KiB of BPF against 13 and
+//! 18), which costs instruction-cache misses on every packet.
 #![no_std]
 #![no_main]
 // The program macros expand to a `pub fn` taking the raw context pointer.

@@ -75,6 +75,18 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
     }
     // IPv4 and TCP headers without options, inside the tunnel.
     let max_mss = inner_mtu(mtu).saturating_sub(40) as u16;
+    clamp_syn_mss(ctx, l4, header_len, max_mss)
+}
+
+/// The option walk of [`clamp_mss`] for a SYN whose `header_len` bytes of TCP header at `l4` lie
+/// inside the packet. Out of line (a BPF-to-BPF call): only SYNs run it.
+#[inline(never)]
+fn clamp_syn_mss(
+    ctx: &TcContext,
+    l4: usize,
+    header_len: usize,
+    max_mss: u16,
+) -> Result<bool, Counter> {
     let mut off = 20;
     let mut steps = 0;
     while steps < MAX_OPTIONS && off + 1 < header_len {

@@ -217,8 +217,10 @@ fn reverse_entry(key: &FlowKey, node: [u8; 4]) -> SnatEntry {
 /// Makes sure a flow's reverse entry exists, re-creating it if not: the LRU table may evict it
 /// while the forward entry stays in use, and then every reply would be dropped. Runs for the
 /// first packet of a flow in each second, so an idle flow checks when it sends again. False
-/// when the reply key now belongs to another flow.
-#[inline(always)]
+/// when the reply key now belongs to another flow. Out of line (a BPF-to-BPF call), as are the
+/// other paths that few packets take: the code every packet runs stays short (see the module's
+/// note on cold paths in `main.rs`).
+#[inline(never)]
 fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) -> bool {
     let reverse_key = reverse_key(key, forward.addr, forward.port);
     if let Some(reverse) = SNAT.get_ptr(&reverse_key) {
@@ -274,7 +276,8 @@ pub fn unsnat(ctx: &TcContext, ip: &Ipv4, sender: [u8; 4]) -> Result<[u8; 4], Co
 /// header and of the quoted L4 header (when quoted) are updated, and the ICMP checksum with
 /// them. `entering` is the remote gateway that sent an entering error (`None`: leaving); it must
 /// be the gateway of the cluster the quoted packet went to. Returns the Node that sent the flow.
-#[inline(always)]
+/// Out of line: a cold path.
+#[inline(never)]
 fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[u8; 4], Counter> {
     let fail = |_| Counter::DropRewriteFailed;
     let leaving = entering.is_none();
@@ -418,8 +421,9 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
 /// flow's own port comes first when it lies in the SNAT range (as the kernel's masquerade
 /// does): then only the address changes, and each packet costs one checksum update less. If
 /// that reply key is held by this very flow (the LRU table evicted its forward entry but not
-/// its reverse one), the flow keeps its port instead of changing it mid-connection.
-#[inline(always)]
+/// its reverse one), the flow keeps its port instead of changing it mid-connection. Out of line:
+/// once per flow.
+#[inline(never)]
 fn allocate(
     key: &FlowKey,
     gateway_ip: [u8; 4],

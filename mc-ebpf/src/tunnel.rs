@@ -266,8 +266,8 @@ fn next_hop(
     Some(macs)
 }
 
-/// [`next_hop`] from the kernel's FIB and neighbour table.
-#[inline(always)]
+/// [`next_hop`] from the kernel's FIB and neighbour table. Out of line: the cache's misses only.
+#[inline(never)]
 fn fib_next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4]) -> Option<[u8; 12]> {
     let mut params = zeroed_fib_params();
     params.family = AF_INET;
