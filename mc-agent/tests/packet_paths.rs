@@ -219,6 +219,38 @@ fn regular_node_tunnels_remote_traffic_to_the_local_gateway() {
 }
 
 #[test]
+fn the_outer_source_port_follows_the_flow() {
+    let mut f = Fixture::new("node-flow-hash", ROLE_NODE);
+    // Test frames carry no stack hash, as a Pod's UDP datagrams do not: the program hashes the
+    // inner packet itself. The same flow always leaves with the same port; flows that differ in
+    // any one of source port, destination port, source or destination address spread out.
+    let mut port_of = |src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16| {
+        let (verdict, out) = f.run(
+            Direction::Egress,
+            &eth(&udp(src, dst, sport, dport, b"x", true)),
+        );
+        assert_eq!(verdict, REDIRECT);
+        decode_geneve(&out).udp_src_port
+    };
+    let base = port_of(POD_N, WEST_SVC, 40000, 53);
+    assert_eq!(port_of(POD_N, WEST_SVC, 40000, 53), base, "same flow");
+    let mut ports = std::collections::BTreeSet::from([base]);
+    for sport in 40001..40017 {
+        ports.insert(port_of(POD_N, WEST_SVC, sport, 53));
+    }
+    ports.insert(port_of(POD_N, WEST_SVC, 40000, 54));
+    ports.insert(port_of([10, 244, 1, 6], WEST_SVC, 40000, 53));
+    ports.insert(port_of(POD_N, [10, 98, 0, 11], 40000, 53));
+    // 20 flows over 16384 ports: a collision or two may happen, a constant hash may not.
+    assert!(
+        ports.len() >= 18,
+        "20 flows left with only {} ports",
+        ports.len()
+    );
+    assert!(ports.iter().all(|p| *p >= 0xc000));
+}
+
+#[test]
 fn with_routes_via_the_gateway_the_kernels_ethernet_header_is_kept() {
     let mut f = Fixture::new("node-routed", ROLE_NODE);
     {

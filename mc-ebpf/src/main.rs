@@ -147,7 +147,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         return Ok(refused);
     }
     if cfg.role == ROLE_NODE {
-        tunnel::encap(ctx, cfg.node_ip, cfg.gateway_internal_ip, port)?;
+        tunnel::encap(ctx, &ip, cfg.node_ip, cfg.gateway_internal_ip, port)?;
         if route.is_some() && cfg.flags & CONFIG_ROUTED_VIA_GATEWAY != 0 {
             // The kernel routed it via the hop toward the gateway: its Ethernet header is right.
             return Ok((Counter::TxToGateway, VERDICT_PASS));
@@ -159,13 +159,13 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
         let now = tunnel::now();
         nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
-        tunnel::encap(ctx, cfg.node_ip, route.gateway_ip, port)?;
+        tunnel::encap(ctx, &ip, cfg.node_ip, route.gateway_ip, port)?;
         let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
     // A reply to a flow a remote gateway opened: the tunnel packet goes to the address the
     // kernel just routed this one to, so the Ethernet header it wrote is already right.
-    tunnel::encap(ctx, cfg.node_ip, ip.dst, port)?;
+    tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port)?;
     Ok((Counter::TxReplyToRemote, VERDICT_PASS))
 }
 

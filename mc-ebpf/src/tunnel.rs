@@ -13,8 +13,7 @@ use aya_ebpf::{
         BPF_FIB_LOOKUP_OUTPUT, TC_ACT_OK, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, bpf_fib_lookup,
     },
     helpers::generated::{
-        bpf_fib_lookup, bpf_get_hash_recalc, bpf_ktime_get_coarse_ns, bpf_redirect,
-        bpf_redirect_neigh,
+        bpf_fib_lookup, bpf_ktime_get_coarse_ns, bpf_redirect, bpf_redirect_neigh,
     },
     programs::TcContext,
 };
@@ -25,7 +24,7 @@ use mc_common::{
 
 use crate::{
     NEXT_HOPS,
-    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_UDP, Ipv4, fold, sum_words, whole_ipv4_at},
+    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, fold, sum_words, whole_ipv4_at},
 };
 
 const UDP_HLEN: usize = 8;
@@ -77,12 +76,18 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
     }))
 }
 
-/// Wraps the IPv4 packet that follows the Ethernet header in outer IPv4/UDP/Geneve headers from
-/// `src` to `dst`.
+/// Wraps the IPv4 packet `ip` that follows the Ethernet header in outer IPv4/UDP/Geneve headers
+/// from `src` to `dst`.
 #[inline(always)]
-pub fn encap(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], port: u16) -> Result<(), Counter> {
+pub fn encap(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    src: [u8; 4],
+    dst: [u8; 4],
+    port: u16,
+) -> Result<(), Counter> {
     let inner_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
-    let header = outer_headers(src, dst, flow_source_port(ctx), port, inner_len)?;
+    let header = outer_headers(src, dst, flow_source_port(ctx, ip), port, inner_len)?;
     let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64;
     if ctx
         .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, gso_flags)
@@ -342,16 +347,34 @@ pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], now: u64) -> i32 {
     unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 }
 }
 
-/// Outer UDP source port: from the flow hash (the one the stack already has when it has one), in
-/// the range 49152..=65535.
+/// Outer UDP source port: from the flow hash, in the range 49152..=65535. The stack's own hash
+/// when the packet has one (TCP's, from its socket); else a hash of the inner addresses, protocol
+/// and ports made here, a few register operations. Asking the kernel instead
+/// (`bpf_get_hash_recalc`) runs its flow dissector over the packet again, and a Pod's UDP
+/// datagrams, which carry no hash, would pay for that on every packet.
 #[inline(always)]
-fn flow_source_port(ctx: &TcContext) -> u16 {
+fn flow_source_port(ctx: &TcContext, ip: &Ipv4) -> u16 {
     let skb = ctx.as_ptr() as *mut __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
     let mut hash = unsafe { (*skb).hash };
     if hash == 0 {
-        // SAFETY: as above.
-        hash = unsafe { bpf_get_hash_recalc(skb) };
+        hash = tuple_hash(ctx, ip);
     }
     0xc000 | (hash as u16 & 0x3fff)
+}
+
+/// A hash of the packet's addresses, protocol and (for the first or only fragment of TCP and
+/// UDP) ports: a flow's packets all get the same one, and flows spread over the underlay's paths.
+#[inline(always)]
+fn tuple_hash(ctx: &TcContext, ip: &Ipv4) -> u32 {
+    let ports = if (ip.proto == IPPROTO_TCP || ip.proto == IPPROTO_UDP) && !ip.is_later_fragment() {
+        ip.read::<[u8; 4]>(ctx, ip.l4())
+            .map_or(0, u32::from_ne_bytes)
+    } else {
+        0
+    };
+    let mut h = u32::from_ne_bytes(ip.src).wrapping_mul(0x9e37_79b1);
+    h = (h ^ u32::from_ne_bytes(ip.dst)).wrapping_mul(0x85eb_ca6b);
+    h = (h ^ ports ^ u32::from(ip.proto)).wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
 }
