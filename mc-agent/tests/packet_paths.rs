@@ -19,8 +19,8 @@ use mc_common::{
 use support::{
     Bpffs,
     frames::{
-        ETH_HLEN, ICMP, Ip, TCP, UDP, decode_geneve, eth, geneve, geneve_with_options, icmp_echo,
-        icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, tcp_syn_options, udp, without_df,
+        ETH_HLEN, ICMP, Ip, TCP, UDP, as_fragment, decode_geneve, eth, geneve, geneve_with_options,
+        icmp_echo, icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, tcp_syn_options, udp, without_df,
     },
     require_root,
 };
@@ -221,16 +221,23 @@ fn regular_node_tunnels_remote_traffic_to_the_local_gateway() {
 #[test]
 fn the_outer_source_port_follows_the_flow() {
     let mut f = Fixture::new("node-flow-hash", ROLE_NODE);
-    // Test frames carry no stack hash, as a Pod's UDP datagrams do not: the program hashes the
-    // inner packet itself. The same flow always leaves with the same port; flows that differ in
+    // Test frames carry no stack hash: the program hashes the inner packet itself. The same flow always leaves with the same port; flows that differ in
     // any one of source port, destination port, source or destination address spread out.
-    let mut port_of = |src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16| {
-        let (verdict, out) = f.run(
-            Direction::Egress,
-            &eth(&udp(src, dst, sport, dport, b"x", true)),
-        );
+    let mut port_of_packet = |packet: &[u8]| {
+        let (verdict, out) = f.run(Direction::Egress, &eth(packet));
         assert_eq!(verdict, REDIRECT);
         decode_geneve(&out).udp_src_port
+    };
+    // Two fragments of one datagram (the first carries the ports, the second does not) take
+    // the same path.
+    let datagram = without_df(&udp(POD_N, WEST_SVC, 40000, 53, &[7; 24], true));
+    assert_eq!(
+        port_of_packet(&as_fragment(&datagram, 0x2000)),
+        port_of_packet(&as_fragment(&datagram, 0x0002)),
+        "fragments of one datagram"
+    );
+    let mut port_of = |src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16| {
+        port_of_packet(&udp(src, dst, sport, dport, b"x", true))
     };
     let base = port_of(POD_N, WEST_SVC, 40000, 53);
     assert_eq!(port_of(POD_N, WEST_SVC, 40000, 53), base, "same flow");
@@ -903,19 +910,8 @@ fn bad_tunnel_packets_are_dropped_and_counted() {
     let sctp = ipv4(POD_N, WEST_SVC, 132, &[0u8; 16]);
     let (v, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &sctp)));
     assert_eq!(v, SHOT);
-    let mut fragment = udp(POD_N, WEST_SVC, 5353, 53, b"tail", false);
-    fragment[6] = 0x00;
-    fragment[7] = 0x10; // offset 128 bytes
-    let c = support::frames::csum(
-        &{
-            let mut h = fragment[..20].to_vec();
-            h[10] = 0;
-            h[11] = 0;
-            h
-        },
-        0,
-    );
-    fragment[10..12].copy_from_slice(&c.to_be_bytes());
+    // Offset 128 bytes.
+    let fragment = as_fragment(&udp(POD_N, WEST_SVC, 5353, 53, b"tail", false), 0x10);
     let (v, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &fragment)));
     assert_eq!(v, SHOT);
 

@@ -348,10 +348,9 @@ pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], now: u64) -> i32 {
 }
 
 /// Outer UDP source port: from the flow hash, in the range 49152..=65535. The stack's own hash
-/// when the packet has one (TCP's, from its socket); else a hash of the inner addresses, protocol
-/// and ports made here, a few register operations. Asking the kernel instead
-/// (`bpf_get_hash_recalc`) runs its flow dissector over the packet again, and a Pod's UDP
-/// datagrams, which carry no hash, would pay for that on every packet.
+/// when the packet has one (TCP's, from its socket); else a hash of the inner packet made here in
+/// a few register operations, where `bpf_get_hash_recalc` would run the kernel's flow dissector
+/// over the packet again for every packet that comes without one.
 #[inline(always)]
 fn flow_source_port(ctx: &TcContext, ip: &Ipv4) -> u16 {
     let skb = ctx.as_ptr() as *mut __sk_buff;
@@ -363,11 +362,16 @@ fn flow_source_port(ctx: &TcContext, ip: &Ipv4) -> u16 {
     0xc000 | (hash as u16 & 0x3fff)
 }
 
-/// A hash of the packet's addresses, protocol and (for the first or only fragment of TCP and
-/// UDP) ports: a flow's packets all get the same one, and flows spread over the underlay's paths.
+/// A hash of the packet's addresses, protocol and, for TCP and UDP, ports: a flow's packets all
+/// get the same one, and flows spread over the underlay's paths. A fragment is hashed without
+/// ports (only the first carries them), so all fragments of a datagram take the same path, as
+/// with the kernel's own flow hash.
 #[inline(always)]
 fn tuple_hash(ctx: &TcContext, ip: &Ipv4) -> u32 {
-    let ports = if (ip.proto == IPPROTO_TCP || ip.proto == IPPROTO_UDP) && !ip.is_later_fragment() {
+    let ports = if (ip.proto == IPPROTO_TCP || ip.proto == IPPROTO_UDP)
+        && !ip.is_later_fragment()
+        && !ip.more_fragments()
+    {
         ip.read::<[u8; 4]>(ctx, ip.l4())
             .map_or(0, u32::from_ne_bytes)
     } else {

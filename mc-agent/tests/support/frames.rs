@@ -118,6 +118,19 @@ pub fn without_df(packet: &[u8]) -> Vec<u8> {
     p
 }
 
+/// The same packet as a fragment: its flags and fragment offset field set to `frag` (host
+/// order; 0x2000 is more-fragments, the low 13 bits the offset in 8-byte units), header checksum
+/// recomputed.
+pub fn as_fragment(packet: &[u8], frag: u16) -> Vec<u8> {
+    let mut p = packet.to_vec();
+    p[6..8].copy_from_slice(&frag.to_be_bytes());
+    p[10] = 0;
+    p[11] = 0;
+    let c = csum(&p[..20], 0);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
 /// The MSS option value of a TCP segment inside `packet`, if any.
 pub fn tcp_mss(packet: &[u8]) -> Option<u16> {
     let ip = Ip(packet);
