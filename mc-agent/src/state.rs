@@ -6,60 +6,15 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     net::Ipv4Addr,
 };
+
+pub use mc_api::net::Prefix;
 
 use mc_common::dataplane::{
     CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
     PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
-
-/// An IPv4 prefix, normalised (host bits cleared).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Prefix {
-    pub addr: Ipv4Addr,
-    pub len: u8,
-}
-
-impl Prefix {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (addr, len) = text
-            .split_once('/')
-            .ok_or_else(|| format!("{text:?} is not a CIDR (expected a.b.c.d/n)"))?;
-        let addr: Ipv4Addr = addr
-            .parse()
-            .map_err(|_| format!("{text:?}: {addr:?} is not an IPv4 address"))?;
-        let len: u8 = len
-            .parse()
-            .ok()
-            .filter(|l| *l <= 32)
-            .ok_or_else(|| format!("{text:?}: prefix length must be 0..=32"))?;
-        Ok(Self::new(addr, len))
-    }
-
-    pub fn new(addr: Ipv4Addr, len: u8) -> Self {
-        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        Self {
-            addr: Ipv4Addr::from(u32::from(addr) & mask),
-            len,
-        }
-    }
-
-    pub fn contains(&self, other: &Prefix) -> bool {
-        other.len >= self.len && Prefix::new(other.addr, self.len).addr == self.addr
-    }
-
-    pub fn overlaps(&self, other: &Prefix) -> bool {
-        self.contains(other) || other.contains(self)
-    }
-}
-
-impl fmt::Display for Prefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
 
 /// A Gateway object of the local cluster, as read from the API.
 #[derive(Clone, Debug, Default)]

@@ -1,8 +1,6 @@
 //! `MultiClusterConfig`: the controller's config file (ConfigMap `antrea-mc-controller-config`,
 //! key `controller_manager_config.yaml`). Invalid values are a startup error that says which.
 
-use std::net::Ipv4Addr;
-
 use serde::{Deserialize, Serialize};
 
 pub const CONFIGMAP_NAME: &str = "antrea-mc-controller-config";
@@ -127,10 +125,7 @@ impl MultiClusterConfig {
 }
 
 fn is_ipv4_cidr(s: &str) -> bool {
-    let Some((addr, len)) = s.split_once('/') else {
-        return false;
-    };
-    addr.parse::<Ipv4Addr>().is_ok() && len.parse::<u8>().is_ok_and(|l| l <= 32)
+    crate::net::Prefix::parse(s).is_ok()
 }
 
 #[cfg(test)]

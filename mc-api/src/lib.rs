@@ -23,6 +23,7 @@ pub mod labelidentity;
 pub mod mcs;
 pub mod memberclusterannounce;
 pub mod names;
+pub mod net;
 mod schema;
 
 /// API group of Strait's (Antrea's) multi-cluster CRDs.

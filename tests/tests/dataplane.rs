@@ -9,6 +9,7 @@
 //! Needs the testbed's Nodes (`cargo xtask testbed up` brings them up unless `--no-nodes`).
 
 use std::{
+    collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream, UdpSocket},
     os::fd::AsFd as _,
@@ -16,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use mc_integration::{Testbed, join, repo_root, wait_for};
+use mc_integration::{Testbed, join, procs, repo_root, wait_for};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
@@ -735,4 +736,374 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
         "west",
         &["-n", "default", "service,serviceexport", "web-up"],
     );
+}
+
+/// A Pod `pod` labelled `app=<service>` answering HTTP on 8080, and the Service `service` (TCP
+/// port 80 -> 8080) exported from `cluster`.
+fn export_backend(tb: &Testbed, cluster: &str, node: &str, pod: &str, service: &str) {
+    xtask(&[
+        "testbed",
+        "pod",
+        "add",
+        cluster,
+        node,
+        pod,
+        "--label",
+        &format!("app={service}"),
+        "--serve-http",
+        "8080",
+    ]);
+    tb.apply(
+        cluster,
+        "default",
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {service}\nspec:\n  selector:\n    app: {service}\n  ports:\n    - {{name: http, port: 80, targetPort: 8080, protocol: TCP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {service}\n"
+        ),
+    );
+}
+
+/// The addresses of an Endpoints object (empty when it does not exist).
+fn endpoint_ips(tb: &Testbed, cluster: &str, name: &str) -> Vec<String> {
+    tb.try_json(cluster, &["get", "endpoints", "-n", "default", name])
+        .map(|e| {
+            e["subsets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
+                .filter_map(|a| a["ip"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn cluster_ip(tb: &Testbed, cluster: &str, service: &str) -> String {
+    tb.get_json(cluster, &["get", "service", "-n", "default", service])["spec"]["clusterIP"]
+        .as_str()
+        .expect("clusterIP")
+        .to_owned()
+}
+
+/// Waits until `cluster`'s `antrea-mc-<service>` Endpoints hold exactly `want` (in any order),
+/// and returns the imported Service's ClusterIP.
+fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -> String {
+    let mut want = want.to_vec();
+    want.sort();
+    wait_for(
+        &format!("antrea-mc-{service} in {cluster} to hold {want:?}"),
+        T,
+        || {
+            let mut have = endpoint_ips(tb, cluster, &format!("antrea-mc-{service}"));
+            have.sort();
+            if have == want {
+                Ok(())
+            } else {
+                Err(format!("{have:?}"))
+            }
+        },
+    );
+    cluster_ip(tb, cluster, &format!("antrea-mc-{service}"))
+}
+
+/// 24 HTTP requests from a Pod to `ip:80`: every one must be answered. Returns the clusters
+/// that answered, with how many answers each.
+fn every_request_answered(cluster: &str, client: &str, ip: &str) -> BTreeMap<String, usize> {
+    let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
+    let answers = in_pod(cluster, client, move || {
+        (0..24).map(|_| http_get(addr)).collect::<Vec<_>>()
+    });
+    let mut by_cluster = BTreeMap::new();
+    let mut failed = Vec::new();
+    for a in answers {
+        match a {
+            Ok(body) => {
+                let from = body
+                    .strip_prefix("hello from ")
+                    .and_then(|b| b.split('/').next())
+                    .unwrap_or(&body)
+                    .to_owned();
+                *by_cluster.entry(from).or_insert(0) += 1;
+            }
+            Err(e) => failed.push(e),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{cluster}/{client} -> {ip}: {} of 24 requests failed ({failed:?}); answered: {by_cluster:?}",
+        failed.len()
+    );
+    by_cluster
+}
+
+fn answered_by(
+    cluster: &str,
+    clients: &[&str],
+    ip: &str,
+    expected: &[&str],
+) -> BTreeMap<String, usize> {
+    let mut all = BTreeMap::new();
+    for client in clients {
+        let by = every_request_answered(cluster, client, ip);
+        let from: Vec<&str> = by.keys().map(String::as_str).collect();
+        assert_eq!(
+            from, expected,
+            "{cluster}/{client}: answers by cluster {by:?}"
+        );
+        for (k, v) in by {
+            *all.entry(k).or_insert(0) += v;
+        }
+    }
+    println!("{cluster} {clients:?} -> {ip}: {all:?}");
+    all
+}
+
+/// Controllers restarted with another MultiClusterConfig; the original ones come back on drop.
+struct Reconfigured(Vec<(String, Vec<String>)>);
+
+impl Reconfigured {
+    fn endpoint_ip_type(processes: &[&str], ip_type: &str) -> Self {
+        let mut restarted = Vec::new();
+        for name in processes {
+            let args = procs::kill(name);
+            let config = args
+                .iter()
+                .find_map(|a| a.strip_prefix("--config="))
+                .expect("--config")
+                .to_owned();
+            let text = std::fs::read_to_string(&config).expect("config");
+            let changed = std::env::temp_dir().join(format!("strait-{name}-{ip_type}.yaml"));
+            std::fs::write(
+                &changed,
+                text.replace(
+                    "endpointIPType: \"ClusterIP\"",
+                    &format!("endpointIPType: \"{ip_type}\""),
+                ),
+            )
+            .expect("config");
+            let new_args: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    if a.starts_with("--config=") {
+                        format!("--config={}", changed.display())
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            procs::start(name, &new_args);
+            restarted.push(((*name).to_owned(), args));
+        }
+        Self(restarted)
+    }
+}
+
+impl Drop for Reconfigured {
+    fn drop(&mut self) {
+        for (name, args) in &self.0 {
+            procs::kill(name);
+            procs::start(name, args);
+        }
+    }
+}
+
+/// Removes the test's Pods, Services and exports from every cluster, and north's member join.
+struct MultiExporterCleanup<'a>(&'a Testbed);
+
+impl Drop for MultiExporterCleanup<'_> {
+    fn drop(&mut self) {
+        let tb = self.0;
+        for cluster in ["north", "east", "west"] {
+            tb.delete(
+                cluster,
+                &[
+                    "-n",
+                    "default",
+                    "serviceexport/both-web",
+                    "service/both-web",
+                ],
+            );
+        }
+        tb.delete("north", &["clusterset", "--all", "-n", join::MEMBER_NS]);
+        for (cluster, pod) in [
+            ("east", "both-e"),
+            ("west", "both-w"),
+            ("north", "both-n"),
+            ("east", "both-client-eb"),
+            ("east", "both-client-ea"),
+            ("west", "both-client-wb"),
+            ("west", "both-client-wa"),
+            ("north", "both-client-nb"),
+        ] {
+            let _ = Command::new(env!("CARGO"))
+                .args(["xtask", "testbed", "pod", "del", cluster, pod])
+                .current_dir(repo_root())
+                .output();
+        }
+    }
+}
+
+/// A Service exported from the caller's own cluster and from another answers every request:
+/// the caller's cluster serves its share with its own ready Pods (kube-proxy reaches them in one
+/// DNAT), never with its own ClusterIP, whichever `endpointIPType` the members use; scaled to
+/// zero it leaves the traffic to the other cluster, and the dual-role cluster does the same.
+#[test]
+fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    for c in ["east", "west"] {
+        wait_for(&format!("{c}'s Gateway node-a"), T, || {
+            tb.try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
+                .ok_or("none")
+        });
+    }
+    let _cleanup = MultiExporterCleanup(&tb);
+    export_backend(&tb, "east", "node-b", "both-e", "both-web");
+    export_backend(&tb, "west", "node-b", "both-w", "both-web");
+    let east_clients = ["both-client-eb", "both-client-ea"];
+    let west_clients = ["both-client-wb", "both-client-wa"];
+    for (cluster, pod, node) in [
+        ("east", east_clients[0], "node-b"),
+        ("east", east_clients[1], "node-a"),
+        ("west", west_clients[0], "node-b"),
+        ("west", west_clients[1], "node-a"),
+    ] {
+        xtask(&["testbed", "pod", "add", cluster, node, pod]);
+    }
+    let east_pod = pod_ip(&tb, "east", "both-e");
+    let west_pod = pod_ip(&tb, "west", "both-w");
+    let east_svc = cluster_ip(&tb, "east", "both-web");
+    let west_svc = cluster_ip(&tb, "west", "both-web");
+
+    // endpointIPType ClusterIP (the default): each cluster's own Pod and the other's ClusterIP.
+    let ip = wait_endpoints(
+        &tb,
+        "east",
+        "both-web",
+        &[east_pod.clone(), west_svc.clone()],
+    );
+    answered_by("east", &east_clients, &ip, &["east", "west"]);
+    let ip = wait_endpoints(
+        &tb,
+        "west",
+        "both-web",
+        &[west_pod.clone(), east_svc.clone()],
+    );
+    answered_by("west", &west_clients, &ip, &["east", "west"]);
+
+    // East scaled to zero ready Pods: west answers everything; back to one: east again.
+    xtask(&["testbed", "pod", "del", "east", "both-e"]);
+    let ip = wait_endpoints(&tb, "east", "both-web", std::slice::from_ref(&west_svc));
+    answered_by("east", &east_clients, &ip, &["west"]);
+    xtask(&[
+        "testbed",
+        "pod",
+        "add",
+        "east",
+        "node-a",
+        "both-e",
+        "--label",
+        "app=both-web",
+        "--serve-http",
+        "8080",
+    ]);
+    let east_pod = pod_ip(&tb, "east", "both-e");
+    let ip = wait_endpoints(
+        &tb,
+        "east",
+        "both-web",
+        &[east_pod.clone(), west_svc.clone()],
+    );
+    answered_by("east", &east_clients, &ip, &["east", "west"]);
+
+    // North as leader and member at once, importing a Service it exports too.
+    join::grant_access(&tb, "north");
+    tb.apply(
+        "north",
+        join::MEMBER_NS,
+        &format!(
+            "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {}\n  namespace: {}\nspec:\n  clusterID: {}\n  leaders:\n    - clusterID: {}\n      secret: \"member-north-access-token\"\n      server: \"{}\"\n  namespace: {}\n",
+            join::CLUSTERSET,
+            join::MEMBER_NS,
+            join::id("north"),
+            join::id("north"),
+            tb.leader_server,
+            join::LEADER_NS
+        ),
+    );
+    wait_for("north's member Ready", T, || {
+        match join::leader_counts(&tb) {
+            Some((3, 3)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    export_backend(&tb, "north", "node-b", "both-n", "both-web");
+    xtask(&["testbed", "pod", "add", "north", "node-b", "both-client-nb"]);
+    let north_pod = pod_ip(&tb, "north", "both-n");
+    let ip = wait_endpoints(
+        &tb,
+        "north",
+        "both-web",
+        &[north_pod, east_svc.clone(), west_svc.clone()],
+    );
+    answered_by(
+        "north",
+        &["both-client-nb"],
+        &ip,
+        &["east", "north", "west"],
+    );
+    tb.delete(
+        "north",
+        &[
+            "-n",
+            "default",
+            "serviceexport/both-web",
+            "service/both-web",
+        ],
+    );
+    tb.delete("north", &["clusterset", "--all", "-n", join::MEMBER_NS]);
+    wait_for(
+        "north's member gone from the leader",
+        T,
+        || match join::leader_counts(&tb) {
+            Some((2, 2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    wait_endpoints(
+        &tb,
+        "east",
+        "both-web",
+        &[east_pod.clone(), west_svc.clone()],
+    );
+
+    // endpointIPType PodIP: the other cluster's Pod, reached Pod to Pod through the gateways.
+    {
+        let _podip =
+            Reconfigured::endpoint_ip_type(&["east-mc-controller", "west-mc-controller"], "PodIP");
+        let ip = wait_endpoints(
+            &tb,
+            "east",
+            "both-web",
+            &[east_pod.clone(), west_pod.clone()],
+        );
+        answered_by("east", &east_clients, &ip, &["east", "west"]);
+        let ip = wait_endpoints(
+            &tb,
+            "west",
+            "both-web",
+            &[west_pod.clone(), east_pod.clone()],
+        );
+        answered_by("west", &west_clients, &ip, &["east", "west"]);
+    }
+
+    // West's export deleted: east answers everything.
+    wait_endpoints(
+        &tb,
+        "east",
+        "both-web",
+        &[east_pod.clone(), west_svc.clone()],
+    );
+    tb.delete("west", &["-n", "default", "serviceexport/both-web"]);
+    let ip = wait_endpoints(&tb, "east", "both-web", std::slice::from_ref(&east_pod));
+    answered_by("east", &east_clients, &ip, &["east"]);
 }

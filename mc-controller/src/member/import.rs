@@ -1,10 +1,15 @@
 //! What a member makes of the leader's ResourceImports (reference §3.4.2), decided without I/O:
 //! Service + Endpoints `antrea-mc-<name>` and ServiceImport `<name>` per imported Service, a
 //! ClusterInfoImport per remote cluster, ACNP `antrea-mc-<name>` per imported policy.
+//!
+//! The leader's Endpoints import is the union of every exporting cluster's endpoints, this
+//! cluster's own included. That own contribution (a ClusterIP of this cluster, or Pod IPs that
+//! may be stale) is replaced by this cluster's ready Pod endpoints: kube-proxy DNATs the
+//! imported Service once, and a local ClusterIP reached after that DNAT goes nowhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec};
 use kube::{ResourceExt as _, api::ObjectMeta};
 use mc_api::{
     antrea::{ClusterNetworkPolicy, ClusterNetworkPolicySpec},
@@ -12,6 +17,7 @@ use mc_api::{
     imports::{ResourceImport, kinds},
     mcs::{self, ServiceImport, ServiceImportSpec, ServiceImportType},
     names::{self, annotations},
+    net::Prefix,
 };
 
 use crate::kube_util::{is_managed, managed_labels};
@@ -28,6 +34,67 @@ pub struct Local<'a> {
     /// ACNPs by name.
     pub acnps: &'a BTreeMap<String, &'a ClusterNetworkPolicy>,
     pub tiers: &'a BTreeSet<String>,
+    /// This cluster's Service CIDR and Pod CIDRs: an imported endpoint inside them is this
+    /// cluster's own.
+    pub own_prefixes: &'a [Prefix],
+    /// What this cluster has of a Service `(ns, name)` it may contribute to: present for every
+    /// Service with an Endpoints import that exists here.
+    pub own_endpoints: &'a BTreeMap<(String, String), OwnEndpoints>,
+}
+
+/// This cluster's side of one multi-cluster Service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OwnEndpoints {
+    /// Addresses this cluster is known to have contributed: its Endpoints ResourceExport as the
+    /// leader holds it, the Service's ClusterIPs and every address of its EndpointSlices.
+    pub addresses: BTreeSet<String>,
+    /// The Service's ready endpoints: Pod IPs with the target ports, named as the Service's
+    /// ports (what kube-proxy can reach in one DNAT).
+    pub ready: Vec<EndpointSubset>,
+}
+
+/// The endpoints this cluster writes for a multi-cluster Service, from the leader's merged
+/// `subsets`: every other cluster's endpoints as merged, and, when the leader counts this
+/// cluster among the exporters (one of its own addresses is in the merge), this cluster's ready
+/// Pod endpoints in place of what it exported. No address of this cluster is ever written as the
+/// leader sent it: a ClusterIP here is not routable after kube-proxy's DNAT, and exported Pod IPs
+/// lag the EndpointSlices.
+pub fn serveable_subsets(
+    merged: &[EndpointSubset],
+    own_prefixes: &[Prefix],
+    own: Option<&OwnEndpoints>,
+) -> Vec<EndpointSubset> {
+    let is_own = |ip: &str| {
+        own_prefixes.iter().any(|p| p.contains_ip(ip))
+            || own.is_some_and(|o| o.addresses.contains(ip))
+    };
+    let mut contributes = false;
+    let mut out = Vec::new();
+    for subset in merged {
+        let mut keep = |list: &Option<Vec<_>>| {
+            let (mine, theirs): (Vec<_>, Vec<_>) = list
+                .iter()
+                .flatten()
+                .cloned()
+                .partition(|a: &k8s_openapi::api::core::v1::EndpointAddress| is_own(&a.ip));
+            contributes |= !mine.is_empty();
+            theirs
+        };
+        let addresses = keep(&subset.addresses);
+        let not_ready = keep(&subset.not_ready_addresses);
+        if addresses.is_empty() && not_ready.is_empty() {
+            continue;
+        }
+        out.push(EndpointSubset {
+            addresses: (!addresses.is_empty()).then_some(addresses),
+            not_ready_addresses: (!not_ready.is_empty()).then_some(not_ready),
+            ports: subset.ports.clone(),
+        });
+    }
+    if contributes && let Some(own) = own {
+        out.extend(own.ready.iter().cloned());
+    }
+    out
 }
 
 #[derive(Default)]
@@ -76,13 +143,15 @@ pub fn plan(imports: &[std::sync::Arc<ResourceImport>], local: &Local) -> Plan {
                         Some(&ns),
                         Some(annotations::IMPORTED_SERVICE),
                     ),
-                    subsets: Some(
+                    subsets: Some(serveable_subsets(
                         ri.spec
                             .endpoints
                             .as_ref()
-                            .map(|e| e.subsets.clone())
+                            .map(|e| e.subsets.as_slice())
                             .unwrap_or_default(),
-                    ),
+                        local.own_prefixes,
+                        local.own_endpoints.get(&(ns.clone(), name.clone())),
+                    )),
                 });
             }
             Some(kinds::CLUSTER_INFO) => {
@@ -328,6 +397,8 @@ mod tests {
             service_imports: &BTreeMap::new(),
             acnps: &BTreeMap::new(),
             tiers: &tiers,
+            own_prefixes: &[],
+            own_endpoints: &BTreeMap::new(),
         };
         let p = plan(&imports(), &local);
         assert_eq!(
@@ -363,6 +434,8 @@ mod tests {
             service_imports: &BTreeMap::new(),
             acnps: &BTreeMap::new(),
             tiers: &BTreeSet::new(),
+            own_prefixes: &[],
+            own_endpoints: &BTreeMap::new(),
         };
         let p = plan(&imports(), &local);
         assert!(p.services.is_empty() && p.endpoints.is_empty() && p.service_imports.is_empty());
@@ -383,5 +456,177 @@ mod tests {
         let p = plan(&imports(), &local);
         assert!(p.services.is_empty());
         assert!(p.skipped[0].contains("namespace default does not exist"));
+    }
+
+    fn subset(ips: &[&str], port: (&str, i32)) -> EndpointSubset {
+        EndpointSubset {
+            addresses: Some(
+                ips.iter()
+                    .map(|ip| k8s_openapi::api::core::v1::EndpointAddress {
+                        ip: (*ip).into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: Some(vec![k8s_openapi::api::core::v1::EndpointPort {
+                name: Some(port.0.into()),
+                port: port.1,
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+            }]),
+            not_ready_addresses: None,
+        }
+    }
+
+    fn all_ips(subsets: &[EndpointSubset]) -> Vec<(String, i32)> {
+        subsets
+            .iter()
+            .flat_map(|s| {
+                let port = s.ports.as_ref().unwrap()[0].port;
+                s.addresses
+                    .iter()
+                    .flatten()
+                    .map(move |a| (a.ip.clone(), port))
+            })
+            .collect()
+    }
+
+    fn prefixes(cidrs: &[&str]) -> Vec<Prefix> {
+        cidrs.iter().map(|c| Prefix::parse(c).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_own_clusterip_is_replaced_by_the_ready_local_pods() {
+        let merged = [
+            subset(&["10.96.0.10"], ("http", 80)),
+            subset(&["10.97.0.20"], ("http", 80)),
+        ];
+        let own = OwnEndpoints {
+            addresses: BTreeSet::from(["10.96.0.10".to_owned()]),
+            ready: vec![subset(&["10.244.1.5", "10.244.1.6"], ("http", 8080))],
+        };
+        let out = serveable_subsets(&merged, &prefixes(&["10.96.0.0/16"]), Some(&own));
+        assert_eq!(
+            all_ips(&out),
+            [
+                ("10.97.0.20".to_owned(), 80),
+                ("10.244.1.5".to_owned(), 8080),
+                ("10.244.1.6".to_owned(), 8080)
+            ]
+        );
+    }
+
+    #[test]
+    fn local_pods_count_only_while_the_leader_counts_this_cluster() {
+        let own = OwnEndpoints {
+            addresses: BTreeSet::from(["10.96.0.10".to_owned()]),
+            ready: vec![subset(&["10.244.1.5"], ("http", 8080))],
+        };
+        let own_prefixes = prefixes(&["10.96.0.0/16"]);
+        // The leader has not merged (or has refused) this cluster's export: remote only.
+        let merged = [subset(&["10.97.0.20"], ("http", 80))];
+        assert_eq!(
+            all_ips(&serveable_subsets(&merged, &own_prefixes, Some(&own))),
+            [("10.97.0.20".to_owned(), 80)]
+        );
+        // Scaled to zero ready Pods while the leader still lists us: remote only, and never
+        // the local ClusterIP.
+        let merged = [
+            subset(&["10.96.0.10"], ("http", 80)),
+            subset(&["10.97.0.20"], ("http", 80)),
+        ];
+        let none_ready = OwnEndpoints {
+            ready: vec![],
+            ..own.clone()
+        };
+        assert_eq!(
+            all_ips(&serveable_subsets(
+                &merged,
+                &own_prefixes,
+                Some(&none_ready)
+            )),
+            [("10.97.0.20".to_owned(), 80)]
+        );
+        // This cluster's Service gone: its ClusterIP is still never written.
+        assert_eq!(
+            all_ips(&serveable_subsets(&merged, &own_prefixes, None)),
+            [("10.97.0.20".to_owned(), 80)]
+        );
+        // Only this cluster exports: only its Pods.
+        let merged = [subset(&["10.96.0.10"], ("http", 80))];
+        assert_eq!(
+            all_ips(&serveable_subsets(&merged, &own_prefixes, Some(&own))),
+            [("10.244.1.5".to_owned(), 8080)]
+        );
+    }
+
+    #[test]
+    fn exported_pod_ips_are_replaced_by_the_current_ready_pods() {
+        // endpointIPType PodIP, Pod CIDRs unknown: the leader still holds a Pod that is gone
+        // (10.244.1.9, known from this cluster's own export); the slices now say 10.244.1.5.
+        let merged = [
+            subset(&["10.244.1.9"], ("http", 8080)),
+            subset(&["10.245.2.7"], ("http", 8080)),
+        ];
+        let own = OwnEndpoints {
+            addresses: BTreeSet::from(["10.96.0.10".to_owned(), "10.244.1.9".to_owned()]),
+            ready: vec![subset(&["10.244.1.5"], ("http", 8080))],
+        };
+        let out = serveable_subsets(&merged, &prefixes(&["10.96.0.0/16"]), Some(&own));
+        assert_eq!(
+            all_ips(&out),
+            [
+                ("10.245.2.7".to_owned(), 8080),
+                ("10.244.1.5".to_owned(), 8080)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_plan_writes_no_local_cluster_ip() {
+        let namespaces = BTreeSet::from(["default".to_owned()]);
+        let mut all = imports();
+        all[1] = ri(
+            "default-nginx-endpoints",
+            ResourceImportSpec {
+                name: Some("nginx".into()),
+                namespace: Some("default".into()),
+                kind: Some("Endpoints".into()),
+                endpoints: Some(mc_api::exports::EndpointsExport {
+                    subsets: vec![
+                        subset(&["10.96.0.10"], ("http", 80)),
+                        subset(&["10.97.0.20"], ("http", 80)),
+                    ],
+                }),
+                ..Default::default()
+            },
+        );
+        let own_endpoints = BTreeMap::from([(
+            ("default".to_owned(), "nginx".to_owned()),
+            OwnEndpoints {
+                addresses: BTreeSet::new(),
+                ready: vec![subset(&["10.244.1.5"], ("http", 8080))],
+            },
+        )]);
+        let own_prefixes = prefixes(&["10.96.0.0/16", "10.244.0.0/16"]);
+        let local = Local {
+            cluster_id: "east",
+            member_ns: "kube-system",
+            namespaces: &namespaces,
+            services: &BTreeMap::new(),
+            service_imports: &BTreeMap::new(),
+            acnps: &BTreeMap::new(),
+            tiers: &BTreeSet::new(),
+            own_prefixes: &own_prefixes,
+            own_endpoints: &own_endpoints,
+        };
+        let p = plan(&all, &local);
+        assert_eq!(
+            all_ips(p.endpoints[0].subsets.as_deref().unwrap()),
+            [
+                ("10.97.0.20".to_owned(), 80),
+                ("10.244.1.5".to_owned(), 8080)
+            ]
+        );
     }
 }

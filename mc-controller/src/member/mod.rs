@@ -42,6 +42,7 @@ use mc_api::{
     gateway::Gateway,
     mcs::{ServiceExport, ServiceImport},
     names::{self, annotations, labels},
+    net::Prefix,
 };
 use serde_json::json;
 
@@ -670,10 +671,8 @@ impl Member {
         cidrs.into_iter().collect()
     }
 
-    /// Writes this cluster's exports to the leader; returns the failures, whether anything was
-    /// written, and the ServiceExport status writes to make.
-    async fn export(&self, conn: &Connection) -> (usize, bool, Vec<(String, Op)>) {
-        let id = &conn.identity;
+    /// The local EndpointSlices by the Service `(ns, name)` they belong to.
+    fn slices_by_service(&self) -> BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> {
         let mut slices: BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> = BTreeMap::new();
         for s in self.local.slices.all() {
             if let Some(svc) = s.labels().get("kubernetes.io/service-name") {
@@ -683,6 +682,76 @@ impl Member {
                     .push(s.clone());
             }
         }
+        slices
+    }
+
+    /// This cluster's own side of every multi-cluster Service it imports endpoints for and
+    /// also has (see `import::serveable_subsets`).
+    fn own_endpoints(
+        &self,
+        conn: &Connection,
+        imports: &[Arc<mc_api::imports::ResourceImport>],
+    ) -> BTreeMap<(String, String), import::OwnEndpoints> {
+        let id = &conn.identity;
+        let mut slices = self.slices_by_service();
+        let mut out = BTreeMap::new();
+        for ri in imports {
+            if ri.spec.kind.as_deref() != Some(mc_api::imports::kinds::ENDPOINTS) {
+                continue;
+            }
+            let ns = ri.spec.namespace.clone().unwrap_or_default();
+            let name = ri.spec.name.clone().unwrap_or_default();
+            let Some(svc) = self.local.services.get(Some(&ns), &name) else {
+                continue;
+            };
+            let svc_slices = slices
+                .remove(&(ns.clone(), name.clone()))
+                .unwrap_or_default();
+            let mut addresses: BTreeSet<String> = svc
+                .spec
+                .iter()
+                .flat_map(|s| s.cluster_ips.iter().flatten().chain(s.cluster_ip.iter()))
+                .cloned()
+                .collect();
+            addresses.extend(
+                svc_slices
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter().flatten())
+                    .flat_map(|e| e.addresses.iter().cloned()),
+            );
+            let re = names::resource_export(&id.cluster_id, &ns, &name, re_kinds::ENDPOINTS);
+            if let Some(re) = conn.own_exports.get(Some(&id.leader_ns), &re) {
+                addresses.extend(
+                    re.spec
+                        .endpoints
+                        .iter()
+                        .flat_map(|e| e.subsets.iter())
+                        .flat_map(|s| s.addresses.iter().flatten())
+                        .map(|a| a.ip.clone()),
+                );
+            }
+            let refs: Vec<&EndpointSlice> = svc_slices.iter().map(Arc::as_ref).collect();
+            let ready = export::decide(Some(&svc), &refs, mc_api::config::EndpointIpType::PodIP)
+                .map(|e| e.subsets)
+                .unwrap_or_default();
+            out.insert((ns, name), import::OwnEndpoints { addresses, ready });
+        }
+        out
+    }
+
+    /// This cluster's Service CIDR and Pod CIDRs, those that parse.
+    fn own_prefixes(&self) -> Vec<Prefix> {
+        std::iter::once(self.service_cidr.clone())
+            .chain(self.pod_cidrs())
+            .filter_map(|c| Prefix::parse(&c).ok())
+            .collect()
+    }
+
+    /// Writes this cluster's exports to the leader; returns the failures, whether anything was
+    /// written, and the ServiceExport status writes to make.
+    async fn export(&self, conn: &Connection) -> (usize, bool, Vec<(String, Op)>) {
+        let id = &conn.identity;
+        let slices = self.slices_by_service();
         let mut desired: BTreeMap<String, ResourceExport> = BTreeMap::new();
         let mut verdicts = Vec::new();
         for se in self.local.service_exports.all() {
@@ -893,8 +962,11 @@ impl Member {
             .map(|t| t.name_any())
             .collect();
         let id = conn.identity.clone();
+        let imports = conn.imports.all();
+        let own_prefixes = self.own_prefixes();
+        let own_endpoints = self.own_endpoints(conn, &imports);
         let plan = import::plan(
-            &conn.imports.all(),
+            &imports,
             &import::Local {
                 cluster_id: &id.cluster_id,
                 member_ns: &self.ns,
@@ -903,6 +975,8 @@ impl Member {
                 service_imports: &service_imports,
                 acnps: &acnps,
                 tiers: &tiers,
+                own_prefixes: &own_prefixes,
+                own_endpoints: &own_endpoints,
             },
         );
         let mut ops: Vec<(String, Op)> = Vec::new();
