@@ -1,7 +1,7 @@
-//! Kernel routes for the remote prefixes: packets only meet the uplink's egress hook if the
-//! kernel routes them to the uplink, so every remote prefix gets a route via the uplink's next
-//! hop toward the remote gateways (DESIGN §4). Strait's routes carry their own protocol number,
-//! so a sync finds and removes exactly the stale ones, and never touches anyone else's.
+//! Kernel routes for the remote prefixes: packets only meet the uplink's egress hook if the kernel
+//! routes them to the uplink, so every remote prefix gets a route via the uplink's next hop toward
+//! the remote gateways (docs/design.md §4). Strait's routes carry their own protocol number, so a
+//! sync finds and removes exactly the stale ones, and never touches anyone else's.
 
 use std::{collections::BTreeSet, net::Ipv4Addr, process::Command};
 

@@ -1,4 +1,4 @@
-//! What the maps should hold, computed from what the API says (DESIGN §4), free of I/O: the
+//! What the maps should hold, computed from what the API says (docs/design.md §4), free of I/O: the
 //! local Gateway decides this Node's role, every ClusterInfoImport becomes remote prefixes and a
 //! remote gateway peer, the cluster's Nodes become local peers on the gateway. Bad entries (an
 //! unparsable address, a CIDR that overlaps one already taken) are skipped with a reason that

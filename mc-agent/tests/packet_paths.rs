@@ -1,5 +1,5 @@
-//! Every path of the packet walk (DESIGN §4) with `BPF_PROG_TEST_RUN`: a hand-built frame goes
-//! into the ingress or egress program and the test checks the frame that comes out (outer
+//! Every path of the packet walk (docs/design.md §4) with `BPF_PROG_TEST_RUN`: a hand-built frame
+//! goes into the ingress or egress program and the test checks the frame that comes out (outer
 //! headers, VNI, inner addresses and ports, checksums recomputed from scratch), the verdict, the
 //! counters and the SNAT table. No interfaces are involved. Run as root, one test at a time.
 

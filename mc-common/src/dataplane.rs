@@ -11,7 +11,7 @@ pub const DEFAULT_TUNNEL_PORT: u16 = 6081;
 /// (8). Strait's Geneve carries IPv4 directly (protocol type 0x0800), with no inner Ethernet.
 pub const ENCAP_OVERHEAD: u32 = 36;
 
-/// Geneve VNI for "no label identity" (DESIGN §4; Antrea's `UnknownLabelIdentity`).
+/// Geneve VNI for "no label identity" (docs/design.md §4; Antrea's `UnknownLabelIdentity`).
 pub const VNI_UNKNOWN: u32 = 0x00ff_ffff;
 
 /// [`LocalConfig::role`]: not configured yet; the programs pass everything on.

@@ -1,4 +1,4 @@
-//! Strait's multi-cluster control plane (DESIGN §3): the leader and member controllers.
+//! Strait's multi-cluster control plane (docs/design.md §3): the leader and member controllers.
 //!
 //! Each role is one level-triggered loop over watch-backed stores: the desired state is computed
 //! by pure functions (`leader::merge`, `leader::members`, `member::export`, `member::import`,

@@ -1,4 +1,4 @@
-//! `mc-controller leader|member` — the multi-cluster control plane (see DESIGN §3).
+//! `mc-controller leader|member` — the multi-cluster control plane (see docs/design.md §3).
 
 use std::{path::PathBuf, time::Duration};
 

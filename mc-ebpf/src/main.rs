@@ -1,8 +1,8 @@
-//! Strait's uplink programs (DESIGN §4): `mc_egress` tunnels packets for remote clusters (to the
-//! local gateway from a regular Node; SNATed, to the remote gateway from the gateway), and
+//! Strait's uplink programs (docs/design.md §4): `mc_egress` tunnels packets for remote clusters
+//! (to the local gateway from a regular Node; SNATed, to the remote gateway from the gateway), and
 //! `mc_ingress` decapsulates, runs the gateway's hairpin between local Nodes and remote gateways,
-//! and drops tunnel traffic from anyone else. Every packet is counted under exactly one verdict
-//! or drop reason.
+//! and drops tunnel traffic from anyone else. Every packet is counted under exactly one verdict or
+//! drop reason.
 //!
 //! Cold paths (ICMP errors, a flow's first packet, the once-a-second SNAT check, the next-hop
 //! cache's misses, SYN option walks, fragmentation-needed) are `#[inline(never)]` functions,

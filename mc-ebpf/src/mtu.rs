@@ -1,6 +1,6 @@
-//! Nothing black-holes at the tunnel's MTU (DESIGN §4): TCP MSS is clamped on SYN and SYN-ACK
-//! before encapsulation, and an oversize packet with DF set gets ICMP fragmentation-needed back
-//! at its sender instead of vanishing. GSO packets need neither: growing them with the encap
+//! Nothing black-holes at the tunnel's MTU (docs/design.md §4): TCP MSS is clamped on SYN and
+//! SYN-ACK before encapsulation, and an oversize packet with DF set gets ICMP fragmentation-needed
+//! back at its sender instead of vanishing. GSO packets need neither: growing them with the encap
 //! flags makes the kernel cut smaller segments.
 
 use aya_ebpf::{

@@ -3,7 +3,7 @@
 //! Strait's Geneve carries the inner IPv4 packet directly (protocol type 0x0800): 36 bytes of
 //! overhead. Growing and shrinking use `bpf_skb_adjust_room` at the MAC layer with the encap /
 //! decap flags so GSO packets stay GSO. The outer UDP checksum is 0 and its source port comes from
-//! the flow hash, so the underlay spreads flows (DESIGN §4).
+//! the flow hash, so the underlay spreads flows (docs/design.md §4).
 
 use aya_ebpf::{
     EbpfContext as _,

@@ -789,20 +789,42 @@ fn cluster_ip(tb: &Testbed, cluster: &str, service: &str) -> String {
 fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -> String {
     let mut want = want.to_vec();
     want.sort();
+    let imported = format!("antrea-mc-{service}");
     wait_for(
-        &format!("antrea-mc-{service} in {cluster} to hold {want:?}"),
+        &format!("{imported} in {cluster} to hold {want:?}"),
         T,
         || {
-            let mut have = endpoint_ips(tb, cluster, &format!("antrea-mc-{service}"));
+            let mut have = endpoint_ips(tb, cluster, &imported);
             have.sort();
-            if have == want {
-                Ok(())
-            } else {
-                Err(format!("{have:?}"))
+            if have != want {
+                return Err(format!("Endpoints: {have:?}"));
             }
+            // What kube-proxy reads: the EndpointSlices mirrored from those Endpoints.
+            let label = format!("kubernetes.io/service-name={imported}");
+            let slices = tb
+                .try_json(
+                    cluster,
+                    &["get", "endpointslices", "-n", "default", "-l", &label],
+                )
+                .ok_or("no EndpointSlices")?;
+            let mut mirrored: Vec<String> = slices["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+                .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect();
+            mirrored.sort();
+            if mirrored != want {
+                return Err(format!("EndpointSlices: {mirrored:?}"));
+            }
+            Ok(())
         },
     );
-    cluster_ip(tb, cluster, &format!("antrea-mc-{service}"))
+    // kube-proxy applies a change at most once a second (its minSyncPeriod).
+    std::thread::sleep(Duration::from_secs(2));
+    cluster_ip(tb, cluster, &imported)
 }
 
 /// 24 HTTP requests from a Pod to `ip:80`: every one must be answered. Returns the clusters
@@ -953,7 +975,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
     for c in ["east", "west"] {
         wait_for(&format!("{c}'s Gateway node-a"), T, || {
             tb.try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
-                .ok_or("none")
+                .ok_or_else(|| "none".to_owned())
         });
     }
     let _cleanup = MultiExporterCleanup(&tb);

@@ -1,4 +1,5 @@
-//! Binds a member's ServiceAccount to the cluster ID of the announce it created (DESIGN §3).
+//! Binds a member's ServiceAccount to the cluster ID of the announce it created
+//! (docs/design.md §3).
 //!
 //! The guides create member ServiceAccounts without the `multicluster.antrea.io/cluster-id`
 //! annotation. The mutating webhook stamps the creator of each new MemberClusterAnnounce

@@ -1,6 +1,7 @@
-//! The admission webhooks (DESIGN §3): an HTTPS server with a self-managed CA (`tls`), the rules
-//! as pure functions (`rules`), and here the glue: read the facts a rule needs from the API,
-//! apply the rule, answer the API server, record a ServiceAccount's binding when a rule says so.
+//! The admission webhooks (docs/design.md §3): an HTTPS server with a self-managed CA (`tls`), the
+//! rules as pure functions (`rules`), and here the glue: read the facts a rule needs from the API,
+//! apply the rule, answer the API server. The webhooks change no state: the leader loop records a
+//! ServiceAccount's binding (`leader::binding`).
 //!
 //! Paths (the same as Antrea's):
 //! - leader and member: `/validate-multicluster-crd-antrea-io-v1alpha2-clusterset`

@@ -1,5 +1,6 @@
 //! The admission rules, as pure functions of the request and of facts read from the API before
-//! (DESIGN §3, reference §3.5). Nothing here does I/O, so every allow/deny case is a unit test.
+//! (docs/design.md §3, reference §3.5). Nothing here does I/O, so every allow/deny case is a unit
+//! test.
 //!
 //! The identity binding: a member's controller talks to the leader with the token of a
 //! ServiceAccount in the leader's namespace. That ServiceAccount speaks for one cluster ID, named

@@ -1,6 +1,7 @@
 //! `cargo xtask testbed up | down | status` — real Kubernetes control planes on one machine
-//! (DESIGN §5): one etcd and, per cluster, a kube-apiserver and a kube-controller-manager, all in
-//! the `strait-core` network namespace, reachable from the host over a veth on 198.18.0.0/24.
+//! (docs/design.md §5): one etcd and, per cluster, a kube-apiserver and a kube-controller-manager,
+//! all in the `strait-core` network namespace, reachable from the host over a veth on
+//! 198.18.0.0/24.
 
 pub mod controllers;
 mod nodes;

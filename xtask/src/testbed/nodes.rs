@@ -1,4 +1,5 @@
-//! The testbed's Nodes and Pods (DESIGN §5); `cargo xtask testbed up --no-nodes` leaves them out.
+//! The testbed's Nodes and Pods (docs/design.md §5); `cargo xtask testbed up --no-nodes` leaves
+//! them out.
 //!
 //! Per cluster, two Nodes: network namespaces whose `eth0` sits on the cluster's underlay
 //! (`198.18.<n>.0/24`, a bridge in `strait-core`, which routes between the underlays and to the

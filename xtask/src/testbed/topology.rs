@@ -1,5 +1,5 @@
-//! The testbed's fixed addressing (DESIGN §5). Everything lives in 198.18.0.0/15 or inside the
-//! testbed's own namespaces; the host only gets a connected route to the management subnet.
+//! The testbed's fixed addressing (docs/design.md §5). Everything lives in 198.18.0.0/15 or inside
+//! the testbed's own namespaces; the host only gets a connected route to the management subnet.
 
 /// The namespace that hosts etcd, the API servers and the controller managers (and, later, the
 /// router between the cluster underlays).
