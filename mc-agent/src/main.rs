@@ -16,7 +16,7 @@ use mc_common::{
     dataplane::{PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE, SNAT_FORWARD},
     maps,
 };
-use mc_controller::metrics::Metrics;
+use mc_kube::Metrics;
 
 #[derive(Parser)]
 #[command(version = mc_agent::VERSION, about = "Strait Node agent (eBPF dataplane)")]
@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
             };
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
-                let client = mc_controller::kube_util::client(kubeconfig.as_ref()).await?;
+                let client = mc_kube::client(kubeconfig.as_ref()).await?;
                 let metrics = Metrics::default();
                 let serve = metrics.clone().serve(&health_addr);
                 let opts = RunOptions {

@@ -10,10 +10,7 @@ use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, ResourceExt as _};
 use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway};
-use mc_controller::{
-    kube_util::{Trigger, Watched},
-    metrics::Metrics,
-};
+use mc_kube::{Metrics, Trigger, Watched};
 
 use crate::{
     bpffs::PinLayout,
@@ -54,7 +51,7 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         metrics.set_ready(None);
         std::future::pending::<()>().await;
     }
-    let trigger = Trigger::default();
+    let trigger = Trigger::new(&metrics);
     let gateways = Watched::new(
         Api::<Gateway>::namespaced(client.clone(), &opts.namespace),
         Default::default(),

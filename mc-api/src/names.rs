@@ -81,6 +81,23 @@ pub fn imported(name: &str) -> String {
     format!("{IMPORTED_PREFIX}{name}")
 }
 
+/// `east` and `east-1` (either way round): names made by joining IDs with dashes could collide.
+pub fn prefix_pair(a: &str, b: &str) -> bool {
+    a != b
+        && (b.strip_prefix(a).is_some_and(|rest| rest.starts_with('-'))
+            || a.strip_prefix(b).is_some_and(|rest| rest.starts_with('-')))
+}
+
+/// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
+pub fn dns1123_label(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !v.starts_with('-')
+        && !v.ends_with('-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

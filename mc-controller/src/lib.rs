@@ -6,9 +6,6 @@
 //! converges to the same objects.
 
 pub mod conditions;
-pub mod kube_util;
 pub mod leader;
 pub mod member;
-pub mod metrics;
-mod store;
 pub mod webhook;

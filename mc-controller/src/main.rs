@@ -7,12 +7,10 @@ use clap::{Args, Parser, Subcommand};
 use k8s_openapi::jiff::SignedDuration;
 use mc_api::config::MultiClusterConfig;
 use mc_controller::{
-    kube_util::Trigger,
     leader::{self, members::Liveness},
-    member,
-    metrics::Metrics,
-    webhook,
+    member, webhook,
 };
+use mc_kube::{Metrics, Trigger};
 
 #[derive(Parser)]
 #[command(version, about = "Strait multi-cluster controller")]
@@ -133,7 +131,7 @@ async fn run() -> anyhow::Result<()> {
     };
     init_logs(common.log_json);
     let config = load_config(common.config.as_ref())?;
-    let client = mc_controller::kube_util::client(common.kubeconfig.as_ref()).await?;
+    let client = mc_kube::client(common.kubeconfig.as_ref()).await?;
     let metrics = Metrics::default();
     let addr = common
         .health_addr
@@ -149,7 +147,7 @@ async fn run() -> anyhow::Result<()> {
         .into()
     });
     // The leader loop and the webhooks share one watch of the namespace's ServiceAccounts.
-    let trigger = Trigger::default();
+    let trigger = Trigger::new(&metrics);
     let accounts = is_leader.then(|| leader::watch_accounts(&client, &namespace, &trigger));
     let webhooks = webhook::WebhookOptions {
         role: if is_leader {

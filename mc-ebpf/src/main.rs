@@ -14,6 +14,7 @@
 // The program macros expand to a `pub fn` taking the raw context pointer.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod maps;
 mod mtu;
 mod nat;
 mod packet;
@@ -21,22 +22,22 @@ mod tunnel;
 
 use aya_ebpf::{
     bindings::{TC_ACT_OK, TC_ACT_SHOT, TC_ACT_UNSPEC},
-    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
-    macros::{btf_map, classifier},
-    maps::lpm_trie::Key,
+    macros::classifier,
     programs::TcContext,
 };
 use mc_common::{
-    Counter, CounterValue,
-    counters::COUNTER_SLOTS,
+    Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, FlowKey, LocalConfig, MAX_NEXT_HOPS,
-        MAX_PEERS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, PEER_LOCAL_NODE,
-        PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SnatEntry,
+        CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
+        PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
     },
 };
-use packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port};
-use tunnel::Tunnel;
+
+use crate::{
+    maps::{config, count, peer_kind, remote_route},
+    packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port},
+    tunnel::Tunnel,
+};
 
 /// Under TCX, "continue with the next program, then the kernel's default" (TCX_NEXT). Strait
 /// shares the hook with whatever CNI is on the Node, so "nothing for us" never ends the chain.
@@ -44,26 +45,6 @@ const VERDICT_NEXT: i32 = TC_ACT_UNSPEC;
 const VERDICT_DROP: i32 = TC_ACT_SHOT;
 /// Send the (rewritten) packet on out of this device.
 const VERDICT_PASS: i32 = TC_ACT_OK;
-
-#[btf_map(name = "mc_counters")]
-static COUNTERS: PerCpuArray<CounterValue, { COUNTER_SLOTS as usize }> = PerCpuArray::new();
-
-#[btf_map(name = "mc_config")]
-static CONFIG: Array<LocalConfig, 1> = Array::new();
-
-#[btf_map(name = "mc_routes")]
-static ROUTES: LpmTrie<[u8; 4], RemoteRoute, { MAX_REMOTE_PREFIXES as usize }> = LpmTrie::new();
-
-#[btf_map(name = "mc_peers")]
-static PEERS: HashMap<[u8; 4], Peer, { MAX_PEERS as usize }> = HashMap::new();
-
-#[btf_map(name = "mc_snat")]
-pub(crate) static SNAT: LruHashMap<FlowKey, SnatEntry, { MAX_SNAT_ENTRIES as usize }> =
-    LruHashMap::new();
-
-#[btf_map(name = "mc_next_hops")]
-pub(crate) static NEXT_HOPS: LruHashMap<[u8; 4], NextHop, { MAX_NEXT_HOPS as usize }> =
-    LruHashMap::new();
 
 /// A counter and the verdict to return; `Err` is a drop reason.
 type Outcome = Result<(Counter, i32), Counter>;
@@ -89,35 +70,12 @@ fn finish(ctx: &TcContext, outcome: Outcome) -> i32 {
 }
 
 #[inline(always)]
-fn config() -> LocalConfig {
-    CONFIG.get(0).copied().unwrap_or_default()
-}
-
-#[inline(always)]
 fn tunnel_port(cfg: &LocalConfig) -> u16 {
     if cfg.tunnel_port == 0 {
         DEFAULT_TUNNEL_PORT
     } else {
         cfg.tunnel_port
     }
-}
-
-#[inline(always)]
-fn remote_route(addr: [u8; 4]) -> Option<RemoteRoute> {
-    ROUTES.get(&Key::new(32, addr)).copied()
-}
-
-/// Whether `addr` lies in the prefixes of the remote cluster whose gateway is `gateway`: only
-/// that gateway answers for flows to it.
-#[inline(always)]
-fn routed_via(addr: [u8; 4], gateway: [u8; 4]) -> bool {
-    remote_route(addr).is_some_and(|r| r.gateway_ip == gateway)
-}
-
-#[inline(always)]
-fn peer_kind(addr: &[u8; 4]) -> u32 {
-    // SAFETY: the value is copied out at once.
-    unsafe { PEERS.get(addr) }.map_or(0, |p| p.kind)
 }
 
 fn try_egress(ctx: &TcContext) -> Outcome {
@@ -259,17 +217,6 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             Ok((Counter::HairpinUnsnat, verdict))
         }
         _ => Err(Counter::DropUnknownPeer),
-    }
-}
-
-#[inline(always)]
-fn count(ctx: &TcContext, counter: Counter) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(counter.key()) {
-        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
-        unsafe {
-            (*slot).packets += 1;
-            (*slot).bytes += u64::from(ctx.len());
-        }
     }
 }
 

@@ -18,7 +18,7 @@ use mc_common::{
 };
 
 use crate::{
-    SNAT,
+    maps::{SNAT, count, routed_via},
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, ipv4_at, read},
 };
 
@@ -245,7 +245,7 @@ pub fn unsnat(ctx: &TcContext, ip: &Ipv4, sender: [u8; 4]) -> Result<[u8; 4], Co
         L4::IcmpError => return icmp_error(ctx, ip, Some(sender)),
     };
     let key = flow_key(ip, &p);
-    if !crate::routed_via(key.src, sender) {
+    if !routed_via(key.src, sender) {
         return Err(Counter::DropSpoofedSource);
     }
     let entry = match SNAT.get_ptr(&key) {
@@ -297,7 +297,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
         }
         // The error's own source may be any router of that cluster; the quoted destination
         // is the flow's remote address.
-        if !crate::routed_via(q.dst, sender) {
+        if !routed_via(q.dst, sender) {
             return Err(Counter::DropSpoofedSource);
         }
     }
@@ -412,7 +412,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     )
     .map_err(fail)?;
     ctx.store(outer_off, &new_addr, 0).map_err(fail)?;
-    crate::count(ctx, Counter::IcmpErrorTranslated);
+    count(ctx, Counter::IcmpErrorTranslated);
     Ok(entry.node)
 }
 

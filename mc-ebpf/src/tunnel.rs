@@ -23,7 +23,7 @@ use mc_common::{
 };
 
 use crate::{
-    NEXT_HOPS,
+    maps::NEXT_HOPS,
     packet::{ETH_HLEN, ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, fold, sum_words, whole_ipv4_at},
 };
 

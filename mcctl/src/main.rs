@@ -710,11 +710,7 @@ async fn create_token(
     cluster_id: &str,
     output_file: Option<&Path>,
 ) -> anyhow::Result<()> {
-    if cluster_id.len() > 253
-        || !cluster_id
-            .split('.')
-            .all(mc_controller::webhook::rules::dns1123_label)
-    {
+    if cluster_id.len() > 253 || !cluster_id.split('.').all(mc_api::names::dns1123_label) {
         bail!("cluster ID {cluster_id:?} is not a valid name (lowercase letters, digits and '-')");
     }
     let roles: Api<Role> = Api::namespaced(c.client.clone(), ns);
@@ -752,7 +748,7 @@ async fn create_token(
                 sa.name_any()
             );
         }
-        if mc_controller::webhook::rules::prefix_pair(id, cluster_id) {
+        if mc_api::names::prefix_pair(id, cluster_id) {
             bail!(
                 "cluster ID {cluster_id:?} and {id:?} (ServiceAccount {}) differ only by a '-' suffix, which makes export names ambiguous; choose another cluster ID",
                 sa.name_any()

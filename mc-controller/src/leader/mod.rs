@@ -27,11 +27,8 @@ use mc_api::{
 };
 use serde_json::json;
 
-use crate::{
-    conditions::{condition, keep_transition_time, same},
-    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, run_all, watch_readiness},
-    metrics::Metrics,
-};
+use crate::conditions::{condition, keep_transition_time, same};
+use mc_kube::{Metrics, Op, StatusPacer, Trigger, Watched, Writer, run_all, watch_readiness};
 use members::{Liveness, Tracker};
 use merge::Verdict;
 

@@ -25,7 +25,7 @@ use mc_api::{
 };
 use serde_json::json;
 
-use crate::kube_util::{Trigger, Watched};
+use mc_kube::{Trigger, Watched};
 
 /// Everything a connection is made from; a change in any of it means a new connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,8 +132,7 @@ async fn client_for(id: &Identity) -> anyhow::Result<Client> {
 /// the connection). Watches end sooner by themselves (`WATCH_TIMEOUT_SECS`), so an idle watch is
 /// never cut by it.
 const LEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-const _: () =
-    assert!((crate::kube_util::WATCH_TIMEOUT_SECS as u64) < LEADER_READ_TIMEOUT.as_secs());
+const _: () = assert!((mc_kube::watch::WATCH_TIMEOUT_SECS as u64) < LEADER_READ_TIMEOUT.as_secs());
 
 fn describe(e: &kube::Error, id: &Identity) -> String {
     match e {

@@ -13,7 +13,7 @@ use mc_api::{
     names::annotations,
 };
 
-use crate::kube_util::managed_labels;
+use mc_kube::managed_labels;
 
 fn address(node: &Node, kind: &str) -> Option<String> {
     node.status

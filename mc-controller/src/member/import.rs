@@ -20,7 +20,7 @@ use mc_api::{
     net::Prefix,
 };
 
-use crate::kube_util::{is_managed, managed_labels};
+use mc_kube::{is_managed, managed_labels};
 
 /// What the local cluster holds, as far as imports are concerned.
 pub struct Local<'a> {

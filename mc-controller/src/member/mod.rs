@@ -48,11 +48,12 @@ use serde_json::json;
 
 use crate::{
     conditions::{condition, keep_transition_time, meta_condition, same_meta},
-    kube_util::{Op, StatusPacer, Trigger, Watched, Writer, is_managed, run_all, watch_readiness},
     leader::members::same_status,
-    metrics::Metrics,
 };
 use connection::{Beat, Connection, Identity};
+use mc_kube::{
+    Metrics, Op, StatusPacer, Trigger, Watched, Writer, is_managed, run_all, watch_readiness,
+};
 
 pub struct MemberOptions {
     pub namespace: String,
@@ -249,7 +250,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
     } else {
         opts.config.service_cidr.clone()
     };
-    let trigger = Trigger::default();
+    let trigger = Trigger::new(&metrics);
     let ns = opts.namespace.as_str();
     let c = &client;
     let t = &trigger;

@@ -42,10 +42,7 @@ use mc_api::{
 };
 use serde_json::{Value, json};
 
-use crate::{
-    kube_util::{MANAGER, Watched},
-    metrics::Metrics,
-};
+use mc_kube::{Metrics, Watched, write::MANAGER};
 use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
 
 pub const SERVICE_NAME: &str = "antrea-mc-webhook-service";

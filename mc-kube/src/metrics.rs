@@ -13,6 +13,8 @@ use axum::{Router, http::StatusCode, routing::get};
 struct Inner {
     counters: BTreeMap<String, u64>,
     gauges: BTreeMap<String, f64>,
+    /// Failed watch attempts by what is watched (every watch of the process has an entry).
+    watch_errors: BTreeMap<&'static str, u64>,
     /// Why the controller is not ready; empty when it is.
     not_ready: Option<String>,
 }
@@ -48,6 +50,17 @@ impl Metrics {
             .expect("metrics")
             .counters
             .entry(series(name, labels))
+            .or_default() += by;
+    }
+
+    /// Counts `by` failed attempts of the watch of `what` (0 registers the watch).
+    pub fn watch_error(&self, what: &'static str, by: u64) {
+        *self
+            .0
+            .lock()
+            .expect("metrics")
+            .watch_errors
+            .entry(what)
             .or_default() += by;
     }
 
@@ -112,7 +125,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{series} {v}");
         }
-        let watch_errors = crate::kube_util::watch_errors();
+        let watch_errors = &inner.watch_errors;
         if !watch_errors.is_empty() {
             let _ = writeln!(out, "# TYPE strait_mc_watch_errors_total counter");
         }

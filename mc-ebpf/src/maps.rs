@@ -1,0 +1,73 @@
+//! The maps the programs share with mc-agent (docs/design.md §4), and the programs' accessors
+//! for them: counting a packet, the Node's config, the remote routes, the peers. The agent pins
+//! every map under its name (`mc_common::maps`), the name operators inspect it by
+//! (docs/design.md §6).
+
+use aya_ebpf::{
+    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    macros::btf_map,
+    maps::lpm_trie::Key,
+    programs::TcContext,
+};
+use mc_common::{
+    Counter, CounterValue,
+    counters::COUNTER_SLOTS,
+    dataplane::{
+        FlowKey, LocalConfig, MAX_NEXT_HOPS, MAX_PEERS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES,
+        NextHop, Peer, RemoteRoute, SnatEntry,
+    },
+};
+
+#[btf_map(name = "mc_counters")]
+static COUNTERS: PerCpuArray<CounterValue, { COUNTER_SLOTS as usize }> = PerCpuArray::new();
+
+#[btf_map(name = "mc_config")]
+static CONFIG: Array<LocalConfig, 1> = Array::new();
+
+#[btf_map(name = "mc_routes")]
+static ROUTES: LpmTrie<[u8; 4], RemoteRoute, { MAX_REMOTE_PREFIXES as usize }> = LpmTrie::new();
+
+#[btf_map(name = "mc_peers")]
+static PEERS: HashMap<[u8; 4], Peer, { MAX_PEERS as usize }> = HashMap::new();
+
+#[btf_map(name = "mc_snat")]
+pub(crate) static SNAT: LruHashMap<FlowKey, SnatEntry, { MAX_SNAT_ENTRIES as usize }> =
+    LruHashMap::new();
+
+#[btf_map(name = "mc_next_hops")]
+pub(crate) static NEXT_HOPS: LruHashMap<[u8; 4], NextHop, { MAX_NEXT_HOPS as usize }> =
+    LruHashMap::new();
+
+#[inline(always)]
+pub(crate) fn config() -> LocalConfig {
+    CONFIG.get(0).copied().unwrap_or_default()
+}
+
+#[inline(always)]
+pub(crate) fn remote_route(addr: [u8; 4]) -> Option<RemoteRoute> {
+    ROUTES.get(&Key::new(32, addr)).copied()
+}
+
+/// Whether `addr` lies in the prefixes of the remote cluster whose gateway is `gateway`: only
+/// that gateway answers for flows to it.
+#[inline(always)]
+pub(crate) fn routed_via(addr: [u8; 4], gateway: [u8; 4]) -> bool {
+    remote_route(addr).is_some_and(|r| r.gateway_ip == gateway)
+}
+
+#[inline(always)]
+pub(crate) fn peer_kind(addr: &[u8; 4]) -> u32 {
+    // SAFETY: the value is copied out at once.
+    unsafe { PEERS.get(addr) }.map_or(0, |p| p.kind)
+}
+
+#[inline(always)]
+pub(crate) fn count(ctx: &TcContext, counter: Counter) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter.key()) {
+        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+        unsafe {
+            (*slot).packets += 1;
+            (*slot).bytes += u64::from(ctx.len());
+        }
+    }
+}

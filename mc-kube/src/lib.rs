@@ -1,0 +1,29 @@
+//! Strait's Kubernetes runtime, shared by the controllers and the agent: watch-backed stores
+//! that wake a loop ([`watch`]), the writer that makes the API equal to a desired state
+//! ([`write`]), the object store behind the watches ([`store`]), and Prometheus metrics with
+//! health and readiness ([`metrics`]).
+
+pub mod metrics;
+pub mod store;
+pub mod watch;
+pub mod write;
+
+pub use metrics::Metrics;
+pub use watch::{Trigger, Watched, watch_readiness};
+pub use write::{Op, StatusPacer, Writer, is_managed, managed_labels, run_all};
+
+/// A client from a kubeconfig file, or from the in-cluster configuration when there is none.
+pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<kube::Client> {
+    use anyhow::Context as _;
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
