@@ -36,7 +36,7 @@ use mc_agent::{
     state::{ClusterInfoObject, GatewayObject, Inputs, desired},
     sync::apply,
 };
-use support::{Bpffs, NetNs, agent_bin, require_root, run};
+use support::{Bpffs, NetNs, agent, require_root, run};
 
 const PORT_HTTP: u16 = 8080;
 /// The Pods keep the full MTU (nothing tuned for the tunnel): full-size TCP segments must get
@@ -148,11 +148,7 @@ impl Node {
     }
 
     fn attach(&self) -> String {
-        let mut cmd = self.ns.cmd(agent_bin());
-        cmd.arg("--pin-root")
-            .arg(self.pin_root())
-            .args(["attach", "--uplink", "eth0"]);
-        String::from_utf8_lossy(&run(&mut cmd).stderr).into_owned()
+        agent(&self.ns, &self.pin_root(), &["attach", "--uplink", "eth0"])
     }
 
     fn sync(&self, inputs: &Inputs) {

@@ -7,14 +7,7 @@ mod support;
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
-use support::{Bpffs, NetNs, agent_bin, require_root, run};
-
-fn agent(ns: &NetNs, pin_root: &Path, args: &[&str]) -> String {
-    let mut cmd = ns.cmd(agent_bin());
-    cmd.arg("--pin-root").arg(pin_root).args(args);
-    let out = run(&mut cmd);
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use support::{Bpffs, NetNs, agent, agent_bin, require_root, run};
 
 /// Packets of one counter, from `mc-agent counters --json`.
 fn agent_packets(pin_root: &Path, name: &str) -> u64 {

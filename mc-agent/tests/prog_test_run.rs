@@ -8,7 +8,7 @@ use mc_agent::{
     dataplane::{Dataplane, Direction},
 };
 use mc_common::Counter;
-use support::{Bpffs, require_root, udp_frame};
+use support::{Bpffs, packets, require_root, udp_frame};
 
 /// TCX_NEXT: the program hands the packet on.
 const NEXT: u32 = u32::MAX;
@@ -17,10 +17,6 @@ const SHOT: u32 = 2;
 
 fn run_frame(dataplane: &mut Dataplane, frame: &[u8]) -> (u32, Vec<u8>) {
     support::test_run(dataplane, Direction::Egress, frame)
-}
-
-fn packets(dataplane: &Dataplane, counter: Counter) -> u64 {
-    support::packets(dataplane, counter)
 }
 
 #[test]

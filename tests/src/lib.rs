@@ -10,6 +10,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod net;
+pub mod services;
+
 pub const CLUSTERS: [&str; 3] = ["north", "east", "west"];
 
 pub fn repo_root() -> PathBuf {
@@ -160,6 +163,35 @@ impl Drop for Namespace<'_> {
             .kubectl(&self.cluster)
             .args(["delete", "namespace", &self.name, "--wait=false"])
             .output();
+    }
+}
+
+/// A namespace of the same name in every cluster (namespace sameness), removed (without waiting)
+/// when it drops.
+pub struct SameNamespace<'a> {
+    tb: &'a Testbed,
+    pub name: String,
+}
+
+impl<'a> SameNamespace<'a> {
+    pub fn new(tb: &'a Testbed, prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", std::process::id());
+        for c in CLUSTERS {
+            tb.ensure_namespace(c, &name);
+        }
+        Self { tb, name }
+    }
+}
+
+impl Drop for SameNamespace<'_> {
+    fn drop(&mut self) {
+        for c in CLUSTERS {
+            let _ = self
+                .tb
+                .kubectl(c)
+                .args(["delete", "namespace", &self.name, "--wait=false"])
+                .output();
+        }
     }
 }
 
@@ -596,6 +628,13 @@ impl AsServiceAccount {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
+}
+
+/// The stdout of a run that must succeed (`(success, stdout, stderr)`, as [`Testbed::mcctl`] and
+/// [`AsServiceAccount::run`] return it); panics with both outputs when it failed.
+pub fn ok(what: &str, (success, out, err): (bool, String, String)) -> String {
+    assert!(success, "{what} failed:\n{out}\n{err}");
+    out
 }
 
 /// Runs `cmd` with `input` (or nothing) on its stdin, capturing stdout and stderr.

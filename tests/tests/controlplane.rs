@@ -5,92 +5,20 @@
 use std::time::Duration;
 
 use mc_integration::{
-    Testbed, fixture, header_columns,
+    SameNamespace, Testbed, fixture, header_columns,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
+    services::{cluster_ip, endpoint_ips, export, service},
     wait_for,
 };
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
 
-/// A selectorless Service with ready endpoints (the endpoint-slice mirroring controller turns the
-/// Endpoints into an EndpointSlice, as it does for any such Service).
-fn service(tb: &Testbed, cluster: &str, ns: &str, name: &str, port: u16, ips: &[&str]) {
-    let addresses: Vec<String> = ips.iter().map(|ip| format!("{{ip: {ip}}}")).collect();
-    tb.apply(
-        cluster,
-        ns,
-        &format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec:\n  ports: [{{name: http, port: {port}, protocol: TCP}}]\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {{name: {name}}}\nsubsets:\n  - addresses: [{}]\n    ports: [{{name: http, port: {port}, protocol: TCP}}]\n",
-            addresses.join(", ")
-        ),
-    );
-}
-
-fn export(tb: &Testbed, cluster: &str, ns: &str, name: &str) {
-    tb.apply(
-        cluster,
-        ns,
-        &format!("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: {name}}}\n"),
-    );
-}
-
-fn cluster_ip(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> String {
-    tb.get_json(cluster, &["get", "service", "-n", ns, name])["spec"]["clusterIP"]
-        .as_str()
-        .expect("clusterIP")
-        .to_owned()
-}
-
-/// The IPs of Endpoints `ns/name`, sorted; Err when it does not exist.
-fn endpoint_ips(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> Result<Vec<String>, String> {
-    let e = tb
-        .try_json(cluster, &["get", "endpoints", "-n", ns, name])
-        .ok_or_else(|| format!("no Endpoints {ns}/{name} in {cluster}"))?;
-    let mut ips: Vec<String> = e["subsets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a["ip"].as_str().map(str::to_owned))
-        .collect();
-    ips.sort();
-    Ok(ips)
-}
-
 fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
-}
-
-/// A namespace of the same name in every cluster (namespace sameness), removed afterwards.
-struct SameNamespace<'a> {
-    tb: &'a Testbed,
-    name: String,
-}
-
-impl<'a> SameNamespace<'a> {
-    fn new(tb: &'a Testbed, prefix: &str) -> Self {
-        let name = format!("{prefix}-{}", std::process::id());
-        for c in mc_integration::CLUSTERS {
-            tb.ensure_namespace(c, &name);
-        }
-        Self { tb, name }
-    }
-}
-
-impl Drop for SameNamespace<'_> {
-    fn drop(&mut self) {
-        for c in mc_integration::CLUSTERS {
-            let _ = self
-                .tb
-                .kubectl(c)
-                .args(["delete", "namespace", &self.name, "--wait=false"])
-                .output();
-        }
-    }
 }
 
 #[test]

@@ -4,70 +4,16 @@
 use std::time::{Duration, Instant};
 
 use mc_integration::{
-    Testbed, fixture, header_columns,
+    SameNamespace, Testbed, fixture, header_columns,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
-    procs, wait_for,
+    net::http_get,
+    procs,
+    services::{cluster_ip, endpoint_ips, service_and_export},
+    wait_for,
 };
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(30);
-
-fn service_and_export(tb: &Testbed, cluster: &str, ns: &str, name: &str, ip: &str) {
-    tb.apply(
-        cluster,
-        ns,
-        &format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec:\n  ports: [{{name: http, port: 80, protocol: TCP}}]\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {{name: {name}}}\nsubsets:\n  - addresses: [{{ip: {ip}}}]\n    ports: [{{name: http, port: 80, protocol: TCP}}]\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: {name}}}\n"
-        ),
-    );
-}
-
-fn endpoint_ips(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> Result<Vec<String>, String> {
-    let e = tb
-        .try_json(cluster, &["get", "endpoints", "-n", ns, name])
-        .ok_or_else(|| format!("no Endpoints {ns}/{name} in {cluster}"))?;
-    let mut ips: Vec<String> = e["subsets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a["ip"].as_str().map(str::to_owned))
-        .collect();
-    ips.sort();
-    Ok(ips)
-}
-
-fn cluster_ip(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> String {
-    tb.get_json(cluster, &["get", "service", "-n", ns, name])["spec"]["clusterIP"]
-        .as_str()
-        .expect("clusterIP")
-        .to_owned()
-}
-
-/// A namespace of this name in every cluster, removed afterwards.
-struct SameNamespace<'a>(&'a Testbed, String);
-
-impl<'a> SameNamespace<'a> {
-    fn new(tb: &'a Testbed, prefix: &str) -> Self {
-        let name = format!("{prefix}-{}", std::process::id());
-        for c in mc_integration::CLUSTERS {
-            tb.ensure_namespace(c, &name);
-        }
-        Self(tb, name)
-    }
-}
-
-impl Drop for SameNamespace<'_> {
-    fn drop(&mut self) {
-        for c in mc_integration::CLUSTERS {
-            let _ = self
-                .0
-                .kubectl(c)
-                .args(["delete", "namespace", &self.1, "--wait=false"])
-                .output();
-        }
-    }
-}
 
 /// A Node object as the kubelet would register it, with its Ready condition set.
 fn node(
@@ -408,7 +354,7 @@ fn a_member_that_leaves_takes_its_exports_and_imports_with_it() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let ns = SameNamespace::new(&tb, "mcs-leave");
-    let ns = ns.1.as_str();
+    let ns = ns.name.as_str();
     service_and_export(&tb, "west", ns, "api", "10.244.2.7");
     wait_for("the import in east and west", T, || {
         endpoint_ips(&tb, "east", ns, "antrea-mc-api")?;
@@ -483,7 +429,7 @@ fn a_silent_member_is_disconnected_its_endpoints_withdrawn_and_restored() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let ns = SameNamespace::new(&tb, "mcs-silent");
-    let ns = ns.1.as_str();
+    let ns = ns.name.as_str();
     service_and_export(&tb, "west", ns, "db", "10.244.2.8");
     service_and_export(&tb, "east", ns, "db", "10.244.1.8");
     let mut both = vec![
@@ -603,7 +549,7 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let ns = SameNamespace::new(&tb, "mcs-restart");
-    let ns = ns.1.as_str();
+    let ns = ns.name.as_str();
 
     // Kill each controller right after a change it must act on; a restart must converge.
     for (victim, svc) in [
@@ -719,14 +665,21 @@ const LEADER_HEALTH: &str = "198.18.0.10:8080";
 /// The member controllers' health endpoints on the testbed (east, west).
 const MEMBER_HEALTH: [&str; 2] = ["198.18.0.11:8080", "198.18.0.12:8080"];
 
+/// How long a health endpoint gets to accept a connection.
+const HEALTH_CONNECT: Duration = Duration::from_secs(2);
+
 /// `GET /readyz`: the status code and the body, or None when nothing answers.
 fn readyz(addr: &str) -> Option<(u16, String)> {
-    http_get(addr, "/readyz")
+    http_get(addr.parse().ok()?, "/readyz", HEALTH_CONNECT).ok()
 }
 
 /// The failed watch attempts a member made on the leader so far (`/metrics`).
 fn leader_watch_errors(addr: &str) -> u64 {
-    let (code, text) = http_get(addr, "/metrics").expect("the member's /metrics");
+    let (code, text) = addr
+        .parse()
+        .ok()
+        .and_then(|a| http_get(a, "/metrics", HEALTH_CONNECT).ok())
+        .expect("the member's /metrics");
     assert_eq!(code, 200, "{text}");
     let counts: Vec<u64> = text
         .lines()
@@ -746,7 +699,7 @@ fn idle_watches_on_the_leader_keep_working_and_a_late_export_is_imported() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let ns = SameNamespace::new(&tb, "idle");
-    let ns = ns.1.as_str();
+    let ns = ns.name.as_str();
     // Earlier tests' namespaces may still be going (their imports withdrawn): first, the
     // leader's ResourceImports and ResourceExports hold still for 5 s.
     let state = || {
@@ -803,18 +756,4 @@ fn idle_watches_on_the_leader_keep_working_and_a_late_export_is_imported() {
             other => Err(format!("{other:?}")),
         }
     });
-}
-
-/// `GET path` over HTTP/1.0: the status code and the body, or None when nothing answers.
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read as _, Write as _};
-    let mut conn =
-        std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((code, body))
 }

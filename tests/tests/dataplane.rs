@@ -17,7 +17,13 @@ use std::{
     time::Duration,
 };
 
-use mc_integration::{Testbed, join, procs, repo_root, wait_for};
+use mc_integration::{
+    Testbed, join,
+    net::http_get,
+    procs, repo_root,
+    services::{cluster_ip, endpoint_ips},
+    wait_for,
+};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
@@ -67,20 +73,9 @@ fn in_pod<T: Send + 'static>(
     .expect("thread in the Pod")
 }
 
-fn http_get(addr: SocketAddr) -> Result<String, String> {
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    conn.write_all(b"GET / HTTP/1.0\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer)
-        .map_err(|e| format!("reading from {addr}: {e}"))?;
-    answer
-        .split("\r\n\r\n")
-        .nth(1)
-        .map(|b| b.trim().to_owned())
-        .ok_or_else(|| format!("no HTTP body in {answer:?}"))
+/// `GET /` to a Pod's web server (3 s to connect): the line it answers with.
+fn http_body(addr: SocketAddr) -> Result<String, String> {
+    http_get(addr, "/", Duration::from_secs(3)).map(|(_, body)| body.trim().to_owned())
 }
 
 fn udp_echo(addr: SocketAddr, payload: &str) -> Result<String, String> {
@@ -302,7 +297,7 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
         let body = wait_for(
             &format!("HTTP from east/{client} to antrea-mc-web-w"),
             T,
-            || in_pod("east", client, move || http_get(addr)),
+            || in_pod("east", client, move || http_body(addr)),
         );
         assert_eq!(body, "hello from west/web-w", "answered by the Pod in west");
         let echo = in_pod("east", client, move || udp_echo(addr, "ping over udp")).expect("UDP");
@@ -311,7 +306,7 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     // west -> east.
     let addr: SocketAddr = format!("{east_svc}:80").parse().unwrap();
     let body = wait_for("HTTP from west/client-wb to antrea-mc-web-e", T, || {
-        in_pod("west", "client-wb", move || http_get(addr))
+        in_pod("west", "client-wb", move || http_body(addr))
     });
     assert_eq!(body, "hello from east/web-e");
     assert_eq!(
@@ -440,7 +435,7 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
         .parse()
         .unwrap();
     let body = wait_for("HTTP before the move", T, || {
-        in_pod("east", "client-move", move || http_get(addr))
+        in_pod("east", "client-move", move || http_body(addr))
     });
     assert_eq!(body, "hello from west/web-move");
     assert!(maps("east", "node-a").starts_with("ROLE gateway"));
@@ -488,7 +483,7 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
     let g = tb.get_json("east", &["get", "gateway", "-n", join::MEMBER_NS, "node-b"]);
     assert_eq!(g["gatewayIP"], "198.18.11.2");
     let body = wait_for("HTTP after the gateway moved", T, || {
-        in_pod("east", "client-move", move || http_get(addr))
+        in_pod("east", "client-move", move || http_body(addr))
     });
     let recovered = flipped.elapsed();
     assert_eq!(body, "hello from west/web-move");
@@ -510,7 +505,7 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
             .ok_or_else(|| "not yet".to_owned())
     });
     let body = wait_for("HTTP after moving back", T, || {
-        in_pod("east", "client-move", move || http_get(addr))
+        in_pod("east", "client-move", move || http_body(addr))
     });
     assert_eq!(body, "hello from west/web-move");
 }
@@ -675,7 +670,7 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     let ip = imported_ip(&tb, "east", "web-up");
     let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
     wait_for("web-up answers from east", T, || {
-        in_pod("east", "up-client", move || http_get(addr))
+        in_pod("east", "up-client", move || http_body(addr))
     });
 
     // A 12 MB stream (about 6 s) while the agents of every Node on its path are replaced.
@@ -723,12 +718,12 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
         "no byte corrupted"
     );
     // New connections work on the new build; then back to this checkout's build.
-    in_pod("east", "up-client", move || http_get(addr)).expect("after the upgrade");
+    in_pod("east", "up-client", move || http_body(addr)).expect("after the upgrade");
     for (cluster, node) in path {
         replace_agent(cluster, node, &current);
     }
     wait_for("web-up answers after going back", T, || {
-        in_pod("east", "up-client", move || http_get(addr))
+        in_pod("east", "up-client", move || http_body(addr))
     });
     xtask(&["testbed", "pod", "del", "east", "up-client"]);
     xtask(&["testbed", "pod", "del", "west", "web-up"]);
@@ -762,28 +757,6 @@ fn export_backend(tb: &Testbed, cluster: &str, node: &str, pod: &str, service: &
     );
 }
 
-/// The addresses of an Endpoints object (empty when it does not exist).
-fn endpoint_ips(tb: &Testbed, cluster: &str, name: &str) -> Vec<String> {
-    tb.try_json(cluster, &["get", "endpoints", "-n", "default", name])
-        .map(|e| {
-            e["subsets"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
-                .filter_map(|a| a["ip"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn cluster_ip(tb: &Testbed, cluster: &str, service: &str) -> String {
-    tb.get_json(cluster, &["get", "service", "-n", "default", service])["spec"]["clusterIP"]
-        .as_str()
-        .expect("clusterIP")
-        .to_owned()
-}
-
 /// Waits until `cluster`'s `antrea-mc-<service>` Endpoints hold exactly `want` (in any order),
 /// and returns the imported Service's ClusterIP.
 fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -> String {
@@ -794,8 +767,8 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
         &format!("{imported} in {cluster} to hold {want:?}"),
         T,
         || {
-            let mut have = endpoint_ips(tb, cluster, &imported);
-            have.sort();
+            // Sorted; empty when the Endpoints do not exist.
+            let have = endpoint_ips(tb, cluster, "default", &imported).unwrap_or_default();
             if have != want {
                 return Err(format!("Endpoints: {have:?}"));
             }
@@ -824,7 +797,7 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
     );
     // kube-proxy applies a change at most once a second (its minSyncPeriod).
     std::thread::sleep(Duration::from_secs(2));
-    cluster_ip(tb, cluster, &imported)
+    cluster_ip(tb, cluster, "default", &imported)
 }
 
 /// 24 HTTP requests from a Pod to `ip:80`: every one must be answered. Returns the clusters
@@ -832,7 +805,7 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
 fn every_request_answered(cluster: &str, client: &str, ip: &str) -> BTreeMap<String, usize> {
     let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
     let answers = in_pod(cluster, client, move || {
-        (0..24).map(|_| http_get(addr)).collect::<Vec<_>>()
+        (0..24).map(|_| http_body(addr)).collect::<Vec<_>>()
     });
     let mut by_cluster = BTreeMap::new();
     let mut failed = Vec::new();
@@ -993,8 +966,8 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
     }
     let east_pod = pod_ip(&tb, "east", "both-e");
     let west_pod = pod_ip(&tb, "west", "both-w");
-    let east_svc = cluster_ip(&tb, "east", "both-web");
-    let west_svc = cluster_ip(&tb, "west", "both-web");
+    let east_svc = cluster_ip(&tb, "east", "default", "both-web");
+    let west_svc = cluster_ip(&tb, "west", "default", "both-web");
 
     // endpointIPType ClusterIP (the default): each cluster's own Pod and the other's ClusterIP.
     let ip = wait_endpoints(

@@ -7,14 +7,9 @@ use std::{os::unix::fs::PermissionsExt as _, path::PathBuf, time::Duration};
 use mc_integration::{
     Testbed, header_columns,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, id},
-    wait_for,
+    ok, wait_for,
 };
 use serde_json::Value;
-
-fn ok(what: &str, (success, out, err): (bool, String, String)) -> String {
-    assert!(success, "{what} failed:\n{out}\n{err}");
-    out
-}
 
 fn fails(what: &str, (success, out, err): (bool, String, String), needle: &str) -> String {
     assert!(!success, "{what} succeeded, expected a failure:\n{out}");
@@ -179,10 +174,6 @@ fn get_shows_clustersets_exports_and_imports() {
     );
 }
 
-fn leader_counts(tb: &Testbed) -> Option<(i64, i64)> {
-    join::leader_counts(tb)
-}
-
 #[test]
 fn tokens_join_and_leave_with_north_as_leader_and_member() {
     let tb = Testbed::from_env();
@@ -342,7 +333,7 @@ fn tokens_join_and_leave_with_north_as_leader_and_member() {
     wait_for(
         "north's member Ready in the leader beside east and west",
         Duration::from_secs(60),
-        || match leader_counts(&tb) {
+        || match join::leader_counts(&tb) {
             Some((3, 3)) => Ok(()),
             other => Err(format!("{other:?}")),
         },
@@ -384,7 +375,7 @@ fn tokens_join_and_leave_with_north_as_leader_and_member() {
     wait_for(
         "the leader back to east and west",
         Duration::from_secs(60),
-        || match leader_counts(&tb) {
+        || match join::leader_counts(&tb) {
             Some((2, 2)) => Ok(()),
             other => Err(format!("{other:?}")),
         },

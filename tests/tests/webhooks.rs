@@ -8,7 +8,7 @@
 use mc_integration::{
     AsServiceAccount, Testbed,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, id},
-    wait_for,
+    ok, wait_for,
 };
 use serde_json::Value;
 
@@ -21,11 +21,6 @@ fn denied(what: &str, (ok, _, err): (bool, String, String), needle: &str) {
         err.contains("denied the request") && err.contains(needle),
         "{what}: refused, but not by the webhook for the expected reason ({needle:?}): {err}"
     );
-}
-
-fn allowed(what: &str, (ok, out, err): (bool, String, String)) -> String {
-    assert!(ok, "{what}: refused: {err}");
-    out
 }
 
 fn create(who: &AsServiceAccount, ns: &str, yaml: &str, dry: bool) -> (bool, String, String) {
@@ -66,7 +61,7 @@ fn a_member_writes_only_its_own_exports() {
     let east = member_token(&tb, "east");
     let (me, peer) = (id("east"), id("west"));
     let own = format!("{me}-probe-web-service");
-    allowed(
+    ok(
         "east creates its own Service export",
         create(
             &east,
@@ -75,7 +70,7 @@ fn a_member_writes_only_its_own_exports() {
             true,
         ),
     );
-    allowed(
+    ok(
         "east creates its own Endpoints export",
         create(
             &east,
@@ -181,7 +176,7 @@ fn a_member_writes_only_its_own_exports() {
         ),
         "may not change",
     );
-    allowed(
+    ok(
         "east relabels its own export",
         east.run(
             &[
@@ -195,7 +190,7 @@ fn a_member_writes_only_its_own_exports() {
             None,
         ),
     );
-    allowed(
+    ok(
         "east deletes its own export",
         east.run(
             &["delete", "-n", LEADER_NS, &own_info, "--dry-run=server"],
@@ -246,7 +241,7 @@ fn a_member_announces_only_itself() {
         ),
         "may not delete",
     );
-    allowed(
+    ok(
         "east touches its own announce",
         east.run(
             &[
@@ -380,7 +375,7 @@ fn an_unannotated_service_account_is_bound_by_its_first_announce() {
         ),
         "must be named",
     );
-    allowed(
+    ok(
         "a dry run of the first announce",
         create(
             &probe,
@@ -410,7 +405,7 @@ fn an_unannotated_service_account_is_bound_by_its_first_announce() {
         ),
         "already bound to ServiceAccount member-east-access-sa",
     );
-    let created = allowed(
+    let created = ok(
         "the first announce",
         create(
             &probe,
@@ -466,7 +461,7 @@ fn an_unannotated_service_account_is_bound_by_its_first_announce() {
         result,
         "speaks for cluster",
     );
-    allowed("a bound ServiceAccount exports for its cluster", export_ok);
+    ok("a bound ServiceAccount exports for its cluster", export_ok);
 }
 
 #[test]
@@ -543,7 +538,7 @@ fn one_clusterset_per_namespace_with_fixed_ids() {
         ),
         "still member clusters",
     );
-    allowed(
+    ok(
         "deleting a member's ClusterSet (leaving)",
         admin_dry(
             "east",

@@ -110,7 +110,7 @@ pub fn udp_frame(src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
     ip[2..4].copy_from_slice(&total.to_be_bytes());
     ip.extend_from_slice(&src);
     ip.extend_from_slice(&dst);
-    let csum = ipv4_checksum(&ip);
+    let csum = frames::csum(&ip, 0);
     ip[10..12].copy_from_slice(&csum.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&40000u16.to_be_bytes());
@@ -119,17 +119,6 @@ pub fn udp_frame(src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&[0, 0]); // UDP checksum: none
     f.extend_from_slice(payload);
     f
-}
-
-pub fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// Pushes `frame` through the program of one hook with `BPF_PROG_TEST_RUN`: (verdict, frame out).
@@ -170,4 +159,12 @@ pub fn packets(dp: &mc_agent::dataplane::Dataplane, counter: mc_common::Counter)
 
 pub fn agent_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mc-agent"))
+}
+
+/// Runs the agent binary in `ns` with `--pin-root <pin_root> args...`; returns its stderr (its
+/// log). Panics when it fails.
+pub fn agent(ns: &NetNs, pin_root: &Path, args: &[&str]) -> String {
+    let mut cmd = ns.cmd(agent_bin());
+    cmd.arg("--pin-root").arg(pin_root).args(args);
+    String::from_utf8_lossy(&run(&mut cmd).stderr).into_owned()
 }

@@ -1,0 +1,37 @@
+//! Plain-socket clients for what the testbed serves (controllers' health endpoints, Pods' web
+//! servers).
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    time::Duration,
+};
+
+/// `GET path` over HTTP/1.0, connecting within `connect_timeout` and reading for up to 5 s: the
+/// status code and the body (as sent, not trimmed).
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    connect_timeout: Duration,
+) -> Result<(u16, String), String> {
+    let mut conn = TcpStream::connect_timeout(&addr, connect_timeout)
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    // One write: the request in one segment.
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text)
+        .map_err(|e| format!("reading from {addr}: {e}"))?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .ok_or_else(|| format!("no HTTP body in {text:?}"))?;
+    Ok((code, body))
+}
