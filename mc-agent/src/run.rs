@@ -10,7 +10,7 @@ use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, ResourceExt as _};
 use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway};
-use mc_kube::{Metrics, Trigger, Watched};
+use mc_kube::{Driver, Metrics, Step, Trigger, Watched};
 
 use crate::{
     bpffs::PinLayout,
@@ -72,47 +72,54 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
     );
     let mut attached: Option<Attached> = None;
     let mut problems: Vec<String> = Vec::new();
-    let mut tick = tokio::time::interval(opts.resync);
     let mut published: Option<std::time::Instant> = None;
-    loop {
-        tokio::select! {
-            _ = trigger.wait() => {}
-            _ = tick.tick() => {}
-        }
+    let driver = Driver {
+        domain: "dataplane",
+        trigger,
+        metrics: metrics.clone(),
+        tick: opts.resync,
         // Let a burst of events settle into one pass.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let started = std::time::Instant::now();
-        let outcome = if gateways.ready() && infos.ready() && nodes.ready() {
-            pass(&opts, &mut attached, &gateways, &infos, &nodes)
-        } else {
-            Pass {
-                not_ready: Some(
-                    "waiting for the first list of Gateways, ClusterInfoImports and Nodes".into(),
-                ),
-                problems: Vec::new(),
+        settle: Duration::from_millis(50),
+        // A handful of objects: every pass recomputes everything anyway.
+        full_resync: opts.resync,
+    };
+    driver
+        .run(async |_work| {
+            let outcome = if gateways.ready() && infos.ready() && nodes.ready() {
+                pass(&opts, &mut attached, &gateways, &infos, &nodes)
+            } else {
+                Pass {
+                    not_ready: Some(
+                        "waiting for the first list of Gateways, ClusterInfoImports and Nodes"
+                            .into(),
+                    ),
+                    problems: Vec::new(),
+                }
+            };
+            if outcome.problems != problems {
+                for p in outcome.problems.iter().filter(|p| !problems.contains(p)) {
+                    tracing::warn!("{p}");
+                }
+                if outcome.problems.is_empty() && !problems.is_empty() {
+                    tracing::info!("every earlier problem is resolved");
+                }
+                problems = outcome.problems.clone();
             }
-        };
-        if outcome.problems != problems {
-            for p in outcome.problems.iter().filter(|p| !problems.contains(p)) {
-                tracing::warn!("{p}");
+            let failures = usize::from(outcome.not_ready.is_some());
+            metrics.set_ready(outcome.not_ready);
+            // Counting the maps walks the whole SNAT table: not on every event, at most every
+            // 10 s.
+            if published.is_none_or(|at| at.elapsed() >= PUBLISH_EVERY) {
+                publish(&metrics, attached.as_mut());
+                published = Some(std::time::Instant::now());
             }
-            if outcome.problems.is_empty() && !problems.is_empty() {
-                tracing::info!("every earlier problem is resolved");
+            Step::Done {
+                failures,
+                later: Default::default(),
             }
-            problems = outcome.problems.clone();
-        }
-        metrics.sync(
-            "dataplane",
-            started.elapsed(),
-            usize::from(outcome.not_ready.is_some()),
-        );
-        metrics.set_ready(outcome.not_ready);
-        // Counting the maps walks the whole SNAT table: not on every event, at most every 10 s.
-        if published.is_none_or(|at| at.elapsed() >= PUBLISH_EVERY) {
-            publish(&metrics, attached.as_mut());
-            published = Some(std::time::Instant::now());
-        }
-    }
+        })
+        .await;
+    Ok(())
 }
 
 struct Pass {

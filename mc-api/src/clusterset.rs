@@ -26,6 +26,44 @@ pub struct ClusterSetStatus {
     pub observed_generation: Option<i64>,
 }
 
+impl ClusterSetStatus {
+    /// The same status but for timestamps: no write is needed.
+    pub fn same(&self, other: &ClusterSetStatus) -> bool {
+        fn strip(c: &[Condition]) -> Vec<Condition> {
+            c.iter()
+                .map(|c| Condition {
+                    last_transition_time: None,
+                    ..c.clone()
+                })
+                .collect()
+        }
+        let (a, b) = (self, other);
+        a.total_clusters == b.total_clusters
+            && a.ready_clusters == b.ready_clusters
+            && a.observed_generation == b.observed_generation
+            && strip(&a.conditions) == strip(&b.conditions)
+            && a.cluster_statuses.len() == b.cluster_statuses.len()
+            && a.cluster_statuses
+                .iter()
+                .zip(&b.cluster_statuses)
+                .all(|(x, y)| {
+                    x.cluster_id == y.cluster_id && strip(&x.conditions) == strip(&y.conditions)
+                })
+    }
+}
+
+/// The ClusterSet a namespace's controller uses when a user made several: the oldest (the name
+/// breaks ties). The leader, the member and the webhooks all follow this order.
+pub fn oldest_first<S: std::borrow::Borrow<v1alpha2::ClusterSet>>(sets: &mut [S]) {
+    sets.sort_by_key(|s| {
+        let s = s.borrow();
+        (
+            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            s.metadata.name.clone(),
+        )
+    });
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {

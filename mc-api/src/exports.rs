@@ -63,6 +63,36 @@ pub struct ResourceExportStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The leader's verdict on a ResourceExport: the contract between leader and member. The leader
+/// writes it as the export's one status condition ([`Verdict::condition`]); the member reads it
+/// back with [`Verdict::of`]. Nothing else matches these conditions' strings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Succeeded,
+    Failure(String),
+}
+
+impl Verdict {
+    /// `(type, status, reason, message)` of the condition (Antrea's: `Succeeded`/True, or
+    /// `Failure`/False with reason `ConvergeFailure`).
+    pub fn condition(&self) -> (&'static str, &'static str, &'static str, &str) {
+        match self {
+            Verdict::Succeeded => ("Succeeded", "True", "", ""),
+            Verdict::Failure(message) => ("Failure", "False", "ConvergeFailure", message),
+        }
+    }
+
+    /// The verdict an export's status carries; `None` while the leader has given none.
+    pub fn of(status: Option<&ResourceExportStatus>) -> Option<Verdict> {
+        let c = status?.conditions.first()?;
+        match (c.type_.as_deref(), c.status.as_deref()) {
+            (Some("Failure"), _) => Some(Verdict::Failure(c.message.clone().unwrap_or_default())),
+            (_, Some("True")) => Some(Verdict::Succeeded),
+            _ => None,
+        }
+    }
+}
+
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "multicluster.crd.antrea.io",
@@ -127,5 +157,29 @@ impl ResourceExportSpec {
         self.cluster_network_policy
             .as_ref()
             .or(self.cluster_network_policy_lowercase.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verdict_reads_back_as_written() {
+        for v in [Verdict::Succeeded, Verdict::Failure("ports differ".into())] {
+            let (type_, status, reason, message) = v.condition();
+            let written = ResourceExportStatus {
+                conditions: vec![Condition {
+                    type_: Some(type_.into()),
+                    status: Some(status.into()),
+                    reason: (!reason.is_empty()).then(|| reason.into()),
+                    message: (!message.is_empty()).then(|| message.into()),
+                    last_transition_time: None,
+                }],
+            };
+            assert_eq!(Verdict::of(Some(&written)), Some(v));
+        }
+        assert_eq!(Verdict::of(None), None);
+        assert_eq!(Verdict::of(Some(&ResourceExportStatus::default())), None);
     }
 }

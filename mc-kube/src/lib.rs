@@ -1,15 +1,18 @@
 //! Strait's Kubernetes runtime, shared by the controllers and the agent: watch-backed stores
 //! that wake a loop ([`watch`]), the writer that makes the API equal to a desired state
-//! ([`write`]), the object store behind the watches ([`store`]), and Prometheus metrics with
-//! health and readiness ([`metrics`]).
+//! ([`write`]), the object store behind the watches ([`store`]), the one control loop that
+//! runs them by key ([`driver`]), and Prometheus metrics with health and readiness
+//! ([`metrics`]).
 
+pub mod driver;
 pub mod metrics;
 pub mod store;
 pub mod watch;
 pub mod write;
 
+pub use driver::{Driver, Step};
 pub use metrics::Metrics;
-pub use watch::{Trigger, Watched, watch_readiness};
+pub use watch::{Trigger, Watched, Work, watch_readiness};
 pub use write::{Op, StatusPacer, Writer, is_managed, managed_labels, run_all};
 
 /// A client from a kubeconfig file, or from the in-cluster configuration when there is none.

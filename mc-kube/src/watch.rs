@@ -3,6 +3,7 @@
 //! are counted in the loop's [`Metrics`].
 
 use std::{
+    collections::BTreeSet,
     fmt::Debug,
     hash::Hash,
     sync::{
@@ -25,28 +26,103 @@ use crate::{
     store::{ObjectStore, StoreWriter},
 };
 
-/// Wakes a sync loop. Any number of events before the loop runs collapse into one wake-up. It
-/// carries the loop's metrics, where its watches count their failures.
+/// Wakes a sync loop and says what to recompute. Any number of events before the loop runs
+/// collapse into one wake-up whose [`Work`] is the union of what they marked. It carries the
+/// loop's metrics, where its watches count their failures.
 #[derive(Clone)]
 pub struct Trigger {
     notify: Arc<Notify>,
+    marked: Arc<Mutex<Work>>,
     metrics: Metrics,
 }
+
+/// What a loop recomputes on a wake-up: everything, or the desired state of some keys (each loop
+/// names its own keys, for example a Service's `<namespace>/<name>`). The parts of a loop that
+/// are not per key (a handful of objects) are recomputed on every wake-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    All,
+    Keys(BTreeSet<String>),
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work::Keys(BTreeSet::new())
+    }
+}
+
+impl Work {
+    /// Whether the desired state of `key` is to be recomputed.
+    pub fn covers(&self, key: &str) -> bool {
+        match self {
+            Work::All => true,
+            Work::Keys(keys) => keys.contains(key),
+        }
+    }
+
+    pub fn is_all(&self) -> bool {
+        matches!(self, Work::All)
+    }
+
+    pub fn add(&mut self, key: String) {
+        if let Work::Keys(keys) = self {
+            keys.insert(key);
+        }
+    }
+
+    pub fn merge(&mut self, other: Work) {
+        match other {
+            Work::All => *self = Work::All,
+            Work::Keys(keys) => {
+                for k in keys {
+                    self.add(k);
+                }
+            }
+        }
+    }
+}
+
+/// Which keys an event about an object marks: `None` when its effect has no key (everything is
+/// recomputed), `Some(vec![])` when only the parts of the loop that are not per key are.
+pub type KeysOf<K> = fn(&K) -> Option<Vec<String>>;
 
 impl Trigger {
     pub fn new(metrics: &Metrics) -> Self {
         Self {
             notify: Arc::default(),
+            marked: Arc::default(),
             metrics: metrics.clone(),
         }
     }
 
+    /// Wakes the loop to recompute everything.
     pub fn fire(&self) {
+        self.mark(None);
+    }
+
+    /// Wakes the loop to recompute `keys` (`None`: everything).
+    pub fn mark(&self, keys: Option<Vec<String>>) {
+        {
+            let mut marked = self.marked.lock().expect("trigger");
+            match keys {
+                None => *marked = Work::All,
+                Some(keys) => {
+                    for k in keys {
+                        marked.add(k);
+                    }
+                }
+            }
+        }
         self.notify.notify_one();
     }
 
     pub async fn wait(&self) {
         self.notify.notified().await;
+    }
+
+    /// What was marked since the last call; the marks are cleared.
+    pub fn take(&self) -> Work {
+        std::mem::take(&mut *self.marked.lock().expect("trigger"))
     }
 }
 
@@ -190,6 +266,19 @@ where
         Self::trimmed(api, config, trigger, what, |_| {})
     }
 
+    /// Like [`Watched::trimmed`], with each change marking only the keys `keys` gives for the
+    /// object (before and after it changed; a re-list marks everything).
+    pub fn keyed(
+        api: Api<K>,
+        config: watcher::Config,
+        trigger: Trigger,
+        what: &'static str,
+        trim: fn(&mut K),
+        keys: KeysOf<K>,
+    ) -> Self {
+        Self::start(api, config, trigger, what, trim, Some(keys))
+    }
+
     /// Like [`Watched::new`], with `trim` removing from each object, before it is stored, the
     /// fields nothing here reads (it holds thousands of them at 1000 Services).
     pub fn trimmed(
@@ -199,7 +288,19 @@ where
         what: &'static str,
         trim: fn(&mut K),
     ) -> Self {
+        Self::start(api, config, trigger, what, trim, None)
+    }
+
+    fn start(
+        api: Api<K>,
+        config: watcher::Config,
+        trigger: Trigger,
+        what: &'static str,
+        trim: fn(&mut K),
+        keys: Option<KeysOf<K>>,
+    ) -> Self {
         let (store, mut writer) = StoreWriter::new();
+        let store2 = store.clone();
         let config = match config.timeout {
             Some(_) => config,
             None => config.timeout(WATCH_TIMEOUT_SECS),
@@ -223,6 +324,27 @@ where
                         let done = matches!(event, watcher::Event::InitDone);
                         // `Init` comes before the list is even asked for: not a sign of life.
                         let alive = !matches!(event, watcher::Event::Init);
+                        let marks = match (keys, &event) {
+                            (
+                                Some(keys),
+                                watcher::Event::Apply(obj) | watcher::Event::Delete(obj),
+                            ) => {
+                                // The object as it was too: a change can move it between keys.
+                                let old = store2.get(obj.namespace().as_deref(), &obj.name_any());
+                                let mut marks = keys(obj);
+                                if let (Some(m), Some(old)) = (&mut marks, old)
+                                    && let Some(more) = keys(&old)
+                                {
+                                    m.extend(more);
+                                }
+                                marks
+                            }
+                            // A (re-)list: everything, once it is complete.
+                            (Some(_), watcher::Event::Init | watcher::Event::InitApply(_)) => {
+                                Some(vec![])
+                            }
+                            _ => None,
+                        };
                         writer.apply(event);
                         if done {
                             health2.synced.store(true, Ordering::Release);
@@ -230,7 +352,7 @@ where
                         if alive && health2.worked() {
                             tracing::info!(what, "watch recovered");
                         }
-                        trigger.fire();
+                        trigger.mark(marks);
                     }
                     Err(e) => {
                         metrics.watch_error(what, 1);
@@ -307,5 +429,27 @@ mod tests {
         assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
         assert!(b.failed("connection refused".into()), "a new run starts");
         assert_eq!(watch_readiness(&[("A", &a), ("B", &b)]), Ok(None));
+    }
+
+    #[test]
+    fn marks_collapse_into_one_work_until_taken() {
+        let t = Trigger::new(&Metrics::default());
+        assert_eq!(t.take(), Work::Keys(BTreeSet::new()));
+        t.mark(Some(vec!["default/a".into()]));
+        t.mark(Some(vec!["default/b".into(), "default/a".into()]));
+        t.mark(Some(vec![]));
+        let work = t.take();
+        assert!(work.covers("default/a") && work.covers("default/b"));
+        assert!(!work.covers("default/c") && !work.is_all());
+        assert_eq!(t.take(), Work::Keys(BTreeSet::new()), "taken: cleared");
+        t.mark(Some(vec!["default/a".into()]));
+        t.fire();
+        t.mark(Some(vec!["default/b".into()]));
+        assert_eq!(t.take(), Work::All, "everything stays everything");
+        let mut w = Work::Keys(BTreeSet::from(["x".to_owned()]));
+        w.merge(Work::Keys(BTreeSet::from(["y".to_owned()])));
+        assert!(w.covers("x") && w.covers("y"));
+        w.merge(Work::All);
+        assert!(w.is_all() && w.covers("anything"));
     }
 }

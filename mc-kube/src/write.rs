@@ -299,6 +299,70 @@ impl Writer {
         )
     }
 
+    /// A server-side apply for [`run_all`], labelled with the object's name.
+    pub fn apply_op<K>(&self, api: &Api<K>, desired: K) -> (String, Op)
+    where
+        K: Resource + Serialize + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
+    {
+        let (w, api) = (self.clone(), api.clone());
+        (
+            desired.name_any(),
+            Box::pin(async move { w.apply(&api, &desired).await }),
+        )
+    }
+
+    /// The writes that make one kind's objects equal to `desired`: an apply for each desired
+    /// object that differs from its copy in `stored`, and a delete for each object of `stored`
+    /// that is not desired and that `removable` gives up (only objects the loop manages, and not
+    /// in a namespace being deleted, say). `api` gives the API of a namespace ("" for objects
+    /// without one). `stored` is what the loop looked at: objects outside it are left alone.
+    pub fn converge<K>(
+        &self,
+        desired: Vec<K>,
+        stored: &[Arc<K>],
+        compare: Compare,
+        api: impl Fn(&str) -> Api<K>,
+        removable: impl Fn(&K) -> bool,
+    ) -> Vec<(String, Op)>
+    where
+        K: Resource + Serialize + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
+    {
+        let id = |o: &K| {
+            let m = o.meta();
+            (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            )
+        };
+        let by_id: HashMap<(String, String), &K> =
+            stored.iter().map(|o| (id(o), o.as_ref())).collect();
+        let wanted: std::collections::HashSet<(String, String)> = desired.iter().map(id).collect();
+        let mut ops = Vec::new();
+        for obj in desired {
+            let (ns, _) = id(&obj);
+            let current = Some(by_id.get(&id(&obj)).copied());
+            let needed = match compare {
+                Compare::Fields => self.needed(&obj, current),
+                Compare::ExactSpec => self.needed_exact_spec(&obj, current),
+            };
+            if needed {
+                ops.push(self.apply_op(&api(&ns), obj));
+            }
+        }
+        for obj in stored {
+            let (ns, name) = id(obj);
+            if !wanted.contains(&(ns.clone(), name.clone()))
+                && obj.meta().deletion_timestamp.is_none()
+                && removable(obj)
+            {
+                ops.push(self.delete_op(&api(&ns), &ns, &name));
+            }
+        }
+        ops
+    }
+
     /// A merge patch of the status subresource.
     pub async fn patch_status<K>(&self, api: &Api<K>, name: &str, status: Value) -> kube::Result<()>
     where
@@ -321,6 +385,16 @@ impl Writer {
     pub fn forget(&self) {
         *self.memory.lock().expect("writer cache") = Memory::default();
     }
+}
+
+/// How [`Writer::converge`] compares a desired object with its stored copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compare {
+    /// Fields the API server defaults or adds are no difference (Kubernetes' own kinds).
+    Fields,
+    /// A stored spec field that is not desired is a difference too (Strait's own CRDs, whose
+    /// whole spec the loop writes).
+    ExactSpec,
 }
 
 /// A hash of an object's JSON text, computed while serializing (no JSON tree is built); the same

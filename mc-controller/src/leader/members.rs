@@ -3,10 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use mc_api::{
-    clusterset::{ClusterSetStatus, ClusterStatus},
-    conditions::Condition,
-};
+use mc_api::clusterset::{ClusterSetStatus, ClusterStatus};
 
 use crate::conditions::{condition, keep_transition_time};
 
@@ -148,29 +145,6 @@ pub fn leader_status(
     }
 }
 
-/// The status without timestamps, to decide whether a write is needed.
-pub fn same_status(a: &ClusterSetStatus, b: &ClusterSetStatus) -> bool {
-    fn strip(c: &[Condition]) -> Vec<Condition> {
-        c.iter()
-            .map(|c| Condition {
-                last_transition_time: None,
-                ..c.clone()
-            })
-            .collect()
-    }
-    a.total_clusters == b.total_clusters
-        && a.ready_clusters == b.ready_clusters
-        && a.observed_generation == b.observed_generation
-        && strip(&a.conditions) == strip(&b.conditions)
-        && a.cluster_statuses.len() == b.cluster_statuses.len()
-        && a.cluster_statuses
-            .iter()
-            .zip(&b.cluster_statuses)
-            .all(|(x, y)| {
-                x.cluster_id == y.cluster_id && strip(&x.conditions) == strip(&y.conditions)
-            })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +218,6 @@ mod tests {
             first.cluster_statuses[0].conditions[0].last_transition_time,
             second.cluster_statuses[0].conditions[0].last_transition_time
         );
-        assert!(same_status(&first, &second));
+        assert!(first.same(&second));
     }
 }

@@ -22,12 +22,8 @@ use mc_api::{
 };
 use serde_json::{Value, json};
 
-/// What the leader says about one export.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Succeeded,
-    Failure(String),
-}
+/// What the leader says about one export (the leader–member contract, in mc-api).
+pub use mc_api::exports::Verdict;
 
 #[derive(Debug, Default)]
 pub struct Merged {
@@ -101,6 +97,11 @@ fn by_age(a: &&ResourceExport, b: &&ResourceExport) -> std::cmp::Ordering {
     ta.cmp(&tb).then_with(|| a.name_any().cmp(&b.name_any()))
 }
 
+/// `(kind, namespace, name)` of the source object: the exports merged together.
+type GroupKey = (String, String, String);
+/// `(namespace, name, cluster)` of a cluster's Service export the leader accepted.
+type Accepted = BTreeSet<(String, String, String)>;
+
 pub fn merge(
     leader_namespace: &str,
     exports: &[Arc<ResourceExport>],
@@ -117,17 +118,76 @@ pub fn merge(
         .iter()
         .map(|ri| (ri.name_any(), ri.as_ref()))
         .collect();
+    let mut groups = group(leader_namespace, &live, &mut out);
 
-    // Group by kind and source object.
-    let mut groups: BTreeMap<(String, String, String), Tuple> = BTreeMap::new();
-    for re in &live {
+    // Which tuple claimed which import name: `-` joins are ambiguous (ns `a-b`/name `c` and
+    // ns `a`/name `b-c` give the same name); the first tuple keeps it.
+    let mut claimed: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut service_ok: Accepted = BTreeSet::new();
+    let mut serviced: BTreeSet<(String, String)> = BTreeSet::new();
+    for ((kind, _, _), tuple) in groups.iter_mut() {
+        tuple.exports.sort_by(by_age);
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
+        if !claim(&mut claimed, &ri_name, tuple, &mut out) {
+            continue;
+        }
+        let ri_kind = if kind == re_kinds::SERVICE {
+            ri_kinds::SERVICE_IMPORT
+        } else {
+            kind.as_str()
+        };
+        let mut spec = ResourceImportSpec {
+            name: Some(tuple.name.clone()),
+            namespace: (!tuple.namespace.is_empty()).then(|| tuple.namespace.clone()),
+            kind: Some(ri_kind.to_owned()),
+            ..Default::default()
+        };
+        match kind.as_str() {
+            re_kinds::SERVICE => {
+                let imported = existing.get(&ri_name).copied();
+                let Some(si) = service(tuple, imported, &mut service_ok, &mut out) else {
+                    continue;
+                };
+                spec.service_import = Some(si);
+                serviced.insert((tuple.namespace.clone(), tuple.name.clone()));
+            }
+            re_kinds::ACNP => {
+                let Some(policy) = acnp(tuple, &mut out) else {
+                    continue;
+                };
+                spec.cluster_network_policy = Some(policy);
+            }
+            _ => continue, // Endpoints: below, once every Service verdict is known.
+        }
+        out.imports.insert(ri_name, spec);
+    }
+    for ((kind, _, _), tuple) in groups.iter() {
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
+        if kind == re_kinds::ENDPOINTS
+            && claimed.get(&ri_name) == Some(&(tuple.namespace.clone(), tuple.name.clone()))
+        {
+            endpoints(tuple, ri_name, &service_ok, &serviced, withdrawn, &mut out);
+        }
+    }
+    out
+}
+
+/// The live exports by kind and source object; ClusterInfo exports are merged on the way, and
+/// exports of an unknown kind or without a name get their Failure.
+fn group<'a>(
+    leader_namespace: &str,
+    live: &[&'a ResourceExport],
+    out: &mut Merged,
+) -> BTreeMap<GroupKey, Tuple<'a>> {
+    let mut groups: BTreeMap<GroupKey, Tuple> = BTreeMap::new();
+    for re in live {
         let kind = re.spec.kind.clone().unwrap_or_default();
         let namespace = spec_or_label(&re.spec.namespace, re, names::labels::SOURCE_NAMESPACE);
         let name = spec_or_label(&re.spec.name, re, names::labels::SOURCE_NAME);
         match kind.as_str() {
             re_kinds::SERVICE | re_kinds::ENDPOINTS | re_kinds::ACNP => {}
             re_kinds::CLUSTER_INFO => {
-                clusterinfo(leader_namespace, re, &mut out);
+                clusterinfo(leader_namespace, re, out);
                 continue;
             }
             _ => {
@@ -153,203 +213,190 @@ pub fn merge(
             .exports
             .push(re);
     }
+    groups
+}
 
-    // Which tuple claimed which import name: `-` joins are ambiguous (ns `a-b`/name `c` and
-    // ns `a`/name `b-c` give the same name); the first tuple keeps it.
-    let mut claimed: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let mut service_ok: BTreeSet<(String, String, String)> = BTreeSet::new();
-    let mut serviced: BTreeSet<(String, String)> = BTreeSet::new();
-    for ((kind, _, _), tuple) in groups.iter_mut() {
-        tuple.exports.sort_by(by_age);
-        let ri_kind = if kind == re_kinds::SERVICE {
-            ri_kinds::SERVICE_IMPORT
-        } else {
-            kind.as_str()
-        };
-        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
-        let owner = claimed
-            .entry(ri_name.clone())
-            .or_insert((tuple.namespace.clone(), tuple.name.clone()));
-        if *owner != (tuple.namespace.clone(), tuple.name.clone()) {
-            for re in &tuple.exports {
-                out.verdicts.insert(
-                    re.name_any(),
-                    Verdict::Failure(format!(
-                        "ResourceImport {ri_name} already imports {}/{}",
-                        owner.0, owner.1
-                    )),
-                );
-            }
-            continue;
-        }
-        let mut spec = ResourceImportSpec {
-            name: Some(tuple.name.clone()),
-            namespace: (!tuple.namespace.is_empty()).then(|| tuple.namespace.clone()),
-            kind: Some(ri_kind.to_owned()),
-            ..Default::default()
-        };
-        match kind.as_str() {
-            re_kinds::SERVICE => {
-                let with_ports: Vec<(&ResourceExport, &Vec<ServicePort>)> = tuple
-                    .exports
-                    .iter()
-                    .filter_map(|re| {
-                        let ports = re
-                            .spec
-                            .service
-                            .as_ref()
-                            .and_then(|s| s.service_spec.as_ref())
-                            .and_then(|s| s.ports.as_ref());
-                        if ports.is_none() {
-                            out.verdicts.insert(
-                                re.name_any(),
-                                Verdict::Failure(
-                                    "a Service export needs spec.service.serviceSpec.ports".into(),
-                                ),
-                            );
-                        }
-                        Some((*re, ports?))
-                    })
-                    .collect();
-                let Some(&(_, oldest)) = with_ports.first() else {
-                    continue;
-                };
-                let imported = existing
-                    .get(&ri_name)
-                    .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::SERVICE_IMPORT))
-                    .and_then(|ri| imported_port_keys(ri))
-                    .filter(|keys| with_ports.iter().any(|(_, p)| port_keys(p) == *keys));
-                let reference = imported.unwrap_or_else(|| port_keys(oldest));
-                let mut chosen: Option<&Vec<ServicePort>> = None;
-                for (re, ports) in &with_ports {
-                    let keys = port_keys(ports);
-                    if keys == reference {
-                        chosen.get_or_insert(ports);
-                        service_ok.insert((
-                            tuple.namespace.clone(),
-                            tuple.name.clone(),
-                            cluster_of(re),
-                        ));
-                        out.verdicts.insert(re.name_any(), Verdict::Succeeded);
-                    } else {
-                        out.verdicts.insert(
-                            re.name_any(),
-                            Verdict::Failure(format!(
-                                "ResourceExport can't be converged to ResourceImport: ports {} differ from the ports {} already exported for {}/{}",
-                                describe(&keys),
-                                describe(&reference),
-                                tuple.namespace,
-                                tuple.name
-                            )),
-                        );
-                    }
-                }
-                let ports: Vec<Value> = chosen
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        let mut port = json!({
-                            "port": p.port,
-                            "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                        });
-                        if let Some(n) = p.name.as_ref().filter(|n| !n.is_empty()) {
-                            port["name"] = json!(n);
-                        }
-                        port
-                    })
-                    .collect();
-                spec.service_import = Some(json!({
-                    "metadata": {"name": tuple.name, "namespace": tuple.namespace},
-                    "spec": {"ports": ports, "type": "ClusterSetIP"},
-                }));
-                serviced.insert((tuple.namespace.clone(), tuple.name.clone()));
-            }
-            re_kinds::ACNP => {
-                let oldest = tuple.exports[0];
-                let Some(policy) = oldest.spec.acnp() else {
-                    for re in &tuple.exports {
-                        out.verdicts.insert(
-                            re.name_any(),
-                            Verdict::Failure(
-                                "an ACNP export needs spec.clusterNetworkPolicy".into(),
-                            ),
-                        );
-                    }
-                    continue;
-                };
-                for re in &tuple.exports {
-                    let verdict = if re.spec.acnp() == Some(policy) {
-                        Verdict::Succeeded
-                    } else {
-                        Verdict::Failure(format!(
-                            "ResourceExport {} already exports ACNP {} with another spec",
-                            oldest.name_any(),
-                            tuple.name
-                        ))
-                    };
-                    out.verdicts.insert(re.name_any(), verdict);
-                }
-                spec.cluster_network_policy = Some(policy.clone());
-            }
-            _ => continue, // Endpoints: below, once every Service verdict is known.
-        }
-        out.imports.insert(ri_name, spec);
+/// Whether `tuple` owns the import name `ri_name` (the first tuple to claim it does); the
+/// exports of a tuple that does not get their Failure.
+fn claim(
+    claimed: &mut BTreeMap<String, (String, String)>,
+    ri_name: &str,
+    tuple: &Tuple,
+    out: &mut Merged,
+) -> bool {
+    let source = (tuple.namespace.clone(), tuple.name.clone());
+    let owner = claimed.entry(ri_name.to_owned()).or_insert(source.clone());
+    if *owner == source {
+        return true;
     }
-
-    for ((kind, _, _), tuple) in groups.iter() {
-        if kind != re_kinds::ENDPOINTS {
-            continue;
-        }
-        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
-        if claimed.get(&ri_name) != Some(&(tuple.namespace.clone(), tuple.name.clone())) {
-            continue;
-        }
-        let mut subsets = BTreeMap::new();
-        for re in &tuple.exports {
-            let cluster = cluster_of(re);
-            let verdict = match &re.spec.endpoints {
-                None => Verdict::Failure("an Endpoints export needs spec.endpoints".into()),
-                Some(_)
-                    if !service_ok.contains(&(
-                        tuple.namespace.clone(),
-                        tuple.name.clone(),
-                        cluster.clone(),
-                    )) =>
-                {
-                    Verdict::Failure(format!(
-                        "the Service export of cluster {cluster:?} for {}/{} has not converged",
-                        tuple.namespace, tuple.name
-                    ))
-                }
-                Some(eps) => {
-                    if !withdrawn.contains(&cluster) {
-                        // One contribution per cluster: the oldest export wins.
-                        subsets
-                            .entry(cluster)
-                            .or_insert_with(|| eps.subsets.clone());
-                    }
-                    Verdict::Succeeded
-                }
-            };
-            out.verdicts.insert(re.name_any(), verdict);
-        }
-        if !serviced.contains(&(tuple.namespace.clone(), tuple.name.clone())) {
-            continue;
-        }
-        out.imports.insert(
-            ri_name,
-            ResourceImportSpec {
-                name: Some(tuple.name.clone()),
-                namespace: Some(tuple.namespace.clone()),
-                kind: Some(ri_kinds::ENDPOINTS.into()),
-                endpoints: Some(EndpointsExport {
-                    subsets: subsets.into_values().flatten().collect(),
-                }),
-                ..Default::default()
-            },
+    for re in &tuple.exports {
+        out.verdicts.insert(
+            re.name_any(),
+            Verdict::Failure(format!(
+                "ResourceImport {ri_name} already imports {}/{}",
+                owner.0, owner.1
+            )),
         );
     }
-    out
+    false
+}
+
+/// The ServiceImport of a Service's exports (oldest first): the ports already imported while an
+/// exporter still has them, else the oldest exporter's. Each export gets its verdict; those
+/// whose ports agree are recorded in `service_ok`. None when no export has ports.
+fn service(
+    tuple: &Tuple,
+    imported: Option<&ResourceImport>,
+    service_ok: &mut Accepted,
+    out: &mut Merged,
+) -> Option<Value> {
+    let with_ports: Vec<(&ResourceExport, &Vec<ServicePort>)> = tuple
+        .exports
+        .iter()
+        .filter_map(|re| {
+            let ports = re
+                .spec
+                .service
+                .as_ref()
+                .and_then(|s| s.service_spec.as_ref())
+                .and_then(|s| s.ports.as_ref());
+            if ports.is_none() {
+                out.verdicts.insert(
+                    re.name_any(),
+                    Verdict::Failure(
+                        "a Service export needs spec.service.serviceSpec.ports".into(),
+                    ),
+                );
+            }
+            Some((*re, ports?))
+        })
+        .collect();
+    let &(_, oldest) = with_ports.first()?;
+    let imported = imported
+        .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::SERVICE_IMPORT))
+        .and_then(imported_port_keys)
+        .filter(|keys| with_ports.iter().any(|(_, p)| port_keys(p) == *keys));
+    let reference = imported.unwrap_or_else(|| port_keys(oldest));
+    let mut chosen: Option<&Vec<ServicePort>> = None;
+    for (re, ports) in &with_ports {
+        let keys = port_keys(ports);
+        if keys == reference {
+            chosen.get_or_insert(ports);
+            service_ok.insert((tuple.namespace.clone(), tuple.name.clone(), cluster_of(re)));
+            out.verdicts.insert(re.name_any(), Verdict::Succeeded);
+        } else {
+            out.verdicts.insert(
+                re.name_any(),
+                Verdict::Failure(format!(
+                    "ResourceExport can't be converged to ResourceImport: ports {} differ from the ports {} already exported for {}/{}",
+                    describe(&keys),
+                    describe(&reference),
+                    tuple.namespace,
+                    tuple.name
+                )),
+            );
+        }
+    }
+    let ports: Vec<Value> = chosen
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let mut port = json!({
+                "port": p.port,
+                "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            });
+            if let Some(n) = p.name.as_ref().filter(|n| !n.is_empty()) {
+                port["name"] = json!(n);
+            }
+            port
+        })
+        .collect();
+    Some(json!({
+        "metadata": {"name": tuple.name, "namespace": tuple.namespace},
+        "spec": {"ports": ports, "type": "ClusterSetIP"},
+    }))
+}
+
+/// The policy of an ACNP's exports: the oldest's; an export with another spec fails.
+fn acnp(tuple: &Tuple, out: &mut Merged) -> Option<Value> {
+    let oldest = tuple.exports[0];
+    let Some(policy) = oldest.spec.acnp() else {
+        for re in &tuple.exports {
+            out.verdicts.insert(
+                re.name_any(),
+                Verdict::Failure("an ACNP export needs spec.clusterNetworkPolicy".into()),
+            );
+        }
+        return None;
+    };
+    for re in &tuple.exports {
+        let verdict = if re.spec.acnp() == Some(policy) {
+            Verdict::Succeeded
+        } else {
+            Verdict::Failure(format!(
+                "ResourceExport {} already exports ACNP {} with another spec",
+                oldest.name_any(),
+                tuple.name
+            ))
+        };
+        out.verdicts.insert(re.name_any(), verdict);
+    }
+    Some(policy.clone())
+}
+
+/// The Endpoints import of a Service: the union of the endpoints of the clusters whose Service
+/// export was accepted and that are not withdrawn (one contribution per cluster, the oldest).
+fn endpoints(
+    tuple: &Tuple,
+    ri_name: String,
+    service_ok: &Accepted,
+    serviced: &BTreeSet<(String, String)>,
+    withdrawn: &BTreeSet<String>,
+    out: &mut Merged,
+) {
+    let mut subsets = BTreeMap::new();
+    for re in &tuple.exports {
+        let cluster = cluster_of(re);
+        let verdict = match &re.spec.endpoints {
+            None => Verdict::Failure("an Endpoints export needs spec.endpoints".into()),
+            Some(_)
+                if !service_ok.contains(&(
+                    tuple.namespace.clone(),
+                    tuple.name.clone(),
+                    cluster.clone(),
+                )) =>
+            {
+                Verdict::Failure(format!(
+                    "the Service export of cluster {cluster:?} for {}/{} has not converged",
+                    tuple.namespace, tuple.name
+                ))
+            }
+            Some(eps) => {
+                if !withdrawn.contains(&cluster) {
+                    subsets
+                        .entry(cluster)
+                        .or_insert_with(|| eps.subsets.clone());
+                }
+                Verdict::Succeeded
+            }
+        };
+        out.verdicts.insert(re.name_any(), verdict);
+    }
+    if !serviced.contains(&(tuple.namespace.clone(), tuple.name.clone())) {
+        return;
+    }
+    out.imports.insert(
+        ri_name,
+        ResourceImportSpec {
+            name: Some(tuple.name.clone()),
+            namespace: Some(tuple.namespace.clone()),
+            kind: Some(ri_kinds::ENDPOINTS.into()),
+            endpoints: Some(EndpointsExport {
+                subsets: subsets.into_values().flatten().collect(),
+            }),
+            ..Default::default()
+        },
+    );
 }
 
 fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
@@ -579,6 +626,57 @@ mod tests {
         assert_eq!(
             ri.cluster_info.as_ref().unwrap().service_cidr.as_deref(),
             Some("10.97.0.0/16")
+        );
+    }
+
+    /// The leader recomputes only the groups a change marks: every import must be in the group
+    /// of the exports it is made from, or a change to an export would not reach its import.
+    #[test]
+    fn every_import_is_in_the_group_of_the_exports_it_is_made_from() {
+        use crate::leader::{group_of_export, group_of_import};
+        let mut info = ResourceExport::new(
+            "east-clusterinfo",
+            ResourceExportSpec {
+                cluster_id: Some("east".into()),
+                kind: Some("ClusterInfo".into()),
+                cluster_info: Some(ClusterInfo::default()),
+                ..Default::default()
+            },
+        );
+        info.metadata.creation_timestamp = Some(Time(Timestamp::now()));
+        let acnp = re(
+            "west",
+            "AntreaClusterNetworkPolicy",
+            0,
+            ResourceExportSpec {
+                name: Some("strict".into()),
+                namespace: Some(String::new()),
+                cluster_network_policy: Some(json!({"priority": 1.0})),
+                ..Default::default()
+            },
+        );
+        let exports = vec![
+            svc("west", 0, vec![port("http", 80)]),
+            eps("west", "10.98.0.20"),
+            Arc::new(info),
+            acnp,
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        assert_eq!(m.imports.len(), 4, "{:?}", m.imports.keys());
+        let export_groups: BTreeSet<String> =
+            exports.iter().map(|re| group_of_export(re)).collect();
+        for (name, spec) in &m.imports {
+            let ri = ResourceImport::new(name, spec.clone());
+            assert!(
+                export_groups.contains(&group_of_import(&ri)),
+                "import {name} is in group {:?}, not one of {export_groups:?}",
+                group_of_import(&ri)
+            );
+        }
+        assert_eq!(
+            group_of_export(&exports[0]),
+            group_of_export(&exports[1]),
+            "a Service and its Endpoints are merged together"
         );
     }
 

@@ -1,17 +1,20 @@
 //! The leader: in the Common Area namespace, it tracks members from their announces, merges
 //! their exports into imports, reports the ClusterSet's status and collects what departed
-//! members left behind. One level-triggered loop: every change (or a 2 s tick, for heartbeat
-//! timeouts) recomputes the whole desired state from the watched objects and writes the
-//! difference.
+//! members left behind. One level-triggered loop, incremental by key: a change to a
+//! ResourceExport or ResourceImport marks its group (`group_of_export`, `group_of_import`), and a
+//! pass merges and writes only the marked groups; the members' state and the ClusterSet status
+//! (a handful of objects) are recomputed on every pass, and a 2 s tick catches heartbeat
+//! timeouts. Everything is recomputed when the members' state changes, after a failed write, and
+//! every `FULL_RESYNC`.
 
 pub mod binding;
 pub mod members;
 pub mod merge;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -20,17 +23,18 @@ use kube::{Api, Client, ResourceExt as _, runtime::watcher};
 use mc_api::{
     clusterclaim::v1alpha2::ClusterClaim,
     clusterset::v1alpha2::ClusterSet,
-    exports::ResourceExport,
-    imports::ResourceImport,
+    exports::{ResourceExport, kinds as re_kinds},
+    imports::{ResourceImport, kinds as ri_kinds},
     memberclusterannounce::MemberClusterAnnounce,
     names::{self, annotations, finalizers},
 };
 use serde_json::json;
 
 use crate::conditions::{condition, keep_transition_time, same};
-use mc_kube::{Metrics, Op, StatusPacer, Trigger, Watched, Writer, run_all, watch_readiness};
+use mc_kube::{
+    Driver, Metrics, Op, StatusPacer, Step, Trigger, Watched, Work, Writer, run_all, write::Compare,
+};
 use members::{Liveness, Tracker};
-use merge::Verdict;
 
 pub struct LeaderOptions {
     pub namespace: String,
@@ -73,6 +77,50 @@ struct Leader {
     accounts: Arc<Watched<ServiceAccount>>,
     sa_api: Api<ServiceAccount>,
     statuses: StatusPacer,
+    /// Work left over for the next pass: deferred statuses, young orphans, failed writes.
+    pending: Work,
+    /// The members as the last pass saw them (known, withdrawn): a change re-merges everything.
+    members_seen: (BTreeSet<String>, BTreeSet<String>),
+}
+
+/// Everything is recomputed at least this often, whatever the watches said.
+pub const FULL_RESYNC: Duration = Duration::from_secs(30);
+
+fn spec_or_label<'a>(
+    value: &'a Option<String>,
+    labels: &'a BTreeMap<String, String>,
+    label: &str,
+) -> &'a str {
+    value
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .or_else(|| labels.get(label).map(String::as_str))
+        .unwrap_or_default()
+}
+
+/// The group a ResourceExport is merged in: the stem of the ResourceImports it feeds
+/// (`<ns>-<name>` for a Service and its Endpoints; two sources whose imports would share a name
+/// share a group).
+pub fn group_of_export(re: &ResourceExport) -> String {
+    let labels = re.labels();
+    let ns = spec_or_label(&re.spec.namespace, labels, names::labels::SOURCE_NAMESPACE);
+    let name = spec_or_label(&re.spec.name, labels, names::labels::SOURCE_NAME);
+    match re.spec.kind.as_deref() {
+        Some(re_kinds::SERVICE | re_kinds::ENDPOINTS) => format!("{ns}-{name}"),
+        Some(re_kinds::ACNP) => name.to_owned(),
+        _ => re.name_any(),
+    }
+}
+
+/// The group of a ResourceImport (see [`group_of_export`]).
+pub fn group_of_import(ri: &ResourceImport) -> String {
+    let ns = ri.spec.namespace.as_deref().unwrap_or_default();
+    let name = ri.spec.name.as_deref().unwrap_or_default();
+    match ri.spec.kind.as_deref() {
+        Some(ri_kinds::SERVICE_IMPORT | ri_kinds::ENDPOINTS) => format!("{ns}-{name}"),
+        Some(ri_kinds::ACNP) => name.to_owned(),
+        _ => ri.name_any(),
+    }
 }
 
 /// A member's export left without its announce this long is collected (the announce comes first
@@ -88,35 +136,46 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
     let ns_for_binder = opts.namespace.clone();
     let cfg = watcher::Config::default;
     let mut leader = Leader {
-        clustersets: Watched::new(
+        // These feed only the members' state and the ClusterSet status, recomputed every pass.
+        clustersets: Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             cfg(),
             trigger.clone(),
             "ClusterSet",
+            |_| {},
+            |_| Some(vec![]),
         ),
-        claims: Watched::new(
+        claims: Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             cfg(),
             trigger.clone(),
             "ClusterClaim",
+            |_| {},
+            |_| Some(vec![]),
         ),
-        announces: Watched::new(
+        announces: Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             cfg(),
             trigger.clone(),
             "MemberClusterAnnounce",
+            |_| {},
+            |_| Some(vec![]),
         ),
-        exports: Watched::new(
+        exports: Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             cfg(),
             trigger.clone(),
             "ResourceExport",
+            |_| {},
+            |re| Some(vec![group_of_export(re)]),
         ),
-        imports: Watched::new(
+        imports: Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             cfg(),
             trigger.clone(),
             "ResourceImport",
+            |_| {},
+            |ri| Some(vec![group_of_import(ri)]),
         ),
         re_api: Api::namespaced(client.clone(), &ns),
         mca_api: Api::namespaced(client.clone(), &ns),
@@ -130,39 +189,47 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         accounts: opts.accounts.clone(),
         sa_api: Api::namespaced(client.clone(), &ns_for_binder),
         statuses: StatusPacer::default(),
+        pending: Work::default(),
+        members_seen: Default::default(),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
-    loop {
-        tokio::select! {
-            _ = trigger.wait() => {}
-            _ = tick.tick() => {}
-        }
+    let driver = Driver {
+        domain: "leader",
+        trigger,
+        metrics: metrics.clone(),
+        // Heartbeat timeouts are noticed on the tick.
+        tick: Duration::from_secs(2),
         // Let a burst of events land before computing.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        match watch_readiness(&[
-            ("ClusterSets", leader.clustersets.health()),
-            ("ClusterClaims", leader.claims.health()),
-            ("MemberClusterAnnounces", leader.announces.health()),
-            ("ResourceExports", leader.exports.health()),
-            ("ResourceImports", leader.imports.health()),
-            ("ServiceAccounts", leader.accounts.health()),
-        ]) {
-            Err(waiting) => {
-                metrics.set_ready(Some(waiting));
-                continue;
+        settle: Duration::from_millis(5),
+        full_resync: FULL_RESYNC,
+    };
+    driver
+        .run(async |work| {
+            let ready = metrics.watches_ready(&[
+                ("ClusterSets", leader.clustersets.health()),
+                ("ClusterClaims", leader.claims.health()),
+                ("MemberClusterAnnounces", leader.announces.health()),
+                ("ResourceExports", leader.exports.health()),
+                ("ResourceImports", leader.imports.health()),
+                ("ServiceAccounts", leader.accounts.health()),
+            ]);
+            if !ready {
+                return Step::NotReady;
             }
-            Ok(failing) => metrics.set_ready(failing),
-        }
-        let started = Instant::now();
-        let failures = leader.sync().await;
-        metrics.sync("leader", started.elapsed(), failures);
-    }
+            let failures = leader.sync(work).await;
+            Step::Done {
+                failures,
+                later: std::mem::take(&mut leader.pending),
+            }
+        })
+        .await;
+    Ok(())
 }
 
 impl Leader {
-    async fn sync(&mut self) -> usize {
-        let now = Timestamp::now();
+    /// The members' state from their announces (heartbeats, bindings of new members, removal of
+    /// announces silent for 24 h); returns the failed writes.
+    async fn members(&mut self, now: Timestamp) -> usize {
         let announces = self.announces.all();
         // Each announce's cluster ID (from its name when the spec has none).
         let clusters: Vec<String> = announces
@@ -212,69 +279,77 @@ impl Leader {
             }
         }
         failures += run_all("MemberClusterAnnounce", ops).await;
+        failures
+    }
+
+    async fn sync(&mut self, mut work: Work) -> usize {
+        let now = Timestamp::now();
+        let mut failures = self.members(now).await;
         let withdrawn = self.tracker.withdrawn(self.liveness, now);
-        let exports = self.exports.all();
-        let merged = merge::merge(&self.ns, &exports, &self.imports.all(), &withdrawn);
-
-        // Imports first: a deleting export's finalizer goes only once the imports no longer
-        // count it.
-        let mut ops = Vec::new();
-        for (name, spec) in &merged.imports {
-            let mut ri = ResourceImport::new(name, spec.clone());
-            ri.metadata.namespace = Some(self.ns.clone());
-            let current = self.imports.get(Some(&self.ns), name);
-            if self.writer.needed_exact_spec(&ri, Some(current.as_deref())) {
-                let (w, api) = (self.writer.clone(), self.ri_api.clone());
-                ops.push((
-                    name.clone(),
-                    Box::pin(async move { w.apply(&api, &ri).await }) as Op,
-                ));
-            }
-        }
-        for ri in self.imports.all() {
-            let name = ri.name_any();
-            if !merged.imports.contains_key(&name) && ri.metadata.deletion_timestamp.is_none() {
-                ops.push(self.writer.delete_op(&self.ri_api, &self.ns, &name));
-            }
-        }
-        let statuses_due = self.statuses.due(!ops.is_empty());
-        failures += run_all("ResourceImport", ops).await;
-
-        let mut ops = Vec::new();
-        let mut statuses = Vec::new();
         let known: BTreeSet<String> = self
             .tracker
             .last_seen()
             .map(|(c, _)| c.to_owned())
             .collect();
-        for re in &exports {
+        let members = (known, withdrawn);
+        if members != self.members_seen {
+            // A member came, went or was withdrawn: every group may change.
+            work = Work::All;
+            self.members_seen = members.clone();
+        }
+        let (known, withdrawn) = members;
+        let mut exports = self.exports.all();
+        let mut imports = self.imports.all();
+        if !work.is_all() {
+            exports.retain(|re| work.covers(&group_of_export(re)));
+            imports.retain(|ri| work.covers(&group_of_import(ri)));
+        }
+        let merged = merge::merge(&self.ns, &exports, &imports, &withdrawn);
+
+        // Imports first: a deleting export's finalizer goes only once the imports no longer
+        // count it.
+        let desired: Vec<ResourceImport> = merged
+            .imports
+            .iter()
+            .map(|(name, spec)| {
+                let mut ri = ResourceImport::new(name, spec.clone());
+                ri.metadata.namespace = Some(self.ns.clone());
+                ri
+            })
+            .collect();
+        let ops = self.writer.converge(
+            desired,
+            &imports,
+            Compare::ExactSpec,
+            |_| self.ri_api.clone(),
+            |_| true,
+        );
+        let statuses_due = self.statuses.due(!ops.is_empty());
+        failures += run_all("ResourceImport", ops).await;
+
+        let ops = self.export_writes(&exports, &merged, &known, now, statuses_due);
+        failures += run_all("ResourceExport", ops).await;
+        failures += self.clusterset_status(now, &withdrawn).await;
+        failures
+    }
+
+    /// The writes about the exports of this pass: finalizers released (their imports no longer
+    /// count them), exports of departed members collected, verdicts written as statuses (held
+    /// back while imports are written, see `StatusPacer`).
+    fn export_writes(
+        &mut self,
+        exports: &[Arc<ResourceExport>],
+        merged: &merge::Merged,
+        known: &BTreeSet<String>,
+        now: Timestamp,
+        statuses_due: bool,
+    ) -> Vec<(String, Op)> {
+        let mut ops = Vec::new();
+        let mut statuses = Vec::new();
+        for re in exports {
             let name = re.name_any();
             if re.metadata.deletion_timestamp.is_some() {
-                let ours = [
-                    finalizers::RESOURCE_EXPORT,
-                    finalizers::RESOURCE_EXPORT_LEGACY,
-                ];
-                let fins = re.finalizers();
-                if fins.iter().any(|f| ours.contains(&f.as_str())) {
-                    let keep: Vec<&String> = fins
-                        .iter()
-                        .filter(|f| !ours.contains(&f.as_str()))
-                        .collect();
-                    let patch = json!({"metadata": {"finalizers": keep, "resourceVersion": re.resource_version()}});
-                    let api = self.re_api.clone();
-                    ops.push((
-                        name.clone(),
-                        Box::pin(async move {
-                            api.patch(
-                                &name,
-                                &kube::api::PatchParams::default(),
-                                &kube::api::Patch::Merge(patch),
-                            )
-                            .await
-                            .map(|_| ())
-                        }) as Op,
-                    ));
-                }
+                ops.extend(self.release_finalizer(re));
                 continue;
             }
             // A departed member's exports: its announce is gone.
@@ -284,6 +359,10 @@ impl Leader {
                 .creation_timestamp
                 .as_ref()
                 .map_or(SignedDuration::ZERO, |t| now.duration_since(t.0));
+            if !cluster.is_empty() && !known.contains(&cluster) && age <= ORPHAN_AGE {
+                // Perhaps ahead of its announce: looked at again on the next pass.
+                self.pending.add(group_of_export(re));
+            }
             if !cluster.is_empty() && !known.contains(&cluster) && age > ORPHAN_AGE {
                 tracing::info!(
                     export = name,
@@ -296,12 +375,8 @@ impl Leader {
             let Some(verdict) = merged.verdicts.get(&name) else {
                 continue;
             };
-            let mut want = match verdict {
-                Verdict::Succeeded => condition("Succeeded", "True", "", ""),
-                Verdict::Failure(message) => {
-                    condition("Failure", "False", "ConvergeFailure", message)
-                }
-            };
+            let (type_, status, reason, message) = verdict.condition();
+            let mut want = condition(type_, status, reason, message);
             let old = re.status.as_ref().map(|s| s.conditions.as_slice());
             if old.and_then(|c| c.first()).is_some_and(|c| same(c, &want)) {
                 continue;
@@ -309,6 +384,7 @@ impl Leader {
             keep_transition_time(&mut want, old);
             let (w, api) = (self.writer.clone(), self.re_api.clone());
             statuses.push((
+                group_of_export(re),
                 name.clone(),
                 Box::pin(async move {
                     w.patch_status(&api, &name, json!({"conditions": [want]}))
@@ -317,24 +393,53 @@ impl Leader {
             ));
         }
         if statuses_due && !statuses.is_empty() {
-            ops.extend(statuses);
+            ops.extend(statuses.into_iter().map(|(_, name, op)| (name, op)));
             self.statuses.written();
+        } else {
+            // Deferred: the next pass (a wake-up or the tick) writes them.
+            for (group, _, _) in statuses {
+                self.pending.add(group);
+            }
         }
-        failures += run_all("ResourceExport", ops).await;
-        failures += self.clusterset_status(now, &withdrawn).await;
-        failures
+        ops
+    }
+
+    /// Removes the leader's finalizer from a deleting export.
+    fn release_finalizer(&self, re: &ResourceExport) -> Option<(String, Op)> {
+        let ours = [
+            finalizers::RESOURCE_EXPORT,
+            finalizers::RESOURCE_EXPORT_LEGACY,
+        ];
+        let fins = re.finalizers();
+        if !fins.iter().any(|f| ours.contains(&f.as_str())) {
+            return None;
+        }
+        let keep: Vec<&String> = fins
+            .iter()
+            .filter(|f| !ours.contains(&f.as_str()))
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": keep, "resourceVersion": re.resource_version()}});
+        let (api, name) = (self.re_api.clone(), re.name_any());
+        Some((
+            name.clone(),
+            Box::pin(async move {
+                api.patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(patch),
+                )
+                .await
+                .map(|_| ())
+            }) as Op,
+        ))
     }
 
     /// The ClusterSet of this namespace (the oldest, if a user made several) gets the members'
     /// state; this cluster's ID is resolved and written back when it came from a ClusterClaim.
     async fn clusterset_status(&mut self, now: Timestamp, withdrawn: &BTreeSet<String>) -> usize {
         let mut sets = self.clustersets.all();
-        sets.sort_by_key(|s| {
-            (
-                s.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                s.name_any(),
-            )
-        });
+        mc_api::clusterset::oldest_first(&mut sets);
         let connected = self
             .tracker
             .last_seen()
@@ -433,11 +538,7 @@ impl Leader {
                 problem.as_ref().map(|(r, m)| (*r, m.clone())),
                 set.status.as_ref(),
             );
-            if set
-                .status
-                .as_ref()
-                .is_some_and(|old| members::same_status(old, &status))
-            {
+            if set.status.as_ref().is_some_and(|old| old.same(&status)) {
                 continue;
             }
             let mut value = serde_json::to_value(&status).unwrap_or_default();

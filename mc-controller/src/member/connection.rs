@@ -166,14 +166,16 @@ impl Connection {
     pub async fn open(id: Identity, trigger: Trigger, interval: Duration) -> anyhow::Result<Self> {
         let client = client_for(&id).await?;
         let ns = id.leader_ns.clone();
-        let imports = Watched::trimmed(
+        // Each marks the Service it is about (kinds that are not, on every pass).
+        let imports = Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             watcher::Config::default(),
             trigger.clone(),
             "leader ResourceImport",
             trim_import,
+            |ri| Some(super::import_key(ri).into_iter().collect()),
         );
-        let own_exports = Watched::new(
+        let own_exports = Watched::keyed(
             Api::namespaced(client.clone(), &ns),
             watcher::Config::default().labels(&format!(
                 "{}={}",
@@ -182,6 +184,8 @@ impl Connection {
             )),
             trigger.clone(),
             "leader ResourceExport",
+            |_| {},
+            |re| Some(super::own_export_key(re).into_iter().collect()),
         );
         let beat = Arc::new(Mutex::new(Beat::default()));
         let heartbeat = tokio::spawn(heartbeat(

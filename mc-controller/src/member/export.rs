@@ -6,10 +6,13 @@ use k8s_openapi::api::{
 };
 use kube::ResourceExt as _;
 use mc_api::{
+    clusterinfo::{ClusterInfo, GatewayInfo},
     config::EndpointIpType,
     exports::{
-        EndpointsExport, ResourceExport, ResourceExportSpec, ServiceExport as ServicePayload, kinds,
+        EndpointsExport, ResourceExport, ResourceExportSpec, ServiceExport as ServicePayload,
+        Verdict, kinds,
     },
+    gateway::Gateway,
     names::{self, annotations, labels},
 };
 
@@ -36,6 +39,42 @@ pub struct Exported {
 
 fn is_ipv4(ip: &str) -> bool {
     ip.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+/// The ready endpoints of a Service's IPv4 slices: per slice, its ready addresses (sorted) and
+/// its ports. A missing `ready` means ready (EndpointSlice API semantics).
+fn ready_endpoints(slices: &[&EndpointSlice]) -> Vec<(Vec<String>, Vec<EndpointPort>)> {
+    let mut ready: Vec<(Vec<String>, Vec<EndpointPort>)> = Vec::new();
+    for slice in slices {
+        if slice.address_type != "IPv4" {
+            continue;
+        }
+        let mut ips: Vec<String> = slice
+            .endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        if ips.is_empty() {
+            continue;
+        }
+        ips.sort();
+        ips.dedup();
+        let ports = slice
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| EndpointPort {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                port: p.port.unwrap_or_default(),
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                app_protocol: p.app_protocol.clone(),
+            })
+            .collect();
+        ready.push((ips, ports));
+    }
+    ready
 }
 
 /// Decides the export of a Service given its EndpointSlices (those labelled with its name).
@@ -77,37 +116,7 @@ pub fn decide(
             "Service does not have a valid ClusterIP (headless Services are not exported)",
         ));
     }
-    // Ready endpoints, per slice. A missing `ready` means ready (EndpointSlice API semantics).
-    let mut ready: Vec<(Vec<String>, Vec<EndpointPort>)> = Vec::new();
-    for slice in slices {
-        if slice.address_type != "IPv4" {
-            continue;
-        }
-        let mut ips: Vec<String> = slice
-            .endpoints
-            .iter()
-            .flatten()
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-            .flat_map(|e| e.addresses.iter().cloned())
-            .collect();
-        if ips.is_empty() {
-            continue;
-        }
-        ips.sort();
-        ips.dedup();
-        let ports = slice
-            .ports
-            .iter()
-            .flatten()
-            .map(|p| EndpointPort {
-                name: p.name.clone().filter(|n| !n.is_empty()),
-                port: p.port.unwrap_or_default(),
-                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
-                app_protocol: p.app_protocol.clone(),
-            })
-            .collect();
-        ready.push((ips, ports));
-    }
+    let mut ready = ready_endpoints(slices);
     if ready.is_empty() {
         return Err(invalid(
             "ServiceWithoutEndpoints",
@@ -233,6 +242,95 @@ pub fn exports_for(
             },
         ),
     ]
+}
+
+/// This cluster's ClusterInfo export, from its current Gateway: the gateway IP, the Service CIDR
+/// the Gateway carries and the cluster's Pod CIDRs.
+pub fn cluster_info_export(
+    cluster_id: &str,
+    leader_ns: &str,
+    member_ns: &str,
+    gateway: &Gateway,
+    pod_cidrs: Vec<String>,
+) -> ResourceExport {
+    let name = names::cluster_info_export(cluster_id);
+    let mut re = ResourceExport::new(
+        &name,
+        ResourceExportSpec {
+            cluster_id: Some(cluster_id.to_owned()),
+            name: Some(cluster_id.to_owned()),
+            namespace: Some(member_ns.to_owned()),
+            kind: Some(kinds::CLUSTER_INFO.into()),
+            cluster_info: Some(ClusterInfo {
+                cluster_id: Some(cluster_id.to_owned()),
+                service_cidr: gateway.spec.service_cidr.clone(),
+                gateway_infos: vec![GatewayInfo {
+                    gateway_ip: gateway.spec.gateway_ip.clone(),
+                }],
+                pod_cidrs,
+                wire_guard: gateway.spec.wire_guard.clone(),
+            }),
+            ..Default::default()
+        },
+    );
+    re.metadata.namespace = Some(leader_ns.to_owned());
+    re.metadata.labels = Some(
+        [
+            (
+                labels::SOURCE_KIND.to_owned(),
+                kinds::CLUSTER_INFO.to_owned(),
+            ),
+            (labels::SOURCE_CLUSTER_ID.to_owned(), cluster_id.to_owned()),
+        ]
+        .into(),
+    );
+    re
+}
+
+/// A ServiceExport's conditions, `(type, status, reason, message)`: `Valid` (as Antrea) and the
+/// standard MCS `Ready` and `Conflict`, from the local decision and the leader's verdict on the
+/// Service export.
+pub fn service_export_conditions(
+    decision: &Result<Exported, Invalid>,
+    verdict: Option<&Verdict>,
+) -> Vec<(&'static str, &'static str, &'static str, String)> {
+    let c = |t, s, r, m: &str| (t, s, r, m.to_owned());
+    let valid = c(
+        "Valid",
+        "True",
+        "Succeed",
+        "The Service is exported successfully",
+    );
+    match (decision, verdict) {
+        (Err(inv), _) => vec![
+            c("Valid", "False", inv.reason, &inv.message),
+            c("Ready", "False", "Failed", "The ServiceExport is not valid"),
+        ],
+        (Ok(_), Some(Verdict::Failure(message))) => vec![
+            valid,
+            c("Ready", "False", "Failed", "The leader refused the export"),
+            c("Conflict", "True", "PortConflict", message),
+        ],
+        (Ok(_), Some(Verdict::Succeeded)) => vec![
+            valid,
+            c(
+                "Ready",
+                "True",
+                "Exported",
+                "The Service is exported to the ClusterSet",
+            ),
+            c(
+                "Conflict",
+                "False",
+                "NoConflicts",
+                "No conflicts with other exports",
+            ),
+        ],
+        (Ok(_), None) => vec![
+            valid,
+            c("Ready", "False", "Pending", "Waiting for the leader"),
+        ],
+    }
 }
 
 #[cfg(test)]
@@ -370,5 +468,80 @@ mod tests {
             let e = decide(svc.as_ref(), &slices, EndpointIpType::ClusterIP).unwrap_err();
             assert_eq!(e.reason, reason);
         }
+    }
+
+    #[test]
+    fn service_export_conditions_follow_the_decision_and_the_leaders_verdict() {
+        let types = |v: Vec<(&str, &str, &str, String)>| -> Vec<(String, String, String)> {
+            v.into_iter()
+                .map(|(t, s, r, _)| (t.to_owned(), s.to_owned(), r.to_owned()))
+                .collect()
+        };
+        let t = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
+        let ok: Result<Exported, Invalid> = Ok(Exported {
+            ports: vec![],
+            subsets: vec![],
+        });
+        assert_eq!(
+            types(service_export_conditions(&ok, None)),
+            [
+                t("Valid", "True", "Succeed"),
+                t("Ready", "False", "Pending")
+            ]
+        );
+        assert_eq!(
+            types(service_export_conditions(&ok, Some(&Verdict::Succeeded))),
+            [
+                t("Valid", "True", "Succeed"),
+                t("Ready", "True", "Exported"),
+                t("Conflict", "False", "NoConflicts")
+            ]
+        );
+        let refused = service_export_conditions(&ok, Some(&Verdict::Failure("ports".into())));
+        assert_eq!(refused[2].0, "Conflict");
+        assert_eq!((refused[2].1, refused[2].3.as_str()), ("True", "ports"));
+        let invalid = Err(invalid("ServiceNotFound", "Service does not exist"));
+        assert_eq!(
+            types(service_export_conditions(
+                &invalid,
+                Some(&Verdict::Succeeded)
+            )),
+            [
+                t("Valid", "False", "ServiceNotFound"),
+                t("Ready", "False", "Failed")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_cluster_info_export_carries_the_gateway() {
+        let gw = Gateway::new(
+            "node-a",
+            mc_api::gateway::GatewayFields {
+                gateway_ip: Some("198.18.11.1".into()),
+                internal_ip: Some("198.18.11.1".into()),
+                service_cidr: Some("10.97.0.0/16".into()),
+                ..Default::default()
+            },
+        );
+        let re = cluster_info_export(
+            "east",
+            "antrea-multicluster",
+            "kube-system",
+            &gw,
+            vec!["10.244.0.0/16".into()],
+        );
+        assert_eq!(re.metadata.name.as_deref(), Some("east-clusterinfo"));
+        assert_eq!(
+            re.metadata.namespace.as_deref(),
+            Some("antrea-multicluster")
+        );
+        let info = re.spec.cluster_info.unwrap();
+        assert_eq!(info.service_cidr.as_deref(), Some("10.97.0.0/16"));
+        assert_eq!(
+            info.gateway_infos[0].gateway_ip.as_deref(),
+            Some("198.18.11.1")
+        );
+        assert_eq!(info.pod_cidrs, ["10.244.0.0/16"]);
     }
 }

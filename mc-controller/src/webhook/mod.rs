@@ -626,12 +626,7 @@ async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
         .await
         .map_err(|e| err("the ClusterSets", e))?
         .items;
-    sets.sort_by_key(|s| {
-        (
-            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            s.name_any(),
-        )
-    });
+    mc_api::clusterset::oldest_first(&mut sets);
     let clusterset = sets.first().map(|s| {
         (
             s.name_any(),

@@ -188,6 +188,66 @@ fn stamp(v: &Value) -> &str {
         .unwrap_or("")
 }
 
+/// An update may not change an announce's IDs, nor (but for the controller) who created it.
+fn announce_update(caller: &Caller, old: &Value, new: &Value) -> Option<Verdict> {
+    let (o, n) = (announce_fields(old), announce_fields(new));
+    for (field, was, is) in [
+        ("clusterID", o.0, n.0),
+        ("clusterSetID", o.1, n.1),
+        ("leaderClusterID", o.2, n.2),
+    ] {
+        if was != is {
+            return Some(deny(format!(
+                "the field '{field}' of a MemberClusterAnnounce is immutable ({was:?} -> {is:?})"
+            )));
+        }
+    }
+    if stamp(old) != stamp(new) && *caller != Caller::Controller {
+        return Some(deny(format!(
+            "the annotation {} records who created the announce; it cannot be changed",
+            annotations::ANNOUNCED_BY
+        )));
+    }
+    None
+}
+
+/// A new announce must name this leader's ClusterSet and cluster ID, carry its cluster's name,
+/// and not claim a cluster ID that differs from a bound one only by a '-' suffix.
+fn announce_create(new: &Value, claimed: &str, facts: &AnnounceFacts) -> Verdict {
+    let Some((set, leader)) = &facts.clusterset else {
+        return deny(format!(
+            "there is no ClusterSet in the leader namespace {}; create it first",
+            facts.leader_ns
+        ));
+    };
+    let fields = announce_fields(new);
+    if fields.1 != set {
+        return deny(format!(
+            "clusterSetID {:?} is not the ClusterSet of this leader ({set:?})",
+            fields.1
+        ));
+    }
+    if fields.2 != leader {
+        return deny(format!(
+            "leaderClusterID {:?} is not this leader's cluster ID ({leader:?})",
+            fields.2
+        ));
+    }
+    let expected = names::member_announce(claimed);
+    let name = object_name(new);
+    if name != expected {
+        return deny(format!(
+            "a MemberClusterAnnounce of cluster {claimed:?} must be named {expected:?}, not {name:?}"
+        ));
+    }
+    if let Some((other, id)) = facts.bound.iter().find(|(_, id)| prefix_pair(id, claimed)) {
+        return deny(format!(
+            "cluster ID {claimed:?} and cluster ID {id:?} (ServiceAccount {other}) differ only by a '-' suffix, which makes the names of their exports ambiguous; choose another cluster ID"
+        ));
+    }
+    Allow
+}
+
 pub fn member_announce(
     op: Op,
     caller: &Caller,
@@ -197,25 +257,9 @@ pub fn member_announce(
 ) -> Verdict {
     if op == Op::Update
         && let (Some(old), Some(new)) = (old, new)
+        && let Some(denied) = announce_update(caller, old, new)
     {
-        let (o, n) = (announce_fields(old), announce_fields(new));
-        for (field, was, is) in [
-            ("clusterID", o.0, n.0),
-            ("clusterSetID", o.1, n.1),
-            ("leaderClusterID", o.2, n.2),
-        ] {
-            if was != is {
-                return deny(format!(
-                    "the field '{field}' of a MemberClusterAnnounce is immutable ({was:?} -> {is:?})"
-                ));
-            }
-        }
-        if stamp(old) != stamp(new) && *caller != Caller::Controller {
-            return deny(format!(
-                "the annotation {} records who created the announce; it cannot be changed",
-                annotations::ANNOUNCED_BY
-            ));
-        }
+        return denied;
     }
     let (ns, sa) = match caller {
         Caller::Controller => return Allow,
@@ -292,38 +336,7 @@ pub fn member_announce(
         }
     }
     if op == Op::Create {
-        let new = new.unwrap_or(&Value::Null);
-        let Some((set, leader)) = &facts.clusterset else {
-            return deny(format!(
-                "there is no ClusterSet in the leader namespace {}; create it first",
-                facts.leader_ns
-            ));
-        };
-        let fields = announce_fields(new);
-        if fields.1 != set {
-            return deny(format!(
-                "clusterSetID {:?} is not the ClusterSet of this leader ({set:?})",
-                fields.1
-            ));
-        }
-        if fields.2 != leader {
-            return deny(format!(
-                "leaderClusterID {:?} is not this leader's cluster ID ({leader:?})",
-                fields.2
-            ));
-        }
-        let expected = names::member_announce(claimed);
-        let name = object_name(new);
-        if name != expected {
-            return deny(format!(
-                "a MemberClusterAnnounce of cluster {claimed:?} must be named {expected:?}, not {name:?}"
-            ));
-        }
-        if let Some((other, id)) = facts.bound.iter().find(|(_, id)| prefix_pair(id, claimed)) {
-            return deny(format!(
-                "cluster ID {claimed:?} and cluster ID {id:?} (ServiceAccount {other}) differ only by a '-' suffix, which makes the names of their exports ambiguous; choose another cluster ID"
-            ));
-        }
+        return announce_create(new.unwrap_or(&Value::Null), claimed, facts);
     }
     Allow
 }
@@ -872,6 +885,12 @@ mod tests {
                 "immutable",
             );
         }
+    }
+
+    #[test]
+    fn announce_of_another_cluster_and_deletes() {
+        let east = sa("member-east");
+        let old = mca("east");
         let west = mca("west");
         denied(
             member_announce(

@@ -1,0 +1,144 @@
+//! The member's own cluster beyond exports and imports: its Service CIDR and Pod CIDRs, and the
+//! Gateway it elects among the annotated Nodes.
+
+use super::*;
+
+/// This cluster's Service CIDR: from the ServiceCIDR object `kubernetes`, or, on an older API
+/// server, from the error a dry-run Service with an impossible ClusterIP gets.
+pub async fn discover_service_cidr(client: &Client) -> anyhow::Result<String> {
+    let api: Api<ServiceCIDR> = Api::all(client.clone());
+    if let Ok(Some(sc)) = api.get_opt("kubernetes").await
+        && let Some(cidr) = sc
+            .spec
+            .and_then(|s| s.cidrs)
+            .into_iter()
+            .flatten()
+            .find(|c| c.contains('.'))
+    {
+        return Ok(cidr);
+    }
+    let svc = Service {
+        metadata: ObjectMeta {
+            name: Some("strait-discover-service-cidr".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("0.0.0.0".into()),
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port: 443,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match api.create(&pp, &svc).await {
+        Err(kube::Error::Api(e)) => e
+            .message
+            .rsplit_once("valid IPs is ")
+            .map(|(_, cidr)| cidr.trim().to_owned())
+            .ok_or_else(|| anyhow::anyhow!("cannot discover the Service CIDR: {}", e.message)),
+        Err(e) => Err(anyhow::anyhow!("cannot discover the Service CIDR: {e}")),
+        Ok(_) => anyhow::bail!("cannot discover the Service CIDR: the API server accepted 0.0.0.0"),
+    }
+}
+
+/// [`discover_service_cidr`], retried for 20 s (the API server may still be starting).
+pub(super) async fn discover_service_cidr_retrying(client: &Client) -> anyhow::Result<String> {
+    let mut attempt = 0;
+    loop {
+        match discover_service_cidr(client).await {
+            Ok(cidr) => {
+                tracing::info!(cidr, "discovered the Service CIDR");
+                return Ok(cidr);
+            }
+            Err(e) if attempt < 10 => {
+                attempt += 1;
+                tracing::warn!(error = %e, "retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => return Err(e.context("set serviceCIDR in the controller config")),
+        }
+    }
+}
+
+impl Member {
+    pub(super) async fn elect_gateway(&mut self) -> usize {
+        let nodes = self.local.nodes.all();
+        let node_refs: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
+        let mut gateways = self.local.gateways.all();
+        gateways.sort_by_key(|g| g.name_any());
+        let current = gateways.first().map(|g| g.name_any());
+        let (chosen, problems) = gateway::elect(
+            &node_refs,
+            current.as_deref(),
+            self.config.gateway_ip_precedence,
+            &self.service_cidr,
+        );
+        for p in problems {
+            self.log_once(p);
+        }
+        let api: Api<Gateway> = Api::namespaced(self.client.clone(), &self.ns);
+        let mut ops: Vec<(String, Op)> = Vec::new();
+        if let Some(mut gw) = chosen.clone() {
+            gw.metadata.namespace = Some(self.ns.clone());
+            let stored = self.local.gateways.get(Some(&self.ns), &gw.name_any());
+            if self.writer.needed(&gw, Some(stored.as_deref())) {
+                if current.as_deref() != Some(&gw.name_any()) {
+                    tracing::info!(node = gw.name_any(), "elected the Gateway");
+                }
+                let (w, api) = (self.writer.clone(), api.clone());
+                ops.push((
+                    gw.name_any(),
+                    Box::pin(async move { w.apply(&api, &gw).await }),
+                ));
+            }
+        } else if current.is_some() {
+            self.log_once("no Ready gateway candidate: annotate a Node with multicluster.antrea.io/gateway=true".into());
+        }
+        for g in gateways {
+            let name = g.name_any();
+            if chosen.as_ref().map(|c| c.name_any()) != Some(name.clone()) {
+                let (w, api, ns) = (self.writer.clone(), api.clone(), self.ns.clone());
+                ops.push((
+                    name.clone(),
+                    Box::pin(async move { w.delete(&api, &ns, &name).await }),
+                ));
+            }
+        }
+        run_all("Gateway", ops).await
+    }
+
+    pub(super) fn pod_cidrs(&self) -> Vec<String> {
+        if !self.config.pod_cidrs.is_empty() {
+            return self.config.pod_cidrs.clone();
+        }
+        let cidrs: BTreeSet<String> = self
+            .local
+            .nodes
+            .all()
+            .iter()
+            .flat_map(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.pod_cidrs.clone())
+                    .unwrap_or_default()
+            })
+            .filter(|c| c.contains('.'))
+            .collect();
+        cidrs.into_iter().collect()
+    }
+
+    /// This cluster's Service CIDR and Pod CIDRs, those that parse.
+    pub(super) fn own_prefixes(&self) -> Vec<Prefix> {
+        std::iter::once(self.service_cidr.clone())
+            .chain(self.pod_cidrs())
+            .filter_map(|c| Prefix::parse(&c).ok())
+            .collect()
+    }
+}

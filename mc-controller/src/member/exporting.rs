@@ -1,0 +1,125 @@
+//! Writing this cluster's exports to the leader (decided in `export`) and the ServiceExports'
+//! conditions, for the Services a pass covers.
+
+use super::*;
+
+impl Member {
+    /// The local EndpointSlices by the Service `(ns, name)` they belong to.
+    pub(super) fn slices_by_service(
+        &self,
+        work: &Work,
+    ) -> BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> {
+        let mut slices: BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> = BTreeMap::new();
+        for s in self.local.slices.all() {
+            if let Some(svc) = s.labels().get("kubernetes.io/service-name")
+                && work.covers(&service_key(
+                    s.metadata.namespace.as_deref().unwrap_or_default(),
+                    svc,
+                ))
+            {
+                slices
+                    .entry((s.namespace().unwrap_or_default(), svc.clone()))
+                    .or_default()
+                    .push(s.clone());
+            }
+        }
+        slices
+    }
+
+    /// Writes this cluster's exports to the leader; returns the failures, whether anything was
+    /// written, and the ServiceExport status writes to make.
+    pub(super) async fn export(
+        &self,
+        conn: &Connection,
+        work: &Work,
+    ) -> (usize, bool, Vec<(String, Op)>) {
+        let id = &conn.identity;
+        let slices = self.slices_by_service(work);
+        let mut desired: BTreeMap<String, ResourceExport> = BTreeMap::new();
+        let mut verdicts = Vec::new();
+        for se in self.local.service_exports.all() {
+            let (ns, name) = (se.namespace().unwrap_or_default(), se.name_any());
+            if !work.covers(&service_key(&ns, &name)) {
+                continue;
+            }
+            let svc = self.local.services.get(Some(&ns), &name);
+            let svc_slices: Vec<&EndpointSlice> = slices
+                .get(&(ns.clone(), name.clone()))
+                .into_iter()
+                .flatten()
+                .map(Arc::as_ref)
+                .collect();
+            let decision =
+                export::decide(svc.as_deref(), &svc_slices, self.config.endpoint_ip_type);
+            if let Ok(exported) = &decision {
+                for re in export::exports_for(&id.cluster_id, &id.leader_ns, &ns, &name, exported) {
+                    desired.insert(re.name_any(), re);
+                }
+            }
+            verdicts.push((se, decision));
+        }
+        // The Gateway the election counts as current (the first by name), so that the exported
+        // ClusterInfo does not flap while an old and a new Gateway briefly coexist.
+        let mut gateways = self.local.gateways.all();
+        gateways.sort_by_key(|g| g.name_any());
+        if let Some(gw) = gateways.first() {
+            let re = export::cluster_info_export(
+                &id.cluster_id,
+                &id.leader_ns,
+                &self.ns,
+                gw,
+                self.pod_cidrs(),
+            );
+            desired.insert(re.name_any(), re);
+        }
+
+        let api: Api<ResourceExport> = Api::namespaced(conn.client.clone(), &id.leader_ns);
+        let mut stored = conn.own_exports.all();
+        stored.retain(|re| own_export_key(re).is_none_or(|k| work.covers(&k)));
+        let ops = self.writer.converge(
+            desired.into_values().collect(),
+            &stored,
+            Compare::ExactSpec,
+            |_| api.clone(),
+            |_| true,
+        );
+        let wrote = !ops.is_empty();
+        let failures = run_all("ResourceExport", ops).await;
+
+        // ServiceExport status: Valid (as Antrea) plus the standard Ready and Conflict.
+        let mut ops: Vec<(String, Op)> = Vec::new();
+        for (se, decision) in verdicts {
+            let (ns, name) = (se.namespace().unwrap_or_default(), se.name_any());
+            let old: Vec<MetaCondition> = se
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let re_name = names::resource_export(&id.cluster_id, &ns, &name, re_kinds::SERVICE);
+            let verdict = conn
+                .own_exports
+                .get(Some(&id.leader_ns), &re_name)
+                .and_then(|re| Verdict::of(re.status.as_ref()));
+            let want: Vec<MetaCondition> =
+                export::service_export_conditions(&decision, verdict.as_ref())
+                    .into_iter()
+                    .map(|(t, s, r, m)| meta_condition(t, s, r, &m, &old))
+                    .collect();
+            if same_meta(&old, &want) {
+                continue;
+            }
+            let (w, api) = (
+                self.writer.clone(),
+                Api::<ServiceExport>::namespaced(self.client.clone(), &ns),
+            );
+            ops.push((
+                format!("{ns}/{name}"),
+                Box::pin(async move {
+                    w.patch_status(&api, &name, json!({"conditions": want}))
+                        .await
+                }),
+            ));
+        }
+        (failures, wrote, ops)
+    }
+}

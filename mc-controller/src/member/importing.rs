@@ -1,0 +1,327 @@
+//! Writing what the leader's ResourceImports make in this cluster (decided in `import`), for the
+//! Services a pass covers, and removing everything when the ClusterSet goes.
+
+use super::*;
+
+impl Member {
+    /// This cluster's own side of every multi-cluster Service it imports endpoints for and
+    /// also has (see `import::serveable_subsets`).
+    pub(super) fn own_endpoints(
+        &self,
+        conn: &Connection,
+        imports: &[Arc<mc_api::imports::ResourceImport>],
+        work: &Work,
+    ) -> BTreeMap<(String, String), import::OwnEndpoints> {
+        let id = &conn.identity;
+        let mut slices = self.slices_by_service(work);
+        let mut out = BTreeMap::new();
+        for ri in imports {
+            if ri.spec.kind.as_deref() != Some(mc_api::imports::kinds::ENDPOINTS) {
+                continue;
+            }
+            let ns = ri.spec.namespace.clone().unwrap_or_default();
+            let name = ri.spec.name.clone().unwrap_or_default();
+            let Some(svc) = self.local.services.get(Some(&ns), &name) else {
+                continue;
+            };
+            let svc_slices = slices
+                .remove(&(ns.clone(), name.clone()))
+                .unwrap_or_default();
+            let mut addresses: BTreeSet<String> = svc
+                .spec
+                .iter()
+                .flat_map(|s| s.cluster_ips.iter().flatten().chain(s.cluster_ip.iter()))
+                .cloned()
+                .collect();
+            addresses.extend(
+                svc_slices
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter().flatten())
+                    .flat_map(|e| e.addresses.iter().cloned()),
+            );
+            let re = names::resource_export(&id.cluster_id, &ns, &name, re_kinds::ENDPOINTS);
+            if let Some(re) = conn.own_exports.get(Some(&id.leader_ns), &re) {
+                addresses.extend(
+                    re.spec
+                        .endpoints
+                        .iter()
+                        .flat_map(|e| e.subsets.iter())
+                        .flat_map(|s| s.addresses.iter().flatten())
+                        .map(|a| a.ip.clone()),
+                );
+            }
+            let refs: Vec<&EndpointSlice> = svc_slices.iter().map(Arc::as_ref).collect();
+            let ready = export::decide(Some(&svc), &refs, mc_api::config::EndpointIpType::PodIP)
+                .map(|e| e.subsets)
+                .unwrap_or_default();
+            out.insert((ns, name), import::OwnEndpoints { addresses, ready });
+        }
+        out
+    }
+
+    /// Writes the imports; returns the failures and whether anything was written.
+    pub(super) async fn import(&mut self, conn: &Connection, work: &Work) -> (usize, bool) {
+        // A namespace being deleted takes its objects with it: nothing is written into it, and
+        // nothing in it is deleted one by one.
+        let (namespaces, terminating): (BTreeSet<String>, BTreeSet<String>) = {
+            let (live, dying): (Vec<_>, Vec<_>) = self
+                .local
+                .namespaces
+                .all()
+                .into_iter()
+                .partition(|n| n.metadata.deletion_timestamp.is_none());
+            let names = |v: Vec<Arc<Namespace>>| v.iter().map(|n| n.name_any()).collect();
+            (names(live), names(dying))
+        };
+        let dying = |ns: &str| terminating.contains(ns);
+        let covered = |meta: &ObjectMeta| {
+            work.covers(&service_key(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            ))
+        };
+        let mut services_v = self.local.services.all();
+        services_v.retain(|s| covered(&s.metadata));
+        let services: BTreeMap<(String, String), &Service> = services_v
+            .iter()
+            .map(|s| {
+                (
+                    (s.namespace().unwrap_or_default(), s.name_any()),
+                    s.as_ref(),
+                )
+            })
+            .collect();
+        let mut sis_v = self.local.service_imports.all();
+        sis_v.retain(|s| covered(&s.metadata));
+        let service_imports: BTreeMap<(String, String), &ServiceImport> = sis_v
+            .iter()
+            .map(|s| {
+                (
+                    (s.namespace().unwrap_or_default(), s.name_any()),
+                    s.as_ref(),
+                )
+            })
+            .collect();
+        let acnps_ready = self.local.acnps.ready() && self.local.tiers.ready();
+        let acnps_v = self.local.acnps.all();
+        let acnps: BTreeMap<String, &ClusterNetworkPolicy> =
+            acnps_v.iter().map(|a| (a.name_any(), a.as_ref())).collect();
+        let tiers: BTreeSet<String> = self
+            .local
+            .tiers
+            .all()
+            .iter()
+            .map(|t| t.name_any())
+            .collect();
+        let id = conn.identity.clone();
+        let mut imports = conn.imports.all();
+        imports.retain(|ri| import_key(ri).is_none_or(|k| work.covers(&k)));
+        let own_prefixes = self.own_prefixes();
+        let own_endpoints = self.own_endpoints(conn, &imports, work);
+        let plan = import::plan(
+            &imports,
+            &import::Local {
+                cluster_id: &id.cluster_id,
+                member_ns: &self.ns,
+                namespaces: &namespaces,
+                services: &services,
+                service_imports: &service_imports,
+                acnps: &acnps,
+                tiers: &tiers,
+                own_prefixes: &own_prefixes,
+                own_endpoints: &own_endpoints,
+            },
+        );
+        let w = &self.writer;
+        let c = &self.client;
+        fn ns_of<K: Resource>(o: &K) -> &str {
+            o.meta().namespace.as_deref().unwrap_or_default()
+        }
+        // A ServiceImport waits for its Service's ClusterIP; it is not deleted meanwhile.
+        let want_si: BTreeSet<(String, String)> = plan
+            .services
+            .iter()
+            .map(|svc| {
+                let name = svc.name_any();
+                let name = name.strip_prefix(names::IMPORTED_PREFIX).unwrap_or(&name);
+                (ns_of(svc).to_owned(), name.to_owned())
+            })
+            .collect();
+        let mut ops = w.converge(
+            plan.services,
+            &services_v,
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |svc| {
+                is_managed(svc)
+                    && svc
+                        .annotations()
+                        .contains_key(annotations::IMPORTED_SERVICE)
+                    && !dying(ns_of(svc))
+            },
+        );
+        let mut endpoints_v = self.local.endpoints.all();
+        endpoints_v.retain(|e| covered(&e.metadata));
+        ops.extend(w.converge(
+            plan.endpoints,
+            &endpoints_v,
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |eps| !dying(ns_of(eps)),
+        ));
+        ops.extend(w.converge(
+            plan.service_imports,
+            &sis_v,
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |si| {
+                is_managed(si)
+                    && !want_si.contains(&(ns_of(si).to_owned(), si.name_any()))
+                    && !dying(ns_of(si))
+            },
+        ));
+        ops.extend(w.converge(
+            plan.cluster_infos,
+            &self.local.cluster_infos.all(),
+            Compare::ExactSpec,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |_| true,
+        ));
+        if acnps_ready {
+            ops.extend(w.converge(
+                plan.acnps,
+                &acnps_v,
+                Compare::Fields,
+                |_| Api::all(c.clone()),
+                is_managed,
+            ));
+        }
+        let wrote = !ops.is_empty();
+        let mut failures = run_all("import", ops).await;
+        for s in plan.skipped {
+            self.log_once(format!("import skipped: {s}"));
+        }
+        if acnps_ready {
+            failures += self.report_acnp_failures(conn, plan.acnp_failures).await;
+        }
+        (failures, wrote)
+    }
+
+    /// ACNP import failures become Warning Events `ACNPImportFailed` in the leader, on the
+    /// ResourceImport, so the admin who exported the policy sees which cluster refused it.
+    pub(super) async fn report_acnp_failures(
+        &mut self,
+        conn: &Connection,
+        failures: Vec<(String, String)>,
+    ) -> usize {
+        let mut errors = 0;
+        self.reported.retain(|_, at| at.elapsed() < REPORT_AGAIN);
+        for (ri, message) in failures {
+            if self.reported.contains_key(&(ri.clone(), message.clone())) {
+                continue;
+            }
+            let ns = &conn.identity.leader_ns;
+            let now = Timestamp::now();
+            let uid = conn
+                .imports
+                .get(Some(ns), &ri)
+                .and_then(|r| r.metadata.uid.clone());
+            let event = Event {
+                metadata: ObjectMeta {
+                    name: Some(format!("{ri}.{:x}", now.as_nanosecond())),
+                    namespace: Some(ns.clone()),
+                    ..Default::default()
+                },
+                involved_object: ObjectReference {
+                    api_version: Some(format!("{}/v1alpha1", mc_api::GROUP)),
+                    kind: Some("ResourceImport".into()),
+                    name: Some(ri.clone()),
+                    namespace: Some(ns.clone()),
+                    uid,
+                    ..Default::default()
+                },
+                reason: Some("ACNPImportFailed".into()),
+                message: Some(message.clone()),
+                type_: Some("Warning".into()),
+                action: Some("synced".into()),
+                reporting_component: Some("resourceimport-controller".into()),
+                reporting_instance: Some("antrea-mc-controller".into()),
+                source: Some(EventSource {
+                    component: Some("resourceimport-controller".into()),
+                    host: None,
+                }),
+                first_timestamp: Some(Time(now)),
+                last_timestamp: Some(Time(now)),
+                count: Some(1),
+                ..Default::default()
+            };
+            let api: Api<Event> = Api::namespaced(conn.client.clone(), ns);
+            match api.create(&PostParams::default(), &event).await {
+                Ok(_) => {
+                    tracing::warn!(
+                        import = ri,
+                        message,
+                        "ACNP import failed; reported to the leader"
+                    );
+                    self.reported.insert((ri, message), Instant::now());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reporting an ACNP import failure to the leader");
+                    errors += 1;
+                }
+            }
+        }
+        errors
+    }
+
+    /// No ClusterSet: nothing imported or elected may stay (reference §3.4.6).
+    pub(super) async fn clean_up_all(&mut self) -> usize {
+        let (w, c) = (&self.writer, &self.client);
+        let l = &self.local;
+        let mut ops = w.converge(
+            vec![],
+            &l.services.all(),
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            is_managed,
+        );
+        ops.extend(w.converge(
+            vec![],
+            &l.endpoints.all(),
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |_| true,
+        ));
+        ops.extend(w.converge(
+            vec![],
+            &l.service_imports.all(),
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            is_managed,
+        ));
+        ops.extend(w.converge(
+            vec![],
+            &l.cluster_infos.all(),
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |_| true,
+        ));
+        ops.extend(w.converge(
+            vec![],
+            &l.gateways.all(),
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |_| true,
+        ));
+        if l.acnps.ready() {
+            ops.extend(w.converge(
+                vec![],
+                &l.acnps.all(),
+                Compare::Fields,
+                |_| Api::all(c.clone()),
+                is_managed,
+            ));
+        }
+        run_all("cleanup", ops).await
+    }
+}
