@@ -6,7 +6,17 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Metrics, Trigger, Work};
+use crate::{Metrics, Trigger, Work, watch::WatchHealth};
+
+/// A controller the driver runs: its watches (the pass waits for their first lists) and its pass.
+pub trait Reconciler {
+    /// The watches whose health makes readiness, with the names readiness gives them.
+    fn watches(&self) -> Vec<(&'static str, &WatchHealth)>;
+    /// Recomputes and writes `work`; returns the failed writes.
+    fn pass(&mut self, work: Work) -> impl std::future::Future<Output = usize> + Send;
+    /// What the last pass left for the next one.
+    fn later(&mut self) -> Work;
+}
 
 /// What a pass did.
 pub enum Step {
@@ -31,6 +41,22 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// Runs a [`Reconciler`] for good.
+    pub async fn reconcile(self, r: &mut impl Reconciler) {
+        let metrics = self.metrics.clone();
+        self.run(async |work| {
+            if !metrics.watches_ready(&r.watches()) {
+                return Step::NotReady;
+            }
+            let failures = r.pass(work).await;
+            Step::Done {
+                failures,
+                later: r.later(),
+            }
+        })
+        .await;
+    }
+
     pub async fn run(self, mut pass: impl AsyncFnMut(Work) -> Step) {
         let mut tick = tokio::time::interval(self.tick);
         let mut last_full: Option<Instant> = None;

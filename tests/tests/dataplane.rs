@@ -129,17 +129,18 @@ fn ping(cluster: &str, pod: &str, ip: &str) -> Result<(), String> {
     }
 }
 
-/// A web Pod and an exported Service `name` (TCP and UDP on port 80) in `cluster`.
-fn export_web(tb: &Testbed, cluster: &str, node: &str, name: &str) {
+/// A web Pod `pod` labelled `app=<service>` and the exported Service `service` (TCP and UDP on
+/// port 80) in `cluster`.
+fn export_web(tb: &Testbed, cluster: &str, node: &str, pod: &str, service: &str) {
     xtask(&[
         "testbed",
         "pod",
         "add",
         cluster,
         node,
-        name,
+        pod,
         "--label",
-        &format!("app={name}"),
+        &format!("app={service}"),
         "--serve-http",
         "8080",
     ]);
@@ -147,7 +148,7 @@ fn export_web(tb: &Testbed, cluster: &str, node: &str, name: &str) {
         cluster,
         "default",
         &format!(
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector:\n    app: {name}\n  ports:\n    - {{name: http, port: 80, targetPort: 8080, protocol: TCP}}\n    - {{name: echo, port: 80, targetPort: 8080, protocol: UDP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {name}\n"
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {service}\nspec:\n  selector:\n    app: {service}\n  ports:\n    - {{name: http, port: 80, targetPort: 8080, protocol: TCP}}\n    - {{name: echo, port: 80, targetPort: 8080, protocol: UDP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {service}\n"
         ),
     );
 }
@@ -283,8 +284,8 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     );
     std::thread::sleep(Duration::from_millis(500));
 
-    export_web(&tb, "west", "node-b", "web-w");
-    export_web(&tb, "east", "node-b", "web-e");
+    export_web(&tb, "west", "node-b", "web-w", "web-w");
+    export_web(&tb, "east", "node-b", "web-e", "web-e");
     xtask(&["testbed", "pod", "add", "east", "node-b", "client-eb"]);
     xtask(&["testbed", "pod", "add", "east", "node-a", "client-ea"]);
     xtask(&["testbed", "pod", "add", "west", "node-b", "client-wb"]);
@@ -429,7 +430,7 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let gw = "multicluster.antrea.io/gateway";
-    export_web(&tb, "west", "node-b", "web-move");
+    export_web(&tb, "west", "node-b", "web-move", "web-move");
     xtask(&["testbed", "pod", "add", "east", "node-b", "client-move"]);
     let addr: SocketAddr = format!("{}:80", imported_ip(&tb, "east", "web-move"))
         .parse()
@@ -665,7 +666,7 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     assert_eq!(version(&upgrade), format!("mc-agent {UPGRADE_BUILD}"));
     assert_ne!(version(&upgrade), version(&current), "two different builds");
 
-    export_web(&tb, "west", "node-b", "web-up");
+    export_web(&tb, "west", "node-b", "web-up", "web-up");
     xtask(&["testbed", "pod", "add", "east", "node-b", "up-client"]);
     let ip = imported_ip(&tb, "east", "web-up");
     let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
@@ -730,30 +731,6 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     tb.delete(
         "west",
         &["-n", "default", "service,serviceexport", "web-up"],
-    );
-}
-
-/// A Pod `pod` labelled `app=<service>` answering HTTP on 8080, and the Service `service` (TCP
-/// port 80 -> 8080) exported from `cluster`.
-fn export_backend(tb: &Testbed, cluster: &str, node: &str, pod: &str, service: &str) {
-    xtask(&[
-        "testbed",
-        "pod",
-        "add",
-        cluster,
-        node,
-        pod,
-        "--label",
-        &format!("app={service}"),
-        "--serve-http",
-        "8080",
-    ]);
-    tb.apply(
-        cluster,
-        "default",
-        &format!(
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {service}\nspec:\n  selector:\n    app: {service}\n  ports:\n    - {{name: http, port: 80, targetPort: 8080, protocol: TCP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {service}\n"
-        ),
     );
 }
 
@@ -850,6 +827,14 @@ fn answered_by(
     }
     println!("{cluster} {clients:?} -> {ip}: {all:?}");
     all
+}
+
+/// Once `cluster`'s `antrea-mc-both-web` holds exactly `endpoints`, 24 requests from each of
+/// `clients` are all answered, by exactly the clusters `by`.
+fn served(tb: &Testbed, cluster: &str, clients: &[&str], endpoints: &[&String], by: &[&str]) {
+    let endpoints: Vec<String> = endpoints.iter().map(|e| (*e).clone()).collect();
+    let ip = wait_endpoints(tb, cluster, "both-web", &endpoints);
+    answered_by(cluster, clients, &ip, by);
 }
 
 /// Controllers restarted with another MultiClusterConfig; the original ones come back on drop.
@@ -952,8 +937,8 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
         });
     }
     let _cleanup = MultiExporterCleanup(&tb);
-    export_backend(&tb, "east", "node-b", "both-e", "both-web");
-    export_backend(&tb, "west", "node-b", "both-w", "both-web");
+    export_web(&tb, "east", "node-b", "both-e", "both-web");
+    export_web(&tb, "west", "node-b", "both-w", "both-web");
     let east_clients = ["both-client-eb", "both-client-ea"];
     let west_clients = ["both-client-wb", "both-client-wa"];
     for (cluster, pod, node) in [
@@ -970,25 +955,24 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
     let west_svc = cluster_ip(&tb, "west", "default", "both-web");
 
     // endpointIPType ClusterIP (the default): each cluster's own Pod and the other's ClusterIP.
-    let ip = wait_endpoints(
+    served(
         &tb,
         "east",
-        "both-web",
-        &[east_pod.clone(), west_svc.clone()],
+        &east_clients,
+        &[&east_pod, &west_svc],
+        &["east", "west"],
     );
-    answered_by("east", &east_clients, &ip, &["east", "west"]);
-    let ip = wait_endpoints(
+    served(
         &tb,
         "west",
-        "both-web",
-        &[west_pod.clone(), east_svc.clone()],
+        &west_clients,
+        &[&west_pod, &east_svc],
+        &["east", "west"],
     );
-    answered_by("west", &west_clients, &ip, &["east", "west"]);
 
     // East scaled to zero ready Pods: west answers everything; back to one: east again.
     xtask(&["testbed", "pod", "del", "east", "both-e"]);
-    let ip = wait_endpoints(&tb, "east", "both-web", std::slice::from_ref(&west_svc));
-    answered_by("east", &east_clients, &ip, &["west"]);
+    served(&tb, "east", &east_clients, &[&west_svc], &["west"]);
     xtask(&[
         "testbed",
         "pod",
@@ -1002,13 +986,13 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
         "8080",
     ]);
     let east_pod = pod_ip(&tb, "east", "both-e");
-    let ip = wait_endpoints(
+    served(
         &tb,
         "east",
-        "both-web",
-        &[east_pod.clone(), west_svc.clone()],
+        &east_clients,
+        &[&east_pod, &west_svc],
+        &["east", "west"],
     );
-    answered_by("east", &east_clients, &ip, &["east", "west"]);
 
     // North as leader and member at once, importing a Service it exports too.
     join::grant_access(&tb, "north");
@@ -1031,19 +1015,14 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
             other => Err(format!("{other:?}")),
         }
     });
-    export_backend(&tb, "north", "node-b", "both-n", "both-web");
+    export_web(&tb, "north", "node-b", "both-n", "both-web");
     xtask(&["testbed", "pod", "add", "north", "node-b", "both-client-nb"]);
     let north_pod = pod_ip(&tb, "north", "both-n");
-    let ip = wait_endpoints(
+    served(
         &tb,
         "north",
-        "both-web",
-        &[north_pod, east_svc.clone(), west_svc.clone()],
-    );
-    answered_by(
-        "north",
         &["both-client-nb"],
-        &ip,
+        &[&north_pod, &east_svc, &west_svc],
         &["east", "north", "west"],
     );
     tb.delete(
@@ -1075,20 +1054,20 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
     {
         let _podip =
             Reconfigured::endpoint_ip_type(&["east-mc-controller", "west-mc-controller"], "PodIP");
-        let ip = wait_endpoints(
+        served(
             &tb,
             "east",
-            "both-web",
-            &[east_pod.clone(), west_pod.clone()],
+            &east_clients,
+            &[&east_pod, &west_pod],
+            &["east", "west"],
         );
-        answered_by("east", &east_clients, &ip, &["east", "west"]);
-        let ip = wait_endpoints(
+        served(
             &tb,
             "west",
-            "both-web",
-            &[west_pod.clone(), east_pod.clone()],
+            &west_clients,
+            &[&west_pod, &east_pod],
+            &["east", "west"],
         );
-        answered_by("west", &west_clients, &ip, &["east", "west"]);
     }
 
     // West's export deleted: east answers everything.
@@ -1099,6 +1078,5 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
         &[east_pod.clone(), west_svc.clone()],
     );
     tb.delete("west", &["-n", "default", "serviceexport/both-web"]);
-    let ip = wait_endpoints(&tb, "east", "both-web", std::slice::from_ref(&east_pod));
-    answered_by("east", &east_clients, &ip, &["east"]);
+    served(&tb, "east", &east_clients, &[&east_pod], &["east"]);
 }

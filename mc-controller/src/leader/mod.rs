@@ -32,7 +32,8 @@ use serde_json::json;
 
 use crate::conditions::{condition, keep_transition_time, same};
 use mc_kube::{
-    Driver, Metrics, Op, StatusPacer, Step, Trigger, Watched, Work, Writer, run_all, write::Compare,
+    Driver, Metrics, Op, Reconciler, StatusPacer, Trigger, Watched, Work, Writer, run_all,
+    watch::WatchHealth, write::Compare,
 };
 use members::{Liveness, Tracker};
 
@@ -203,27 +204,29 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         settle: Duration::from_millis(5),
         full_resync: FULL_RESYNC,
     };
-    driver
-        .run(async |work| {
-            let ready = metrics.watches_ready(&[
-                ("ClusterSets", leader.clustersets.health()),
-                ("ClusterClaims", leader.claims.health()),
-                ("MemberClusterAnnounces", leader.announces.health()),
-                ("ResourceExports", leader.exports.health()),
-                ("ResourceImports", leader.imports.health()),
-                ("ServiceAccounts", leader.accounts.health()),
-            ]);
-            if !ready {
-                return Step::NotReady;
-            }
-            let failures = leader.sync(work).await;
-            Step::Done {
-                failures,
-                later: std::mem::take(&mut leader.pending),
-            }
-        })
-        .await;
+    driver.reconcile(&mut leader).await;
     Ok(())
+}
+
+impl Reconciler for Leader {
+    fn watches(&self) -> Vec<(&'static str, &WatchHealth)> {
+        vec![
+            ("ClusterSets", self.clustersets.health()),
+            ("ClusterClaims", self.claims.health()),
+            ("MemberClusterAnnounces", self.announces.health()),
+            ("ResourceExports", self.exports.health()),
+            ("ResourceImports", self.imports.health()),
+            ("ServiceAccounts", self.accounts.health()),
+        ]
+    }
+
+    fn pass(&mut self, work: Work) -> impl Future<Output = usize> + Send {
+        self.sync(work)
+    }
+
+    fn later(&mut self) -> Work {
+        std::mem::take(&mut self.pending)
+    }
 }
 
 impl Leader {

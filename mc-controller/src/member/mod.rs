@@ -63,8 +63,10 @@ use serde_json::json;
 use crate::conditions::{condition, keep_transition_time, meta_condition, same_meta};
 use connection::{Beat, Connection, Identity};
 use mc_kube::{
-    Driver, Metrics, Op, StatusPacer, Step, Trigger, Watched, Work, Writer, is_managed, run_all,
-    watch::KeysOf, write::Compare,
+    Driver, Metrics, Op, Reconciler, StatusPacer, Trigger, Watched, Work, Writer, is_managed,
+    run_all,
+    watch::{KeysOf, WatchHealth},
+    write::Compare,
 };
 
 pub struct MemberOptions {
@@ -141,34 +143,36 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         settle: Duration::from_millis(5),
         full_resync: FULL_RESYNC,
     };
-    driver
-        .run(async |work| {
-            let l = &member.local;
-            let ready = metrics.watches_ready(&[
-                ("ClusterSets", l.clustersets.health()),
-                ("ClusterClaims", l.claims.health()),
-                ("Secrets", l.secrets.health()),
-                ("Namespaces", l.namespaces.health()),
-                ("Services", l.services.health()),
-                ("EndpointSlices", l.slices.health()),
-                ("Endpoints", l.endpoints.health()),
-                ("ServiceExports", l.service_exports.health()),
-                ("ServiceImports", l.service_imports.health()),
-                ("Nodes", l.nodes.health()),
-                ("Gateways", l.gateways.health()),
-                ("ClusterInfoImports", l.cluster_infos.health()),
-            ]);
-            if !ready {
-                return Step::NotReady;
-            }
-            let failures = member.sync(work).await;
-            Step::Done {
-                failures,
-                later: std::mem::take(&mut member.pending),
-            }
-        })
-        .await;
+    driver.reconcile(&mut member).await;
     Ok(())
+}
+
+impl Reconciler for Member {
+    fn watches(&self) -> Vec<(&'static str, &WatchHealth)> {
+        let l = &self.local;
+        vec![
+            ("ClusterSets", l.clustersets.health()),
+            ("ClusterClaims", l.claims.health()),
+            ("Secrets", l.secrets.health()),
+            ("Namespaces", l.namespaces.health()),
+            ("Services", l.services.health()),
+            ("EndpointSlices", l.slices.health()),
+            ("Endpoints", l.endpoints.health()),
+            ("ServiceExports", l.service_exports.health()),
+            ("ServiceImports", l.service_imports.health()),
+            ("Nodes", l.nodes.health()),
+            ("Gateways", l.gateways.health()),
+            ("ClusterInfoImports", l.cluster_infos.health()),
+        ]
+    }
+
+    fn pass(&mut self, work: Work) -> impl Future<Output = usize> + Send {
+        self.sync(work)
+    }
+
+    fn later(&mut self) -> Work {
+        std::mem::take(&mut self.pending)
+    }
 }
 
 fn problem(reason: &'static str, message: String) -> (&'static str, String) {
