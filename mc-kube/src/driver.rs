@@ -90,3 +90,105 @@ impl Driver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Records the work of every pass and fails the passes whose index is in `fail_at`.
+    struct Recorder {
+        health: Arc<WatchHealth>,
+        fail_at: Vec<usize>,
+        seen: Arc<Mutex<Vec<Work>>>,
+    }
+
+    impl Reconciler for Recorder {
+        fn watches(&self) -> Vec<(&'static str, &WatchHealth)> {
+            vec![("Things", &*self.health)]
+        }
+
+        fn pass(&mut self, work: Work) -> impl std::future::Future<Output = usize> + Send {
+            let mut seen = self.seen.lock().unwrap();
+            let failures = usize::from(self.fail_at.contains(&seen.len()));
+            seen.push(work);
+            async move { failures }
+        }
+
+        fn later(&mut self) -> Work {
+            Work::default()
+        }
+    }
+
+    fn keys(k: &[&str]) -> Work {
+        Work::Keys(k.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[tokio::test]
+    async fn marks_wait_for_the_first_lists_and_a_failed_pass_is_followed_by_everything() {
+        let metrics = Metrics::default();
+        let trigger = Trigger::new(&metrics);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let health = Arc::new(WatchHealth::default());
+        let mut r = Recorder {
+            health: health.clone(),
+            fail_at: vec![1],
+            seen: seen.clone(),
+        };
+        let driver = Driver {
+            domain: "test",
+            trigger: trigger.clone(),
+            metrics: metrics.clone(),
+            // Only the first tick (at once) comes within the test.
+            tick: Duration::from_secs(3600),
+            settle: Duration::from_millis(1),
+            full_resync: Duration::from_secs(3600),
+        };
+        let passes = |n: usize| {
+            let seen = seen.clone();
+            async move {
+                for _ in 0..400 {
+                    if seen.lock().unwrap().len() >= n {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                panic!("fewer than {n} passes: {:?}", seen.lock().unwrap());
+            }
+        };
+        let script = async {
+            trigger.mark(Some(vec!["default/early".into()]));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(
+                seen.lock().unwrap().is_empty(),
+                "no pass before the first list"
+            );
+            health.set_synced();
+            trigger.mark(Some(vec![]));
+            passes(1).await;
+            trigger.mark(Some(vec!["default/a".into()]));
+            passes(2).await;
+            trigger.mark(Some(vec!["default/b".into()]));
+            passes(3).await;
+            trigger.mark(Some(vec!["default/c".into()]));
+            passes(4).await;
+        };
+        tokio::select! {
+            _ = driver.reconcile(&mut r) => unreachable!("the driver runs for good"),
+            _ = script => {}
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                Work::All,
+                keys(&["default/a"]),
+                Work::All,
+                keys(&["default/c"])
+            ],
+            "first everything (the unready passes kept it), then the marks; after the failed \
+             second pass everything again"
+        );
+    }
+}

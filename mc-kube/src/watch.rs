@@ -163,6 +163,12 @@ struct Failing {
 }
 
 impl WatchHealth {
+    /// As after the first full list (for tests of what waits on it).
+    #[cfg(test)]
+    pub(crate) fn set_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+    }
+
     /// True once the first full list has been received.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
