@@ -16,6 +16,43 @@ pub mod kinds {
     pub const ACNP: &str = "AntreaClusterNetworkPolicy";
 }
 
+/// What a ResourceExport exports (`spec.kind`), typed. A kind this version does not know is kept
+/// as it was written, so it can be reported (and never read as another kind).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Service,
+    Endpoints,
+    ClusterInfo,
+    LabelIdentity,
+    Acnp,
+    Unknown(String),
+}
+
+impl Kind {
+    pub fn parse(kind: &str) -> Kind {
+        match kind {
+            kinds::SERVICE => Kind::Service,
+            kinds::ENDPOINTS => Kind::Endpoints,
+            kinds::CLUSTER_INFO => Kind::ClusterInfo,
+            kinds::LABEL_IDENTITY => Kind::LabelIdentity,
+            kinds::ACNP => Kind::Acnp,
+            other => Kind::Unknown(other.to_owned()),
+        }
+    }
+
+    /// The `spec.kind` string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Kind::Service => kinds::SERVICE,
+            Kind::Endpoints => kinds::ENDPOINTS,
+            Kind::ClusterInfo => kinds::CLUSTER_INFO,
+            Kind::LabelIdentity => kinds::LABEL_IDENTITY,
+            Kind::Acnp => kinds::ACNP,
+            Kind::Unknown(other) => other,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceExport {
@@ -152,6 +189,11 @@ pub struct ResourceExportSpec {
 }
 
 impl ResourceExportSpec {
+    /// `spec.kind`, typed (a missing kind is an unknown, empty one).
+    pub fn kind(&self) -> Kind {
+        Kind::parse(self.kind.as_deref().unwrap_or_default())
+    }
+
     /// The exported ACNP spec, whichever of the two spellings carried it.
     pub fn acnp(&self) -> Option<&serde_json::Value> {
         self.cluster_network_policy
@@ -163,6 +205,22 @@ impl ResourceExportSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_read_back_as_written_and_unknown_ones_are_kept() {
+        for k in [
+            kinds::SERVICE,
+            kinds::ENDPOINTS,
+            kinds::CLUSTER_INFO,
+            kinds::LABEL_IDENTITY,
+            kinds::ACNP,
+            "Gadget",
+            "",
+        ] {
+            assert_eq!(Kind::parse(k).as_str(), k);
+        }
+        assert_eq!(Kind::parse("service"), Kind::Unknown("service".into()));
+    }
 
     #[test]
     fn a_verdict_reads_back_as_written() {

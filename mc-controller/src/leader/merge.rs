@@ -16,7 +16,7 @@ use std::{
 use k8s_openapi::api::core::v1::ServicePort;
 use kube::ResourceExt as _;
 use mc_api::{
-    exports::{EndpointsExport, ResourceExport, kinds as re_kinds},
+    exports::{EndpointsExport, Kind, ResourceExport},
     imports::{ResourceImport, ResourceImportSpec, kinds as ri_kinds},
     names,
 };
@@ -98,7 +98,7 @@ fn by_age(a: &&ResourceExport, b: &&ResourceExport) -> std::cmp::Ordering {
 }
 
 /// `(kind, namespace, name)` of the source object: the exports merged together.
-type GroupKey = (String, String, String);
+type GroupKey = (Kind, String, String);
 /// `(namespace, name, cluster)` of a cluster's Service export the leader accepted.
 type Accepted = BTreeSet<(String, String, String)>;
 
@@ -127,11 +127,11 @@ pub fn merge(
     let mut serviced: BTreeSet<(String, String)> = BTreeSet::new();
     for ((kind, _, _), tuple) in groups.iter_mut() {
         tuple.exports.sort_by(by_age);
-        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind.as_str());
         if !claim(&mut claimed, &ri_name, tuple, &mut out) {
             continue;
         }
-        let ri_kind = if kind == re_kinds::SERVICE {
+        let ri_kind = if *kind == Kind::Service {
             ri_kinds::SERVICE_IMPORT
         } else {
             kind.as_str()
@@ -142,8 +142,8 @@ pub fn merge(
             kind: Some(ri_kind.to_owned()),
             ..Default::default()
         };
-        match kind.as_str() {
-            re_kinds::SERVICE => {
+        match kind {
+            Kind::Service => {
                 let imported = existing.get(&ri_name).copied();
                 let Some(si) = service(tuple, imported, &mut service_ok, &mut out) else {
                     continue;
@@ -151,7 +151,7 @@ pub fn merge(
                 spec.service_import = Some(si);
                 serviced.insert((tuple.namespace.clone(), tuple.name.clone()));
             }
-            re_kinds::ACNP => {
+            Kind::Acnp => {
                 let Some(policy) = acnp(tuple, &mut out) else {
                     continue;
                 };
@@ -162,8 +162,8 @@ pub fn merge(
         out.imports.insert(ri_name, spec);
     }
     for ((kind, _, _), tuple) in groups.iter() {
-        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind);
-        if kind == re_kinds::ENDPOINTS
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind.as_str());
+        if *kind == Kind::Endpoints
             && claimed.get(&ri_name) == Some(&(tuple.namespace.clone(), tuple.name.clone()))
         {
             endpoints(tuple, ri_name, &service_ok, &serviced, withdrawn, &mut out);
@@ -181,19 +181,22 @@ fn group<'a>(
 ) -> BTreeMap<GroupKey, Tuple<'a>> {
     let mut groups: BTreeMap<GroupKey, Tuple> = BTreeMap::new();
     for re in live {
-        let kind = re.spec.kind.clone().unwrap_or_default();
+        let kind = re.spec.kind();
         let namespace = spec_or_label(&re.spec.namespace, re, names::labels::SOURCE_NAMESPACE);
         let name = spec_or_label(&re.spec.name, re, names::labels::SOURCE_NAME);
-        match kind.as_str() {
-            re_kinds::SERVICE | re_kinds::ENDPOINTS | re_kinds::ACNP => {}
-            re_kinds::CLUSTER_INFO => {
+        match &kind {
+            Kind::Service | Kind::Endpoints | Kind::Acnp => {}
+            Kind::ClusterInfo => {
                 clusterinfo(leader_namespace, re, out);
                 continue;
             }
-            _ => {
+            Kind::LabelIdentity | Kind::Unknown(_) => {
                 out.verdicts.insert(
                     re.name_any(),
-                    Verdict::Failure(format!("kind {kind:?} is not supported by this leader")),
+                    Verdict::Failure(format!(
+                        "kind {:?} is not supported by this leader",
+                        kind.as_str()
+                    )),
                 );
                 continue;
             }

@@ -23,7 +23,7 @@ use kube::{Api, Client, ResourceExt as _, runtime::watcher};
 use mc_api::{
     clusterclaim::v1alpha2::ClusterClaim,
     clusterset::v1alpha2::ClusterSet,
-    exports::{ResourceExport, kinds as re_kinds},
+    exports::{Kind, ResourceExport},
     imports::{ResourceImport, kinds as ri_kinds},
     memberclusterannounce::MemberClusterAnnounce,
     names::{self, annotations, finalizers},
@@ -106,9 +106,9 @@ pub fn group_of_export(re: &ResourceExport) -> String {
     let labels = re.labels();
     let ns = spec_or_label(&re.spec.namespace, labels, names::labels::SOURCE_NAMESPACE);
     let name = spec_or_label(&re.spec.name, labels, names::labels::SOURCE_NAME);
-    match re.spec.kind.as_deref() {
-        Some(re_kinds::SERVICE | re_kinds::ENDPOINTS) => format!("{ns}-{name}"),
-        Some(re_kinds::ACNP) => name.to_owned(),
+    match re.spec.kind() {
+        Kind::Service | Kind::Endpoints => format!("{ns}-{name}"),
+        Kind::Acnp => name.to_owned(),
         _ => re.name_any(),
     }
 }
