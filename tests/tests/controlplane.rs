@@ -241,11 +241,17 @@ fn an_exported_service_is_imported_everywhere() {
     );
 
     // In every member (west too): Service + Endpoints antrea-mc-nginx and ServiceImport nginx.
+    // West, the exporter, serves its share with its own ready endpoints, never its ClusterIP.
     for m in MEMBERS {
+        let want = if m == "west" {
+            "10.244.2.5".to_owned()
+        } else {
+            west_ip.clone()
+        };
         let ips = wait_for(&format!("Endpoints antrea-mc-nginx in {m}"), T, || {
             endpoint_ips(&tb, m, ns, "antrea-mc-nginx")
         });
-        assert_eq!(ips, std::slice::from_ref(&west_ip), "in {m}");
+        assert_eq!(ips, [want], "in {m}");
         let svc = tb.get_json(m, &["get", "service", "-n", ns, "antrea-mc-nginx"]);
         assert_eq!(
             svc["metadata"]["annotations"]["multicluster.antrea.io/imported-service"],
@@ -381,7 +387,8 @@ fn exports_from_two_clusters_merge_and_a_port_conflict_is_refused_until_fixed() 
     );
     assert_eq!(
         endpoint_ips(&tb, "west", ns, "antrea-mc-web").unwrap(),
-        std::slice::from_ref(&west_ip)
+        ["10.244.2.5"],
+        "west serves its share with its own ready endpoint"
     );
     let si = tb.get_json("west", &["get", "service", "-n", ns, "antrea-mc-web"]);
     assert_eq!(
@@ -389,11 +396,13 @@ fn exports_from_two_clusters_merge_and_a_port_conflict_is_refused_until_fixed() 
         "the first exporter's ports stay"
     );
 
-    // Fixed: both clusters' endpoints, everywhere.
+    // Fixed: both clusters' endpoints, everywhere (each cluster's own as its ready endpoint).
     service(&tb, "east", ns, "web", 80, &["10.244.1.5"]);
-    let mut both = vec![west_ip, east_ip];
-    both.sort();
-    for m in MEMBERS {
+    for (m, mut both) in [
+        ("west", vec![east_ip, "10.244.2.5".to_owned()]),
+        ("east", vec![west_ip, "10.244.1.5".to_owned()]),
+    ] {
+        both.sort();
         wait_for(&format!("both endpoints in {m}"), T, || {
             let ips = endpoint_ips(&tb, m, ns, "antrea-mc-web")?;
             if ips == both {

@@ -40,12 +40,12 @@ pub fn member_status(
     for c in &mut conditions {
         keep_transition_time(c, old_conditions);
     }
-    let ready_count = i32::from(conditions[0].status.as_deref() == Some("True"));
-    let mut overall = match (&problem, beat.and_then(|b| b.connected)) {
+    let connected = beat.and_then(|b| b.connected);
+    let is_leader = beat.is_some_and(|b| b.connected.is_some() && b.is_leader);
+    let ready_count = i32::from(connected == Some(true));
+    let mut overall = match (&problem, connected) {
         (Some((reason, message)), _) => condition("Ready", "False", reason, message),
-        (None, Some(true)) if conditions[1].status.as_deref() == Some("True") => {
-            condition("Ready", "True", "", "")
-        }
+        (None, Some(true)) if is_leader => condition("Ready", "True", "", ""),
         (None, Some(false)) => {
             condition("Ready", "False", "Disconnected", "Disconnected from leader")
         }
