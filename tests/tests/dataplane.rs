@@ -886,6 +886,25 @@ impl Drop for Reconfigured {
     }
 }
 
+/// The guide's member access objects for north (`join::grant_access`), in the leader and in
+/// north's member namespace: the next test that makes north a member makes its own token.
+fn remove_north_access(tb: &Testbed) {
+    tb.delete(
+        "north",
+        &[
+            "-n",
+            join::LEADER_NS,
+            "serviceaccount/member-north-access-sa",
+            "secret/member-north-access-token",
+            "rolebinding/member-north-access-rolebinding",
+        ],
+    );
+    tb.delete(
+        "north",
+        &["-n", join::MEMBER_NS, "secret/member-north-access-token"],
+    );
+}
+
 /// Removes the test's Pods, Services and exports from every cluster, and north's member join.
 struct MultiExporterCleanup<'a>(&'a Testbed);
 
@@ -904,6 +923,7 @@ impl Drop for MultiExporterCleanup<'_> {
             );
         }
         tb.delete("north", &["clusterset", "--all", "-n", join::MEMBER_NS]);
+        remove_north_access(tb);
         for (cluster, pod) in [
             ("east", "both-e"),
             ("west", "both-w"),
@@ -1043,6 +1063,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
             other => Err(format!("{other:?}")),
         },
     );
+    remove_north_access(&tb);
     wait_endpoints(
         &tb,
         "east",
