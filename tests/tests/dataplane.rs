@@ -244,18 +244,22 @@ impl Drop for Capture {
     }
 }
 
-#[test]
-fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
+/// The testbed, joined, with east's and west's Gateways elected.
+fn joined_with_gateways() -> Testbed {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     for c in ["east", "west"] {
         wait_for(&format!("{c}'s Gateway node-a"), T, || {
-            let g = tb
-                .try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
-                .ok_or("none")?;
-            Ok::<_, String>(g)
+            tb.try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
+                .ok_or_else(|| "none".to_owned())
         });
     }
+    tb
+}
+
+#[test]
+fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
+    let tb = joined_with_gateways();
 
     // A capture on the router, on west's underlay, for the whole test: not promiscuous, so
     // only what the router routes (between clusters, to the API servers) is seen, not west's
@@ -948,14 +952,7 @@ impl Drop for MultiExporterCleanup<'_> {
 /// zero it leaves the traffic to the other cluster, and the dual-role cluster does the same.
 #[test]
 fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request() {
-    let tb = Testbed::from_env();
-    join::ensure_joined(&tb);
-    for c in ["east", "west"] {
-        wait_for(&format!("{c}'s Gateway node-a"), T, || {
-            tb.try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
-                .ok_or_else(|| "none".to_owned())
-        });
-    }
+    let tb = joined_with_gateways();
     let _cleanup = MultiExporterCleanup(&tb);
     export_web(&tb, "east", "node-b", "both-e", "both-web");
     export_web(&tb, "west", "node-b", "both-w", "both-web");
