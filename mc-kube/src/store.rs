@@ -5,15 +5,27 @@
 //! object, for names the object already holds. A controller holds about ten thousand objects at
 //! 1000 Services, so this store finds objects by their own metadata instead: one pointer per
 //! object in the set.
+//!
+//! A store can also index its objects by the keys its loop marks for them (the same function that
+//! marks them, `KeysOf`), so that a pass over a few keys reads those objects, not all of them.
 
 use std::{
     borrow::Borrow,
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     hash::{Hash, Hasher},
     sync::{Arc, RwLock},
 };
 
 use kube::{Resource, runtime::watcher};
+
+use crate::watch::Work;
+
+/// Which keys an object is about: `None` when its effect has no key (a change recomputes
+/// everything), `Some(vec![])` when it is about no key in particular.
+pub type KeysOf<K> = fn(&K) -> Option<Vec<String>>;
+
+/// Where the index keeps objects that are about no key: every pass reads them.
+const UNKEYED: &str = "";
 
 /// Namespace and name: what objects in a store are told apart by ("" for no namespace).
 trait Key {
@@ -42,6 +54,12 @@ impl Eq for dyn Key + '_ {}
 
 /// A stored object; hashed and compared by its namespace and name only.
 struct Stored<K>(Arc<K>);
+
+impl<K> Clone for Stored<K> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
 
 impl<K: Resource> Key for Stored<K> {
     fn key(&self) -> (&str, &str) {
@@ -73,29 +91,102 @@ impl<K: Resource> PartialEq for Stored<K> {
 
 impl<K: Resource> Eq for Stored<K> {}
 
-/// The readers' side: a snapshot of one object, or of all.
+struct Content<K> {
+    objects: HashSet<Stored<K>>,
+    /// The objects by key, when the store is indexed.
+    index: HashMap<String, HashSet<Stored<K>>>,
+}
+
+impl<K> Default for Content<K> {
+    fn default() -> Self {
+        Self {
+            objects: HashSet::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+fn keys_of<K>(keys: KeysOf<K>, obj: &K) -> Vec<String> {
+    match keys(obj) {
+        Some(k) if !k.is_empty() => k,
+        _ => vec![UNKEYED.to_owned()],
+    }
+}
+
+impl<K: Resource> Content<K> {
+    fn index_add(&mut self, keys: Option<KeysOf<K>>, obj: &Stored<K>) {
+        if let Some(keys) = keys {
+            for k in keys_of(keys, &obj.0) {
+                self.index.entry(k).or_default().replace(obj.clone());
+            }
+        }
+    }
+
+    fn index_remove(&mut self, keys: Option<KeysOf<K>>, obj: &Stored<K>) {
+        if let Some(keys) = keys {
+            for k in keys_of(keys, &obj.0) {
+                if let Some(set) = self.index.get_mut(&k) {
+                    set.remove(&obj.key() as &dyn Key);
+                    if set.is_empty() {
+                        self.index.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The readers' side: a snapshot of one object, of those of some keys, or of all.
 pub struct ObjectStore<K> {
-    objects: Arc<RwLock<HashSet<Stored<K>>>>,
+    content: Arc<RwLock<Content<K>>>,
+    keys: Option<KeysOf<K>>,
 }
 
 impl<K> Clone for ObjectStore<K> {
     fn clone(&self) -> Self {
         Self {
-            objects: self.objects.clone(),
+            content: self.content.clone(),
+            keys: self.keys,
         }
     }
 }
 
 impl<K: Resource> ObjectStore<K> {
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
-        let objects = self.objects.read().expect("object store");
+        let content = self.content.read().expect("object store");
         let key = (namespace.unwrap_or_default(), name);
-        objects.get(&key as &dyn Key).map(|stored| stored.0.clone())
+        content
+            .objects
+            .get(&key as &dyn Key)
+            .map(|stored| stored.0.clone())
     }
 
     pub fn all(&self) -> Vec<Arc<K>> {
-        let objects = self.objects.read().expect("object store");
-        objects.iter().map(|stored| stored.0.clone()).collect()
+        let content = self.content.read().expect("object store");
+        content
+            .objects
+            .iter()
+            .map(|stored| stored.0.clone())
+            .collect()
+    }
+
+    /// The objects a pass over `work` reads: those of its keys and those about no key in
+    /// particular (all of them for `Work::All`, or when the store is not indexed).
+    pub fn covered(&self, work: &Work) -> Vec<Arc<K>> {
+        let Work::Keys(keys) = work else {
+            return self.all();
+        };
+        if self.keys.is_none() {
+            return self.all();
+        }
+        let content = self.content.read().expect("object store");
+        let mut found: HashSet<Stored<K>> = HashSet::new();
+        for k in keys.iter().map(String::as_str).chain([UNKEYED]) {
+            if let Some(set) = content.index.get(k) {
+                found.extend(set.iter().cloned());
+            }
+        }
+        found.into_iter().map(|stored| stored.0).collect()
     }
 }
 
@@ -118,8 +209,14 @@ pub struct StoreWriter<K> {
 
 impl<K: Resource + Clone> StoreWriter<K> {
     pub fn new() -> (ObjectStore<K>, Self) {
+        Self::indexed(None)
+    }
+
+    /// A store whose objects are also found by the keys `keys` gives them.
+    pub fn indexed(keys: Option<KeysOf<K>>) -> (ObjectStore<K>, Self) {
         let store = ObjectStore {
-            objects: Default::default(),
+            content: Default::default(),
+            keys,
         };
         let writer = Self {
             store: store.clone(),
@@ -138,21 +235,29 @@ impl<K: Resource + Clone> StoreWriter<K> {
             }
             watcher::Event::InitDone => {
                 let listed = self.relist.take().unwrap_or_default();
-                let old = std::mem::replace(
-                    &mut *self.store.objects.write().expect("object store"),
-                    listed,
-                );
+                let mut new = Content {
+                    objects: HashSet::new(),
+                    index: HashMap::new(),
+                };
+                for obj in &listed {
+                    new.index_add(self.store.keys, obj);
+                }
+                new.objects = listed;
+                let old =
+                    std::mem::replace(&mut *self.store.content.write().expect("object store"), new);
                 // (Freed after the lock is released.)
                 drop(old);
             }
             watcher::Event::Apply(obj) => {
                 let new = stored(&obj);
-                let old = self
-                    .store
-                    .objects
-                    .write()
-                    .expect("object store")
-                    .replace(new);
+                let keys = self.store.keys;
+                let mut content = self.store.content.write().expect("object store");
+                let old = content.objects.replace(new.clone());
+                if let Some(old) = &old {
+                    content.index_remove(keys, old);
+                }
+                content.index_add(keys, &new);
+                drop(content);
                 drop(old);
             }
             watcher::Event::Delete(obj) => {
@@ -161,12 +266,13 @@ impl<K: Resource + Clone> StoreWriter<K> {
                     meta.namespace.as_deref().unwrap_or_default(),
                     meta.name.as_deref().unwrap_or_default(),
                 );
-                let old = self
-                    .store
-                    .objects
-                    .write()
-                    .expect("object store")
-                    .take(&key as &dyn Key);
+                let keys = self.store.keys;
+                let mut content = self.store.content.write().expect("object store");
+                let old = content.objects.take(&key as &dyn Key);
+                if let Some(old) = &old {
+                    content.index_remove(keys, old);
+                }
+                drop(content);
                 drop(old);
             }
         }
@@ -242,5 +348,41 @@ mod tests {
         assert_eq!(value(&store, "a", "kept").as_deref(), Some("2"));
         assert!(store.get(Some("a"), "new").is_some());
         assert_eq!(store.all().len(), 2);
+    }
+
+    #[test]
+    fn an_indexed_store_finds_the_objects_of_some_keys_and_follows_their_moves() {
+        // Keyed by the value; "-" means about no key in particular.
+        let (store, mut w) = StoreWriter::indexed(Some(|c: &ConfigMap| {
+            let v = c.data.as_ref()?.get("v")?.clone();
+            Some(if v == "-" { vec![] } else { vec![v] })
+        }));
+        let names = |work: &Work| {
+            let mut n: Vec<String> = store
+                .covered(work)
+                .iter()
+                .map(|c| c.metadata.name.clone().unwrap())
+                .collect();
+            n.sort();
+            n
+        };
+        let keys = |k: &[&str]| Work::Keys(k.iter().map(|s| (*s).to_owned()).collect());
+        w.apply(watcher::Event::Apply(cm("a", "x", "k1")));
+        w.apply(watcher::Event::Apply(cm("a", "y", "k2")));
+        w.apply(watcher::Event::Apply(cm("a", "z", "-")));
+        assert_eq!(names(&keys(&["k1"])), ["x", "z"]);
+        assert_eq!(names(&keys(&["k1", "k2"])), ["x", "y", "z"]);
+        assert_eq!(names(&Work::All), ["x", "y", "z"]);
+        // y moves to k1; x is deleted.
+        w.apply(watcher::Event::Apply(cm("a", "y", "k1")));
+        assert_eq!(names(&keys(&["k2"])), ["z"]);
+        w.apply(watcher::Event::Delete(cm("a", "x", "k1")));
+        assert_eq!(names(&keys(&["k1"])), ["y", "z"]);
+        // A relist rebuilds the index.
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm("a", "y", "k3")));
+        w.apply(watcher::Event::InitDone);
+        assert_eq!(names(&keys(&["k1"])), Vec::<String>::new());
+        assert_eq!(names(&keys(&["k3"])), ["y"]);
     }
 }

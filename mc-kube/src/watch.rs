@@ -83,8 +83,9 @@ impl Work {
 }
 
 /// Which keys an event about an object marks: `None` when its effect has no key (everything is
-/// recomputed), `Some(vec![])` when only the parts of the loop that are not per key are.
-pub type KeysOf<K> = fn(&K) -> Option<Vec<String>>;
+/// recomputed), `Some(vec![])` when only the parts of the loop that are not per key are. A keyed
+/// store also finds its objects by these keys ([`Watched::covered`]).
+pub use crate::store::KeysOf;
 
 impl Trigger {
     pub fn new(metrics: &Metrics) -> Self {
@@ -305,7 +306,7 @@ where
         trim: fn(&mut K),
         keys: Option<KeysOf<K>>,
     ) -> Self {
-        let (store, mut writer) = StoreWriter::new();
+        let (store, mut writer) = StoreWriter::indexed(keys);
         let store2 = store.clone();
         let config = match config.timeout {
             Some(_) => config,
@@ -391,6 +392,11 @@ where
 
     pub fn all(&self) -> Vec<Arc<K>> {
         self.store.all()
+    }
+
+    /// The objects a pass over `work` reads (see [`ObjectStore::covered`]).
+    pub fn covered(&self, work: &Work) -> Vec<Arc<K>> {
+        self.store.covered(work)
     }
 }
 

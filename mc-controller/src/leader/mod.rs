@@ -301,12 +301,9 @@ impl Leader {
             self.members_seen = members.clone();
         }
         let (known, withdrawn) = members;
-        let mut exports = self.exports.all();
-        let mut imports = self.imports.all();
-        if !work.is_all() {
-            exports.retain(|re| work.covers(&group_of_export(re)));
-            imports.retain(|ri| work.covers(&group_of_import(ri)));
-        }
+        // The groups' own objects, found by key.
+        let exports = self.exports.covered(&work);
+        let imports = self.imports.covered(&work);
         let merged = merge::merge(&self.ns, &exports, &imports, &withdrawn);
 
         // Imports first: a deleting export's finalizer goes only once the imports no longer

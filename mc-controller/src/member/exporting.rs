@@ -10,7 +10,7 @@ impl Member {
         work: &Work,
     ) -> BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> {
         let mut slices: BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> = BTreeMap::new();
-        for s in self.local.slices.all() {
+        for s in self.local.slices.covered(work) {
             if let Some(svc) = s.labels().get("kubernetes.io/service-name")
                 && work.covers(&service_key(
                     s.metadata.namespace.as_deref().unwrap_or_default(),
@@ -37,7 +37,7 @@ impl Member {
         let slices = self.slices_by_service(work);
         let mut desired: BTreeMap<String, ResourceExport> = BTreeMap::new();
         let mut verdicts = Vec::new();
-        for se in self.local.service_exports.all() {
+        for se in self.local.service_exports.covered(work) {
             let (ns, name) = (se.namespace().unwrap_or_default(), se.name_any());
             if !work.covers(&service_key(&ns, &name)) {
                 continue;
@@ -74,8 +74,7 @@ impl Member {
         }
 
         let api: Api<ResourceExport> = Api::namespaced(conn.client.clone(), &id.leader_ns);
-        let mut stored = conn.own_exports.all();
-        stored.retain(|re| own_export_key(re).is_none_or(|k| work.covers(&k)));
+        let stored = conn.own_exports.covered(work);
         let ops = self.writer.converge(
             desired.into_values().collect(),
             &stored,

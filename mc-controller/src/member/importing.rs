@@ -74,14 +74,7 @@ impl Member {
             (names(live), names(dying))
         };
         let dying = |ns: &str| terminating.contains(ns);
-        let covered = |meta: &ObjectMeta| {
-            work.covers(&service_key(
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default(),
-            ))
-        };
-        let mut services_v = self.local.services.all();
-        services_v.retain(|s| covered(&s.metadata));
+        let services_v = self.local.services.covered(work);
         let services: BTreeMap<(String, String), &Service> = services_v
             .iter()
             .map(|s| {
@@ -91,8 +84,7 @@ impl Member {
                 )
             })
             .collect();
-        let mut sis_v = self.local.service_imports.all();
-        sis_v.retain(|s| covered(&s.metadata));
+        let sis_v = self.local.service_imports.covered(work);
         let service_imports: BTreeMap<(String, String), &ServiceImport> = sis_v
             .iter()
             .map(|s| {
@@ -114,8 +106,7 @@ impl Member {
             .map(|t| t.name_any())
             .collect();
         let id = conn.identity.clone();
-        let mut imports = conn.imports.all();
-        imports.retain(|ri| import_key(ri).is_none_or(|k| work.covers(&k)));
+        let imports = conn.imports.covered(work);
         let own_prefixes = self.own_prefixes();
         let own_endpoints = self.own_endpoints(conn, &imports, work);
         let plan = import::plan(
@@ -160,8 +151,7 @@ impl Member {
                     && !dying(ns_of(svc))
             },
         );
-        let mut endpoints_v = self.local.endpoints.all();
-        endpoints_v.retain(|e| covered(&e.metadata));
+        let endpoints_v = self.local.endpoints.covered(work);
         ops.extend(w.converge(
             plan.endpoints,
             &endpoints_v,
