@@ -78,6 +78,14 @@ struct Tuple<'a> {
     exports: Vec<&'a ResourceExport>,
 }
 
+/// The source object of an export, `(namespace, name)`: its spec's, else its labels'.
+pub(super) fn source_of(re: &ResourceExport) -> (String, String) {
+    (
+        spec_or_label(&re.spec.namespace, re, names::labels::SOURCE_NAMESPACE),
+        spec_or_label(&re.spec.name, re, names::labels::SOURCE_NAME),
+    )
+}
+
 fn spec_or_label(value: &Option<String>, re: &ResourceExport, label: &str) -> String {
     value
         .clone()
@@ -182,8 +190,7 @@ fn group<'a>(
     let mut groups: BTreeMap<GroupKey, Tuple> = BTreeMap::new();
     for re in live {
         let kind = re.spec.kind();
-        let namespace = spec_or_label(&re.spec.namespace, re, names::labels::SOURCE_NAMESPACE);
-        let name = spec_or_label(&re.spec.name, re, names::labels::SOURCE_NAME);
+        let (namespace, name) = source_of(re);
         match &kind {
             Kind::Service | Kind::Endpoints | Kind::Acnp => {}
             Kind::ClusterInfo => {

@@ -11,11 +11,7 @@ pub mod binding;
 pub mod members;
 pub mod merge;
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -87,28 +83,14 @@ struct Leader {
 /// Everything is recomputed at least this often, whatever the watches said.
 pub const FULL_RESYNC: Duration = Duration::from_secs(30);
 
-fn spec_or_label<'a>(
-    value: &'a Option<String>,
-    labels: &'a BTreeMap<String, String>,
-    label: &str,
-) -> &'a str {
-    value
-        .as_deref()
-        .filter(|v| !v.is_empty())
-        .or_else(|| labels.get(label).map(String::as_str))
-        .unwrap_or_default()
-}
-
 /// The group a ResourceExport is merged in: the stem of the ResourceImports it feeds
 /// (`<ns>-<name>` for a Service and its Endpoints; two sources whose imports would share a name
 /// share a group).
 pub fn group_of_export(re: &ResourceExport) -> String {
-    let labels = re.labels();
-    let ns = spec_or_label(&re.spec.namespace, labels, names::labels::SOURCE_NAMESPACE);
-    let name = spec_or_label(&re.spec.name, labels, names::labels::SOURCE_NAME);
+    let (ns, name) = merge::source_of(re);
     match re.spec.kind() {
         Kind::Service | Kind::Endpoints => format!("{ns}-{name}"),
-        Kind::Acnp => name.to_owned(),
+        Kind::Acnp => name,
         _ => re.name_any(),
     }
 }

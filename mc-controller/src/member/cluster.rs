@@ -83,34 +83,30 @@ impl Member {
         for p in problems {
             self.log_once(p);
         }
-        let api: Api<Gateway> = Api::namespaced(self.client.clone(), &self.ns);
-        let mut ops: Vec<(String, Op)> = Vec::new();
-        if let Some(mut gw) = chosen.clone() {
-            gw.metadata.namespace = Some(self.ns.clone());
-            let stored = self.local.gateways.get(Some(&self.ns), &gw.name_any());
-            if self.writer.needed(&gw, Some(stored.as_deref())) {
-                if current.as_deref() != Some(&gw.name_any()) {
-                    tracing::info!(node = gw.name_any(), "elected the Gateway");
-                }
-                let (w, api) = (self.writer.clone(), api.clone());
-                ops.push((
-                    gw.name_any(),
-                    Box::pin(async move { w.apply(&api, &gw).await }),
-                ));
+        match &chosen {
+            Some(gw) if current.as_deref() != Some(&gw.name_any()) => {
+                tracing::info!(node = gw.name_any(), "elected the Gateway");
             }
-        } else if current.is_some() {
-            self.log_once("no Ready gateway candidate: annotate a Node with multicluster.antrea.io/gateway=true".into());
+            None if current.is_some() => self.log_once(
+                "no Ready gateway candidate: annotate a Node with multicluster.antrea.io/gateway=true"
+                    .into(),
+            ),
+            _ => {}
         }
-        for g in gateways {
-            let name = g.name_any();
-            if chosen.as_ref().map(|c| c.name_any()) != Some(name.clone()) {
-                let (w, api, ns) = (self.writer.clone(), api.clone(), self.ns.clone());
-                ops.push((
-                    name.clone(),
-                    Box::pin(async move { w.delete(&api, &ns, &name).await }),
-                ));
-            }
-        }
+        let desired: Vec<Gateway> = chosen
+            .into_iter()
+            .map(|mut gw| {
+                gw.metadata.namespace = Some(self.ns.clone());
+                gw
+            })
+            .collect();
+        let ops = self.writer.converge(
+            desired,
+            &gateways,
+            Compare::Fields,
+            |ns: &str| Api::namespaced(self.client.clone(), ns),
+            |_| true,
+        );
         run_all("Gateway", ops).await
     }
 

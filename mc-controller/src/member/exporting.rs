@@ -11,12 +11,7 @@ impl Member {
     ) -> BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> {
         let mut slices: BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> = BTreeMap::new();
         for s in self.local.slices.covered(work) {
-            if let Some(svc) = s.labels().get("kubernetes.io/service-name")
-                && work.covers(&service_key(
-                    s.metadata.namespace.as_deref().unwrap_or_default(),
-                    svc,
-                ))
-            {
+            if let Some(svc) = s.labels().get("kubernetes.io/service-name") {
                 slices
                     .entry((s.namespace().unwrap_or_default(), svc.clone()))
                     .or_default()
@@ -39,9 +34,6 @@ impl Member {
         let mut verdicts = Vec::new();
         for se in self.local.service_exports.covered(work) {
             let (ns, name) = (se.namespace().unwrap_or_default(), se.name_any());
-            if !work.covers(&service_key(&ns, &name)) {
-                continue;
-            }
             let svc = self.local.services.get(Some(&ns), &name);
             let svc_slices: Vec<&EndpointSlice> = slices
                 .get(&(ns.clone(), name.clone()))

@@ -107,7 +107,6 @@ impl Member {
             .collect();
         let id = conn.identity.clone();
         let imports = conn.imports.covered(work);
-        let own_prefixes = self.own_prefixes();
         let own_endpoints = self.own_endpoints(conn, &imports, work);
         let plan = import::plan(
             &imports,
@@ -119,7 +118,8 @@ impl Member {
                 service_imports: &service_imports,
                 acnps: &acnps,
                 tiers: &tiers,
-                own_prefixes: &own_prefixes,
+                // Computed at the start of the pass (sync).
+                own_prefixes: &self.prefixes_seen,
                 own_endpoints: &own_endpoints,
             },
         );
