@@ -73,6 +73,10 @@ impl Driver {
                 work = Work::All;
             }
             let all = work.is_all();
+            let keys = match &work {
+                Work::All => 0,
+                Work::Keys(k) => k.len(),
+            };
             let started = Instant::now();
             match pass(work.clone()).await {
                 Step::NotReady => later = work,
@@ -84,7 +88,16 @@ impl Driver {
                         last_full = Some(started);
                     }
                     later = if failures > 0 { Work::All } else { left };
-                    self.metrics.sync(self.domain, started.elapsed(), failures);
+                    let took = started.elapsed();
+                    tracing::debug!(
+                        domain = self.domain,
+                        all,
+                        keys,
+                        failures,
+                        ms = took.as_secs_f64() * 1e3,
+                        "pass"
+                    );
+                    self.metrics.sync(self.domain, took, failures);
                 }
             }
         }
