@@ -10,7 +10,7 @@ use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client, ResourceExt as _};
 use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway};
-use mc_kube::{Driver, Metrics, Step, Trigger, Watched};
+use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, watch::WatchHealth};
 
 use crate::{
     bpffs::PinLayout,
@@ -70,56 +70,94 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         trigger.clone(),
         "Node",
     );
-    let mut attached: Option<Attached> = None;
-    let mut problems: Vec<String> = Vec::new();
-    let mut published: Option<std::time::Instant> = None;
+    let mut agent = Agent {
+        opts,
+        metrics: metrics.clone(),
+        gateways,
+        infos,
+        nodes,
+        attached: None,
+        problems: Vec::new(),
+        published: None,
+    };
     let driver = Driver {
         domain: "dataplane",
         trigger,
-        metrics: metrics.clone(),
-        tick: opts.resync,
+        metrics,
+        tick: agent.opts.resync,
         // Let a burst of events settle into one pass.
         settle: Duration::from_millis(50),
         // A handful of objects: every pass recomputes everything anyway.
-        full_resync: opts.resync,
+        full_resync: agent.opts.resync,
     };
-    driver
-        .run(async |_work| {
-            let outcome = if gateways.ready() && infos.ready() && nodes.ready() {
-                pass(&opts, &mut attached, &gateways, &infos, &nodes)
-            } else {
-                Pass {
-                    not_ready: Some(
-                        "waiting for the first list of Gateways, ClusterInfoImports and Nodes"
-                            .into(),
-                    ),
-                    problems: Vec::new(),
-                }
-            };
-            if outcome.problems != problems {
-                for p in outcome.problems.iter().filter(|p| !problems.contains(p)) {
-                    tracing::warn!("{p}");
-                }
-                if outcome.problems.is_empty() && !problems.is_empty() {
-                    tracing::info!("every earlier problem is resolved");
-                }
-                problems = outcome.problems.clone();
-            }
-            let failures = usize::from(outcome.not_ready.is_some());
-            metrics.set_ready(outcome.not_ready);
-            // Counting the maps walks the whole SNAT table: not on every event, at most every
-            // 10 s.
-            if published.is_none_or(|at| at.elapsed() >= PUBLISH_EVERY) {
-                publish(&metrics, attached.as_mut());
-                published = Some(std::time::Instant::now());
-            }
-            Step::Done {
-                failures,
-                later: Default::default(),
-            }
-        })
-        .await;
+    driver.reconcile(&mut agent).await;
     Ok(())
+}
+
+/// The agent's loop: its watches and what it has attached.
+struct Agent {
+    opts: RunOptions,
+    metrics: Metrics,
+    gateways: Watched<Gateway>,
+    infos: Watched<ClusterInfoImport>,
+    nodes: Watched<Node>,
+    attached: Option<Attached>,
+    /// Everything wrong after the last pass (logged when it first appears).
+    problems: Vec<String>,
+    /// When the counters were last published.
+    published: Option<std::time::Instant>,
+}
+
+impl Reconciler for Agent {
+    fn watches(&self) -> Vec<(&'static str, &WatchHealth)> {
+        vec![
+            ("Gateways", self.gateways.health()),
+            ("ClusterInfoImports", self.infos.health()),
+            ("Nodes", self.nodes.health()),
+        ]
+    }
+
+    /// Every pass recomputes everything (a handful of objects): `_work` is not read.
+    async fn pass(&mut self, _work: Work) -> usize {
+        let outcome = pass(
+            &self.opts,
+            &mut self.attached,
+            &self.gateways,
+            &self.infos,
+            &self.nodes,
+        );
+        if outcome.problems != self.problems {
+            for p in outcome
+                .problems
+                .iter()
+                .filter(|p| !self.problems.contains(p))
+            {
+                tracing::warn!("{p}");
+            }
+            if outcome.problems.is_empty() && !self.problems.is_empty() {
+                tracing::info!("every earlier problem is resolved");
+            }
+            self.problems = outcome.problems;
+        }
+        let failures = usize::from(outcome.not_ready.is_some());
+        // The driver set readiness from the watches' health; a problem of the pass overrides it.
+        if outcome.not_ready.is_some() {
+            self.metrics.set_ready(outcome.not_ready);
+        }
+        // Counting the maps walks the whole SNAT table: not on every event, at most every 10 s.
+        if self
+            .published
+            .is_none_or(|at| at.elapsed() >= PUBLISH_EVERY)
+        {
+            publish(&self.metrics, self.attached.as_mut());
+            self.published = Some(std::time::Instant::now());
+        }
+        failures
+    }
+
+    fn later(&mut self) -> Work {
+        Work::default()
+    }
 }
 
 struct Pass {

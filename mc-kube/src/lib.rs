@@ -10,7 +10,7 @@ pub mod store;
 pub mod watch;
 pub mod write;
 
-pub use driver::{Driver, Reconciler, Step};
+pub use driver::{Driver, RESYNC_SLICE, Reconciler};
 pub use metrics::Metrics;
 pub use watch::{Trigger, Watched, Work, watch_readiness};
 pub use write::{Op, StatusPacer, Writer, is_managed, managed_labels, run_all};

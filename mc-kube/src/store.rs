@@ -170,6 +170,17 @@ impl<K: Resource> ObjectStore<K> {
             .collect()
     }
 
+    /// The keys of the stored objects (none when the store is not indexed).
+    pub fn keys(&self) -> Vec<String> {
+        let content = self.content.read().expect("object store");
+        content
+            .index
+            .keys()
+            .filter(|k| k.as_str() != UNKEYED)
+            .cloned()
+            .collect()
+    }
+
     /// The objects a pass over `work` reads: those of its keys and those about no key in
     /// particular (all of them for `Work::All`, or when the store is not indexed).
     pub fn covered(&self, work: &Work) -> Vec<Arc<K>> {
@@ -373,6 +384,15 @@ mod tests {
         assert_eq!(names(&keys(&["k1"])), ["x", "z"]);
         assert_eq!(names(&keys(&["k1", "k2"])), ["x", "y", "z"]);
         assert_eq!(names(&Work::All), ["x", "y", "z"]);
+        let sorted = |mut k: Vec<String>| {
+            k.sort();
+            k
+        };
+        assert_eq!(
+            sorted(store.keys()),
+            ["k1", "k2"],
+            "the keys, not the unkeyed"
+        );
         // y moves to k1; x is deleted.
         w.apply(watcher::Event::Apply(cm("a", "y", "k1")));
         assert_eq!(names(&keys(&["k2"])), ["z"]);
@@ -384,5 +404,6 @@ mod tests {
         w.apply(watcher::Event::InitDone);
         assert_eq!(names(&keys(&["k1"])), Vec::<String>::new());
         assert_eq!(names(&keys(&["k3"])), ["y"]);
+        assert_eq!(store.keys(), ["k3"]);
     }
 }

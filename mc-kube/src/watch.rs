@@ -394,6 +394,11 @@ where
         self.store.all()
     }
 
+    /// The keys of the stored objects (see [`ObjectStore::keys`]).
+    pub fn keys(&self) -> Vec<String> {
+        self.store.keys()
+    }
+
     /// The objects a pass over `work` reads (see [`ObjectStore::covered`]).
     pub fn covered(&self, work: &Work) -> Vec<Arc<K>> {
         self.store.covered(work)

@@ -209,6 +209,16 @@ impl Reconciler for Leader {
     fn later(&mut self) -> Work {
         std::mem::take(&mut self.pending)
     }
+
+    fn keys(&self) -> Option<BTreeSet<String>> {
+        Some(
+            self.exports
+                .keys()
+                .into_iter()
+                .chain(self.imports.keys())
+                .collect(),
+        )
+    }
 }
 
 impl Leader {

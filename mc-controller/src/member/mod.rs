@@ -173,6 +173,25 @@ impl Reconciler for Member {
     fn later(&mut self) -> Work {
         std::mem::take(&mut self.pending)
     }
+
+    fn keys(&self) -> Option<BTreeSet<String>> {
+        let l = &self.local;
+        let mut keys: BTreeSet<String> = [
+            l.services.keys(),
+            l.slices.keys(),
+            l.endpoints.keys(),
+            l.service_exports.keys(),
+            l.service_imports.keys(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if let Some(conn) = &self.conn {
+            keys.extend(conn.imports.keys());
+            keys.extend(conn.own_exports.keys());
+        }
+        Some(keys)
+    }
 }
 
 fn problem(reason: &'static str, message: String) -> (&'static str, String) {
