@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-proxy, kubectl (k8s.io/kubernetes) and etcd
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl (k8s.io/kubernetes) and etcd
 # from their Go modules through the Go module proxy, into a cache outside the repository.
 # Rebuilt only when a pin in versions.env changes. Prints nothing else on a cache hit.
 set -euo pipefail
@@ -9,7 +9,7 @@ source "$here/versions.env"
 
 cache=${STRAIT_CACHE:-/var/cache/strait}
 out="$cache/kube/${KUBE_VERSION}-etcd-${ETCD_VERSION}"
-bins=(kube-apiserver kube-controller-manager kube-proxy kubectl etcd)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl etcd)
 log() { printf '[build-kube] %s\n' "$*"; }
 
 ok=1
@@ -47,13 +47,19 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags="$ldflags -X $pkg.gitVersion=${KUBE_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*}"
   ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-for b in kube-apiserver kube-controller-manager kube-proxy kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl; do
+  # (A binary added to the list is built alone on a machine that has the others.)
+  [ -x "$out/bin/$b" ] && continue
   log "building $b $KUBE_VERSION (cold builds take several minutes)"
   go build -trimpath -ldflags "$ldflags" -o "$out/bin/$b.tmp" "k8s.io/kubernetes/cmd/$b"
   mv "$out/bin/$b.tmp" "$out/bin/$b"
 done
 
 # --- etcd --------------------------------------------------------------------------------------
+if [ -x "$out/bin/etcd" ]; then
+  log "built into $out/bin"
+  exit 0
+fi
 work="$cache/kube/src/etcd-${ETCD_VERSION}"
 rm -rf "$work" && mkdir -p "$work"
 cd "$work"

@@ -4,7 +4,8 @@
 #   - Debian packages: LLVM (for bpf-linker), bpftool, iproute2, nftables, iptables, iperf3, tcpdump ...
 #   - rustup toolchains: pinned stable (user space) and pinned nightly + rust-src (eBPF)
 #   - bpf-linker built against Debian's LLVM
-#   - kube-apiserver, kube-controller-manager, kube-proxy, kubectl and etcd built from their Go modules
+#   - kube-apiserver, kube-controller-manager, kube-proxy, kubelet, kubectl and etcd built from their
+#     Go modules; containerd, CoreDNS and the Pod sandbox (pause) too (build-node.sh)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
@@ -22,6 +23,10 @@ apt_pkgs=(
   "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" zlib1g-dev libzstd-dev
   build-essential pkg-config ca-certificates curl git jq
   bpftool iproute2 iputils-ping nftables iptables iperf3 tcpdump conntrack ethtool procps psmisc openssl
+  # Images and real Nodes: buildah builds the images without a daemon; runc runs the Nodes'
+  # containers (crun refuses hybrid cgroup layouts); the standard CNI plugins; busybox and socat
+  # for the test images.
+  buildah runc containernetworking-plugins busybox-static socat
 )
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -68,5 +73,6 @@ fi
 
 # --- Kubernetes and etcd from source -----------------------------------------------------------
 "$here/build-kube.sh"
+"$here/build-node.sh"
 "$here/build-helm.sh"
 log "done"

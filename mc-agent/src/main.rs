@@ -130,8 +130,8 @@ fn main() -> anyhow::Result<()> {
                 tokio::select! {
                     r = serve => r,
                     r = run(client, opts, metrics) => r,
-                    _ = tokio::signal::ctrl_c() => {
-                        tracing::info!("interrupted; exiting (the pinned dataplane keeps forwarding)");
+                    signal = mc_kube::shutdown_signal() => {
+                        tracing::info!(signal, "asked to stop; exiting (the pinned dataplane keeps forwarding)");
                         Ok(())
                     }
                 }

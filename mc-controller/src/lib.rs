@@ -9,3 +9,9 @@ pub mod conditions;
 pub mod leader;
 pub mod member;
 pub mod webhook;
+
+/// How long the leader's and the member's loops let a burst of watch events land before a pass:
+/// the objects one write batch of the other side creates (an export's two ResourceExports, a
+/// group's ResourceImports) arrive within a millisecond or two of each other, and every export
+/// crosses three loops (member, leader, member), each paying this once.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(2);

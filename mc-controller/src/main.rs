@@ -199,8 +199,8 @@ async fn run() -> anyhow::Result<()> {
         r = serve => r,
         r = webhooks => r,
         r = work => r,
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("interrupted; exiting");
+        signal = mc_kube::shutdown_signal() => {
+            tracing::info!(signal, "asked to stop; exiting");
             Ok(())
         }
     }

@@ -30,3 +30,20 @@ pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<k
     };
     Ok(kube::Client::try_from(config)?)
 }
+
+/// Resolves when the process is asked to stop: SIGTERM (what the kubelet sends a container's
+/// PID 1 first) or SIGINT (Ctrl-C). Returns the signal's name.
+pub async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        },
+        // No SIGTERM handler could be installed: Ctrl-C still works.
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
+}

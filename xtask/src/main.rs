@@ -3,6 +3,7 @@
 mod bench;
 mod bench_dataplane;
 mod crdgen;
+mod image;
 mod paths;
 mod testbed;
 
@@ -27,6 +28,11 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// Container images (images/<name>/Containerfile), built without a daemon by default.
+    Image {
+        #[command(subcommand)]
+        command: image::ImageCommand,
+    },
     /// The local testbed: real kube-apiservers for north (leader), east and west.
     Testbed {
         #[command(subcommand)]
@@ -39,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Crdgen { check } => crdgen::run(check),
         Command::Testbed { command } => testbed::run(command),
         Command::Bench { command } => bench::run(command),
+        Command::Image { command } => image::run(command),
     }
 }

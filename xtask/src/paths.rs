@@ -50,3 +50,16 @@ pub fn kube_bin_dir() -> anyhow::Result<PathBuf> {
         pinned("ETCD_VERSION")?
     )))
 }
+
+/// Directory of containerd, CoreDNS and pause built by scripts/build-node.sh.
+pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
+    let cache = std::env::var_os("STRAIT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"));
+    Ok(cache.join(format!(
+        "node/containerd-{}-coredns-{}-pause-{}/bin",
+        pinned("CONTAINERD_VERSION")?,
+        pinned("COREDNS_VERSION")?,
+        pinned("PAUSE_VERSION")?
+    )))
+}

@@ -182,8 +182,7 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         metrics: metrics.clone(),
         // Heartbeat timeouts are noticed on the tick.
         tick: Duration::from_secs(2),
-        // Let a burst of events land before computing.
-        settle: Duration::from_millis(5),
+        settle: crate::SETTLE,
         full_resync: FULL_RESYNC,
     };
     driver.reconcile(&mut leader).await;

@@ -140,7 +140,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         trigger,
         metrics: metrics.clone(),
         tick: Duration::from_secs(2),
-        settle: Duration::from_millis(5),
+        settle: crate::SETTLE,
         full_resync: FULL_RESYNC,
     };
     driver.reconcile(&mut member).await;

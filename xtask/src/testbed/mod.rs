@@ -4,9 +4,11 @@
 //! 198.18.0.0/24.
 
 pub mod controllers;
+mod incluster;
 mod nodes;
 mod pki;
 pub mod proc;
+mod runtime;
 pub mod topology;
 
 use std::{
@@ -39,6 +41,9 @@ pub enum TestbedCommand {
         /// benchmarks do; the tests use the faster-to-build debug profile).
         #[arg(long)]
         release: bool,
+        /// Nodes run containerd and a kubelet (images from `cargo xtask image build`).
+        #[arg(long)]
+        kubelets: bool,
     },
     /// Stop everything and remove the namespaces and state, also after a crash.
     Down,
@@ -108,7 +113,8 @@ pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
             join,
             no_nodes,
             release,
-        } => up(join, !no_nodes, release),
+            kubelets,
+        } => up(join, !no_nodes, release, kubelets),
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
         TestbedCommand::Pod {
@@ -163,7 +169,7 @@ pub fn admin_kubeconfig(cluster: &Cluster) -> PathBuf {
     cluster_dir(cluster).join("admin.kubeconfig")
 }
 
-fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
+fn up(join: bool, with_nodes: bool, release: bool, kubelets: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let build = repo_root().join("scripts/build-kube.sh");
     exec(Cmd::new("bash").arg(&build)).context("building the Kubernetes binaries")?;
@@ -198,6 +204,7 @@ fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
         let cdir = cluster_dir(cluster);
         let pki = cdir.join("pki");
         pki::ensure(&pki, cluster)?;
+        pki::ensure_kubelet_client(&pki)?;
         std::fs::write(
             admin_kubeconfig(cluster),
             pki::kubeconfig(&pki, cluster, "admin")?,
@@ -230,10 +237,21 @@ fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
                 format!("--service-account-key-file={}", p("sa.pub")),
                 format!("--service-account-signing-key-file={}", p("sa.key")),
                 format!("--service-cluster-ip-range={}", cluster.service_cidr),
-                "--authorization-mode=RBAC".into(),
+                "--authorization-mode=Node,RBAC".into(),
                 "--allow-privileged=true".into(),
                 format!("--cert-dir={}", p("generated")),
                 "--profiling=false".into(),
+                // The kubelets: logs, exec and port-forward through them.
+                format!(
+                    "--kubelet-client-certificate={}",
+                    p("apiserver-kubelet-client.crt")
+                ),
+                format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                // Webhooks and aggregated APIs at their Pods' addresses: the control plane's
+                // namespace routes to the Pod CIDRs, it runs no kube-proxy for ClusterIPs.
+                "--enable-aggregator-routing=true".into(),
+                "--enable-admission-plugins=NodeRestriction".into(),
             ],
         )? {
             say(format!(
@@ -252,9 +270,16 @@ fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
                 format!("--service-account-private-key-file={}", p("sa.key")),
                 format!("--root-ca-file={}", p("ca.crt")),
                 "--use-service-account-credentials=true".into(),
-                // The testbed plays the kubelet and the CNI: no lifecycle eviction of its Nodes,
-                // no Pod CIDR allocation.
-                "--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-taint-eviction-controller".into(),
+                // The testbed's CNI gives the Nodes their Pod CIDRs. Without kubelets the testbed
+                // plays them: no lifecycle of its Nodes either.
+                if kubelets {
+                    "--controllers=*,-node-ipam-controller".into()
+                } else {
+                    "--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-taint-eviction-controller".into()
+                },
+                // A Node whose kubelet stopped is NotReady within about 12 s.
+                "--node-monitor-period=2s".into(),
+                "--node-monitor-grace-period=12s".into(),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 format!("--cluster-name={}", cluster.name),
@@ -262,6 +287,26 @@ fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
             ],
         )? {
             say(format!("started kube-controller-manager for {}", cluster.name));
+        }
+        if kubelets {
+            pki::ensure_scheduler(&pki)?;
+            let kubeconfig = cdir.join("scheduler.kubeconfig");
+            std::fs::write(&kubeconfig, pki::kubeconfig(&pki, cluster, "scheduler")?)?;
+            let name = format!("{}-scheduler", cluster.name);
+            if procs.ensure(
+                &name,
+                CORE_NETNS,
+                &bin.join("kube-scheduler"),
+                &[
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--authentication-kubeconfig={}", kubeconfig.display()),
+                    format!("--authorization-kubeconfig={}", kubeconfig.display()),
+                    "--leader-elect=false".into(),
+                    "--secure-port=0".into(),
+                ],
+            )? {
+                say(format!("started kube-scheduler for {}", cluster.name));
+            }
         }
     }
 
@@ -271,12 +316,22 @@ fn up(join: bool, with_nodes: bool, release: bool) -> anyhow::Result<()> {
     }
     install_crds(&kubectl)?;
     write_env(&kubectl)?;
-    controllers::start(&procs, &kubectl, release)?;
-    if join {
-        controllers::join(&kubectl)?;
-    }
-    if with_nodes {
-        nodes::up(&procs, &bin, release)?;
+    if kubelets {
+        // Everything of Strait runs in Pods: Nodes first.
+        nodes::up(&procs, &bin, release, true)?;
+        incluster::install(&kubectl)?;
+        if join {
+            controllers::join(&kubectl)?;
+            incluster::wait_agents(&kubectl)?;
+        }
+    } else {
+        controllers::start(&procs, &kubectl, release)?;
+        if join {
+            controllers::join(&kubectl)?;
+        }
+        if with_nodes {
+            nodes::up(&procs, &bin, release, false)?;
+        }
     }
     say(format!(
         "up in {:.0?}: {} (source {} for KUBECTL and the kubeconfigs)",

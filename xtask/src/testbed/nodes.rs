@@ -22,7 +22,7 @@ use serde_json::json;
 use super::{
     admin_kubeconfig, cluster_dir, controllers, ip, kubectl_for, netns_exists,
     proc::{self, Procs, run as exec},
-    say,
+    runtime, say,
     topology::{CLUSTERS, CORE_NETNS, Cluster, TestNode},
 };
 use crate::paths::testbed_dir;
@@ -57,8 +57,9 @@ fn is_mountpoint(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Creates (once) the Node's mount namespace with a private bpffs on /sys/fs/bpf.
-fn ensure_mount_ns(node: &TestNode) -> anyhow::Result<()> {
+/// Creates (once) the Node's mount namespace with a private bpffs on /sys/fs/bpf (and, for a
+/// kubelet Node, its own directories over the standard paths).
+fn ensure_mount_ns(node: &TestNode, kubelet: bool) -> anyhow::Result<()> {
     let dir = Path::new(MOUNT_NS_DIR);
     std::fs::create_dir_all(dir)?;
     if !is_mountpoint(dir) {
@@ -81,6 +82,9 @@ fn ensure_mount_ns(node: &TestNode) -> anyhow::Result<()> {
             .arg(format!("--mount={}", file.display()))
             .args(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"]),
     )?;
+    if kubelet {
+        runtime::prepare_mounts(node, &file)?;
+    }
     Ok(())
 }
 
@@ -135,18 +139,22 @@ fn ensure_node_network(node: &TestNode) -> anyhow::Result<()> {
             c = node.cluster.name
         ),
     )?;
-    // Routes: the testbed's 198.18.0.0/15 (API servers, the other underlays) via the router;
-    // never a default route. Forwarding for the Pods; loose reverse-path filtering because
+    // Routes: the testbed's 198.18.0.0/15 (API servers, the other underlays) and the cluster's
+    // Service CIDR (so that the Node's own connections to ClusterIPs, the `kubernetes` Service
+    // first, find a route before kube-proxy translates them) via the router; never a default
+    // route. Forwarding for the Pods; loose reverse-path filtering because
     // decapsulated packets come from remote prefixes.
     sh(
         &ns,
         &format!(
             "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 mtu {UPLINK_MTU} up && \
              ip route add 198.18.0.0/15 via {router} dev eth0 && \
+             ip route add {services} via {router} dev eth0 && \
              sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv4.conf.all.rp_filter=2 && \
              sysctl -qw net.ipv4.conf.eth0.rp_filter=2",
             ip = node.ip(),
-            router = node.cluster.router_ip()
+            router = node.cluster.router_ip(),
+            services = node.cluster.service_cidr,
         ),
     )?;
     Ok(())
@@ -227,17 +235,34 @@ fn agent_config(cluster: &Cluster) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Brings up every Node (idempotent): network, Node object, kube-proxy and mc-agent.
-pub fn up(procs: &Procs, bin: &Path, release: bool) -> anyhow::Result<()> {
-    let agent = controllers::build_bin("mc-agent", release)?;
+/// Brings up every Node (idempotent): network, Node object, kube-proxy and mc-agent; with
+/// `kubelets`, containerd and a kubelet instead of the Node object and mc-agent written by the
+/// testbed (the agent then comes as the DaemonSet of deploy/agent).
+pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::Result<()> {
     for cluster in &CLUSTERS {
         ensure_router(cluster)?;
     }
     for node in TestNode::all() {
         ensure_node_network(&node)?;
-        ensure_mount_ns(&node)?;
-        register(&node)?;
+        ensure_mount_ns(&node, kubelets)?;
+        if !kubelets {
+            register(&node)?;
+        }
     }
+    if kubelets {
+        for node in TestNode::all() {
+            ensure_pod_routes(&node)?;
+            runtime_up(procs, &node)?;
+        }
+        for node in TestNode::all() {
+            adopt(&node)?;
+        }
+    }
+    let agent = if kubelets {
+        None
+    } else {
+        Some(controllers::build_bin("mc-agent", release)?)
+    };
     for node in TestNode::all() {
         ensure_pod_routes(&node)?;
         let cdir = cluster_dir(&node.cluster);
@@ -267,12 +292,13 @@ pub fn up(procs: &Procs, bin: &Path, release: bool) -> anyhow::Result<()> {
                 node.cluster.name, node.name
             ));
         }
+        let Some(agent) = &agent else { continue };
         let name = format!("{}-{}-mc-agent", node.cluster.name, node.name);
         if procs.ensure_in(
             &name,
             &node.netns(),
             Some(&mount_ns(&node)),
-            &agent,
+            agent,
             &[
                 "run".into(),
                 format!("--config={}", agent_config(&node.cluster)?.display()),
@@ -286,6 +312,78 @@ pub fn up(procs: &Procs, bin: &Path, release: bool) -> anyhow::Result<()> {
                 node.cluster.name, node.name
             ));
         }
+    }
+    Ok(())
+}
+
+/// The Node's containerd and kubelet, with its kubeconfig, and a route from the control plane's
+/// namespace to its Pods (the API servers reach webhooks at their Pods' addresses).
+fn runtime_up(procs: &Procs, node: &TestNode) -> anyhow::Result<()> {
+    let pki = cluster_dir(&node.cluster).join("pki");
+    let user = super::pki::ensure_node(&pki, node.name)?;
+    std::fs::write(
+        cluster_dir(&node.cluster).join(format!("kubelet-{}.kubeconfig", node.name)),
+        super::pki::kubeconfig(&pki, &node.cluster, &user)?,
+    )?;
+    runtime::up(procs, node, &mount_ns(node), POD_MTU)?;
+    sh(
+        CORE_NETNS,
+        &format!("ip route replace {} via {}", node.pod_cidr(), node.ip()),
+    )?;
+    Ok(())
+}
+
+/// Once the kubelet has registered its Node: the Pod CIDR the testbed's CNI gives it, and the
+/// Gateway annotation on the candidates (what an operator sets).
+fn adopt(node: &TestNode) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !kubectl(&node.cluster)?
+        .args(["get", "node", node.name])
+        .output()?
+        .status
+        .success()
+    {
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the kubelet of {}/{} did not register its Node in 120 s; see {}",
+                node.cluster.name,
+                node.name,
+                testbed_dir()
+                    .join(format!(
+                        "logs/{}-{}-kubelet.log",
+                        node.cluster.name, node.name
+                    ))
+                    .display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let spec = json!({"spec": {"podCIDR": node.pod_cidr(), "podCIDRs": [node.pod_cidr()]}});
+    let current = exec(kubectl(&node.cluster)?.args([
+        "get",
+        "node",
+        node.name,
+        "-o",
+        "jsonpath={.spec.podCIDR}",
+    ]))?;
+    if current.trim().is_empty() {
+        exec(kubectl(&node.cluster)?.args([
+            "patch",
+            "node",
+            node.name,
+            "--type=merge",
+            "-p",
+            &spec.to_string(),
+        ]))?;
+    }
+    if node.gateway_candidate() {
+        exec(kubectl(&node.cluster)?.args([
+            "annotate",
+            "--overwrite",
+            "node",
+            node.name,
+            "multicluster.antrea.io/gateway=true",
+        ]))?;
     }
     Ok(())
 }
@@ -311,6 +409,7 @@ pub fn down() -> anyhow::Result<()> {
     if !pids.is_empty() {
         proc::terminate(&pids, std::time::Duration::from_secs(10));
     }
+    runtime::remove_cgroups();
     for ns in namespaces() {
         ip(&["netns", "del", &ns])?;
     }

@@ -74,6 +74,8 @@ fn signed_cert(dir: &Path, name: &str, subject: &str, ext: &str) -> anyhow::Resu
     Ok(())
 }
 
+const CLIENT_EXT: &str = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n";
+
 /// Makes the cluster's PKI in `dir` unless it is already there.
 pub fn ensure(dir: &Path, cluster: &Cluster) -> anyhow::Result<()> {
     if dir.join("admin.crt").exists() {
@@ -114,7 +116,7 @@ pub fn ensure(dir: &Path, cluster: &Cluster) -> anyhow::Result<()> {
             "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName={sans}\n"
         ),
     )?;
-    let client = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n";
+    let client = CLIENT_EXT;
     signed_cert(dir, "admin", "/O=system:masters/CN=strait-admin", client)?;
     signed_cert(
         dir,
@@ -137,6 +139,40 @@ pub fn ensure(dir: &Path, cluster: &Cluster) -> anyhow::Result<()> {
         ],
     )?;
     openssl(dir, &["pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
+    Ok(())
+}
+
+/// The client certificate of a Node's kubelet (`system:node:<name>`, group `system:nodes`: what
+/// the Node authorizer expects), made once.
+pub fn ensure_node(dir: &Path, node: &str) -> anyhow::Result<String> {
+    let user = format!("kubelet-{node}");
+    ensure_client(
+        dir,
+        &user,
+        &format!("/O=system:nodes/CN=system:node:{node}"),
+    )?;
+    Ok(user)
+}
+
+/// The scheduler's client certificate (what its default RBAC binds), made once.
+pub fn ensure_scheduler(dir: &Path) -> anyhow::Result<()> {
+    ensure_client(dir, "scheduler", "/CN=system:kube-scheduler")
+}
+
+/// The API server's client certificate towards the kubelets (logs, exec, port-forward), made
+/// once; its group lets the kubelets' webhook authorization allow it everything.
+pub fn ensure_kubelet_client(dir: &Path) -> anyhow::Result<()> {
+    ensure_client(
+        dir,
+        "apiserver-kubelet-client",
+        "/O=system:masters/CN=kube-apiserver-kubelet-client",
+    )
+}
+
+fn ensure_client(dir: &Path, name: &str, subject: &str) -> anyhow::Result<()> {
+    if !dir.join(format!("{name}.crt")).exists() {
+        signed_cert(dir, name, subject, CLIENT_EXT)?;
+    }
     Ok(())
 }
 

@@ -36,6 +36,15 @@ impl Cluster {
         format!("10.{}.0.0/16", self.pod_octet)
     }
 
+    /// The cluster DNS Service (`kube-dns`): the tenth address of the Service CIDR.
+    pub fn dns_service_ip(&self) -> String {
+        let base = self
+            .kubernetes_service_ip
+            .rsplit_once('.')
+            .map_or("", |(net, _)| net);
+        format!("{base}.10")
+    }
+
     pub fn router_ip(&self) -> String {
         format!("198.18.{}.254", self.underlay)
     }
