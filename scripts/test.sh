@@ -3,8 +3,9 @@
 #   sudo bash scripts/test.sh
 # installs what is missing (scripts/setup.sh), then: rustfmt, clippy (user space and the eBPF
 # crate separately), unit tests, the CRD drift check, the eBPF kernel tests, the tests against
-# the real testbed, cross-cluster traffic on a testbed with Nodes, and the demo's walk-through
-# (it brings the testbed up and takes it down).
+# the real testbed, cross-cluster traffic on a testbed with Nodes, the images and the kubelet
+# testbed (Strait installed from deploy/ and the chart, tests of what operators do), and the
+# demo's walk-through (it brings the testbed up and takes it down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/env.sh
@@ -45,6 +46,20 @@ crash_down() {
   if pgrep -x etcd >/dev/null; then echo "etcd left running" >&2; return 1; fi
 }
 step "testbed down (after losing its PID files)" crash_down
+# Strait as users deploy it: images, kubelet Nodes, installed from deploy/ and the chart.
+step "images" cargo xtask image build
+step "testbed up (kubelet Nodes, Strait in-cluster)" cargo xtask testbed up --kubelets --join
+step "kubelet Node tests" cargo test -p mc-integration --test kubelet_nodes -- --ignored --test-threads=1
+step "testbed status (kubelet Nodes)" cargo xtask testbed status
+kubelet_down() {
+  cargo xtask testbed down
+  # (Matched by the testbed's paths: a machine may run its own containerd.)
+  if pgrep -f 'target/testbed/nodes/.*/kubelet.yaml' >/dev/null; then echo "kubelet left running" >&2; return 1; fi
+  if pgrep -f 'target/testbed/nodes/.*/containerd.toml' >/dev/null; then echo "containerd left running" >&2; return 1; fi
+  if pgrep -f "${STRAIT_CACHE:-/var/cache/strait}/node/.*/containerd-shim" >/dev/null; then echo "a containerd shim left running" >&2; return 1; fi
+  if find /sys/fs/cgroup -maxdepth 2 -name strait-testbed | grep -q .; then echo "the Nodes' cgroups left behind" >&2; return 1; fi
+}
+step "testbed down (kubelet Nodes)" kubelet_down
 # The README's demo is a test too: it exits 0 only if a Pod in east got west's answer.
 step "demo (the guide's walk-through, end to end)" bash scripts/demo.sh
 trap - EXIT

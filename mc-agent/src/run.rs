@@ -79,6 +79,7 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         attached: None,
         problems: Vec::new(),
         published: None,
+        not_ready: None,
     };
     let driver = Driver {
         domain: "dataplane",
@@ -106,6 +107,8 @@ struct Agent {
     problems: Vec<String>,
     /// When the counters were last published.
     published: Option<std::time::Instant>,
+    /// Why the last pass left the agent not ready.
+    not_ready: Option<String>,
 }
 
 impl Reconciler for Agent {
@@ -140,10 +143,7 @@ impl Reconciler for Agent {
             self.problems = outcome.problems;
         }
         let failures = usize::from(outcome.not_ready.is_some());
-        // The driver set readiness from the watches' health; a problem of the pass overrides it.
-        if outcome.not_ready.is_some() {
-            self.metrics.set_ready(outcome.not_ready);
-        }
+        self.not_ready = outcome.not_ready;
         // Counting the maps walks the whole SNAT table: not on every event, at most every 10 s.
         if self
             .published
@@ -157,6 +157,10 @@ impl Reconciler for Agent {
 
     fn later(&mut self) -> Work {
         Work::default()
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        self.not_ready.clone()
     }
 }
 

@@ -31,6 +31,10 @@ pub trait Reconciler {
     fn keys(&self) -> Option<BTreeSet<String>> {
         None
     }
+    /// Why the loop is not ready after its last pass, beyond its watches (`/readyz`).
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
 }
 
 pub struct Driver {
@@ -60,9 +64,11 @@ impl Driver {
         let mut last_full: Option<Instant> = None;
         let mut later = Work::All;
         let mut resync: Option<Resync> = None;
+        let mut waiting = false;
         loop {
-            // During a resync the next slice does not wait for an event.
-            if resync.is_none() {
+            // During a resync the next slice does not wait for an event (unless the loop is
+            // waiting for its watches).
+            if resync.is_none() || waiting {
                 tokio::select! {
                     _ = self.trigger.wait() => {}
                     _ = tick.tick() => {}
@@ -97,11 +103,17 @@ impl Driver {
                     }
                 }
             }
-            if !self.metrics.watches_ready(&r.watches()) {
-                // Nothing is done; the work waits for the next pass.
-                later = work;
-                continue;
-            }
+            let failing_watches = match crate::watch_readiness(&r.watches()) {
+                Ok(failing) => failing,
+                Err(why) => {
+                    // Nothing is done; the work waits for the next pass.
+                    self.metrics.set_ready(Some(why));
+                    later = work;
+                    waiting = true;
+                    continue;
+                }
+            };
+            waiting = false;
             let all = work.is_all();
             let keys = match &work {
                 Work::All => 0,
@@ -120,6 +132,9 @@ impl Driver {
                 "pass"
             );
             self.metrics.sync(self.domain, took, failures);
+            // Readiness is set once per pass, after it: never Ready in the middle of a pass
+            // that then fails.
+            self.metrics.set_ready(r.not_ready().or(failing_watches));
             if all {
                 last_full = Some(started);
             } else if let Some(rs) = resync.take_if(|rs| rs.keys.is_empty()) {
@@ -259,14 +274,14 @@ mod tests {
             metrics: metrics.clone(),
             tick: Duration::from_secs(3600),
             settle: Duration::from_millis(1),
-            full_resync: Duration::from_millis(100),
+            full_resync: Duration::from_millis(400),
         };
         let script = async {
             passes(&seen, 1).await;
             trigger.mark(Some(vec!["m1".into()]));
             passes(&seen, 2).await;
             // The resync is due: the next mark starts it, and its slices follow without events.
-            tokio::time::sleep(Duration::from_millis(120)).await;
+            tokio::time::sleep(Duration::from_millis(450)).await;
             trigger.mark(Some(vec!["m2".into()]));
             passes(&seen, 5).await;
             tokio::time::sleep(Duration::from_millis(30)).await;

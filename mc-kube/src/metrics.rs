@@ -113,19 +113,6 @@ impl Metrics {
     /// Readiness from a loop's watches (see [`crate::watch_readiness`]): false while a first
     /// list is missing (the loop waits), true once they are in, with readiness saying which
     /// watch has been failing too long, if any.
-    pub fn watches_ready(&self, watches: &[(&str, &crate::watch::WatchHealth)]) -> bool {
-        match crate::watch_readiness(watches) {
-            Err(waiting) => {
-                self.set_ready(Some(waiting));
-                false
-            }
-            Ok(failing) => {
-                self.set_ready(failing);
-                true
-            }
-        }
-    }
-
     pub fn set_ready(&self, not_ready: Option<String>) {
         self.0.lock().expect("metrics").not_ready = not_ready;
     }

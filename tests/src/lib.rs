@@ -11,6 +11,7 @@ use std::{
 use serde_json::Value;
 
 pub mod net;
+pub mod pods;
 pub mod services;
 
 pub const CLUSTERS: [&str; 3] = ["north", "east", "west"];

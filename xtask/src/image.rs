@@ -178,6 +178,11 @@ pub fn build(image: &Image, tool: Tool) -> anyhow::Result<()> {
                 .arg(format!("oci-archive:{}:{}", out.display(), image.reference)),
         )
         .with_context(|| format!("writing {}", out.display()))?;
+        // Earlier builds of the image leave untagged layers behind (full copies with vfs).
+        let _ = Cmd::new("buildah")
+            .args(buildah_storage())
+            .args(["rmi", "--prune"])
+            .output();
         let size = std::fs::metadata(&out)?.len();
         println!(
             "[image] {} {} ({:.1} MiB)",

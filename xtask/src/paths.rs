@@ -63,3 +63,11 @@ pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
         pinned("PAUSE_VERSION")?
     )))
 }
+
+/// helm, built by scripts/build-helm.sh.
+pub fn helm_bin() -> anyhow::Result<PathBuf> {
+    let cache = std::env::var_os("STRAIT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"));
+    Ok(cache.join(format!("helm/{}/helm", pinned("HELM_VERSION")?)))
+}

@@ -1,23 +1,61 @@
 //! Strait installed into the testbed's clusters as the README tells users (with kubelet Nodes,
 //! `testbed up --kubelets`): CoreDNS first (the clusters' `kube-dns`), then the CRDs (already
-//! there), `kubectl apply -k deploy/leader` in north, `deploy/member` in north, east and west,
-//! and the agent DaemonSet of `deploy/agent` everywhere. The controllers run with their in-cluster
-//! config and ServiceAccounts; the API servers reach their webhooks at the Pods' addresses.
+//! there), `kubectl apply -k deploy/leader` in north, `deploy/member` and `deploy/agent` in north
+//! and east, and in west the Helm chart (`helm install strait deploy/chart/strait` with the
+//! member and the agent enabled): both paths a user may take. The controllers run with their
+//! in-cluster config and ServiceAccounts; the API servers reach their webhooks at the Pods'
+//! addresses.
 
-use std::{path::Path, time::Duration};
+use std::{path::Path, process::Command as Cmd, time::Duration};
 
 use anyhow::Context as _;
 
 use super::{
+    admin_kubeconfig,
     controllers::{LEADER_NS, MEMBER_NS, apply},
     kubectl_for,
     proc::run as exec,
     say,
     topology::{CLUSTERS, Cluster},
 };
-use crate::{image, paths::repo_root};
+use crate::{
+    image,
+    paths::{helm_bin, repo_root, testbed_dir},
+};
 
 const COREDNS: &str = include_str!("manifests/coredns.yaml");
+/// The cluster installed with the Helm chart instead of the manifests.
+pub const HELM_CLUSTER: &str = "west";
+
+/// The agents' configuration on the testbed: the defaults of deploy/agent/configmap.yaml with
+/// Pod-to-Pod connectivity on (the guides' PodIP endpoint type needs it), set the way an operator
+/// would: `kubectl edit` of the ConfigMap (or the chart's `agent.config`) and a restart.
+const AGENT_CONFIG: &str = "multicluster:\n  enableGateway: true\n  enablePodToPodConnectivity: true\n  enableStretchedNetworkPolicy: false\n  namespace: \"\"\n  uplink: \"\"\n  tunnelPort: 6081\n  pinPath: /sys/fs/bpf/mc/v1\n";
+
+/// `helm upgrade --install strait <chart>` with the member and the agent (a member cluster).
+fn helm_install(cluster: &Cluster, chart: &Path) -> anyhow::Result<()> {
+    let config = testbed_dir().join("strait-agent.conf");
+    std::fs::write(&config, AGENT_CONFIG)?;
+    exec(
+        Cmd::new(helm_bin()?)
+            .arg("--kubeconfig")
+            .arg(admin_kubeconfig(cluster))
+            .args(["upgrade", "--install", "strait"])
+            .arg(chart)
+            .args([
+                "--namespace",
+                MEMBER_NS,
+                "--set",
+                "member.enabled=true",
+                "--set",
+                "agent.enabled=true",
+                "--set-file",
+                &format!("agent.config={}", config.display()),
+            ]),
+    )
+    .with_context(|| format!("helm install of {} in {}", chart.display(), cluster.name))?;
+    Ok(())
+}
 
 fn image_ref(name: &str) -> anyhow::Result<String> {
     Ok(image::images()?
@@ -39,11 +77,33 @@ pub fn install(kubectl: &Path) -> anyhow::Result<()> {
     }
     let deploy = repo_root().join("deploy");
     for cluster in &CLUSTERS {
+        if cluster.name == HELM_CLUSTER {
+            helm_install(cluster, &deploy.join("chart/strait"))?;
+            continue;
+        }
         if cluster.leader {
             kustomize(kubectl, cluster, &deploy.join("leader"))?;
         }
         kustomize(kubectl, cluster, &deploy.join("member"))?;
         kustomize(kubectl, cluster, &deploy.join("agent"))?;
+        let patch = serde_json::json!({"data": {"strait-agent.conf": AGENT_CONFIG}});
+        exec(kubectl_for(kubectl, cluster).args([
+            "patch",
+            "configmap",
+            "-n",
+            "kube-system",
+            "strait-agent-config",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ]))?;
+        exec(kubectl_for(kubectl, cluster).args([
+            "rollout",
+            "restart",
+            "-n",
+            "kube-system",
+            "daemonset/strait-agent",
+        ]))?;
     }
     for cluster in &CLUSTERS {
         rollout(kubectl, cluster, "kube-system", "deployment/coredns")?;

@@ -97,13 +97,18 @@ pub enum PodCommand {
 
 #[derive(Subcommand)]
 pub enum NodeCommand {
-    /// Set a Node's Ready condition.
+    /// Set a Node's Ready condition (Nodes without kubelets).
     Ready {
         cluster: String,
         node: String,
         #[arg(action = clap::ArgAction::Set)]
         ready: bool,
     },
+    /// Stop a Node's kubelet (kubelet Nodes): its containers keep running, the Node goes
+    /// NotReady once its lease expires.
+    Stop { cluster: String, node: String },
+    /// Start a Node's kubelet again.
+    Start { cluster: String, node: String },
 }
 
 pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
@@ -145,6 +150,12 @@ pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
                     ready,
                 },
         } => nodes::node_ready(&cluster, &node, ready),
+        TestbedCommand::Node {
+            command: NodeCommand::Stop { cluster, node },
+        } => nodes::kubelet(&cluster, &node, false),
+        TestbedCommand::Node {
+            command: NodeCommand::Start { cluster, node },
+        } => nodes::kubelet(&cluster, &node, true),
         TestbedCommand::ServeHttp { port, answer } => nodes::serve_http(port, &answer),
     }
 }
@@ -169,13 +180,39 @@ pub fn admin_kubeconfig(cluster: &Cluster) -> PathBuf {
     cluster_dir(cluster).join("admin.kubeconfig")
 }
 
+/// Where `up` records which shape the testbed has (`processes` or `kubelets`).
+fn mode_file() -> PathBuf {
+    testbed_dir().join("mode")
+}
+
+/// Whether the testbed was brought up with kubelet Nodes.
+pub fn kubelet_mode() -> bool {
+    std::fs::read_to_string(mode_file()).is_ok_and(|m| m.trim() == "kubelets")
+}
+
 fn up(join: bool, with_nodes: bool, release: bool, kubelets: bool) -> anyhow::Result<()> {
     let started = Instant::now();
-    let build = repo_root().join("scripts/build-kube.sh");
-    exec(Cmd::new("bash").arg(&build)).context("building the Kubernetes binaries")?;
+    let mode = if kubelets { "kubelets" } else { "processes" };
+    if let Ok(was) = std::fs::read_to_string(mode_file())
+        && was.trim() != mode
+    {
+        bail!(
+            "the testbed is up with Nodes of another kind ({}); `cargo xtask testbed down` first to bring it up with {mode}",
+            was.trim()
+        );
+    }
+    let scripts = repo_root().join("scripts");
+    exec(Cmd::new("bash").arg(scripts.join("build-kube.sh")))
+        .context("building the Kubernetes binaries")?;
+    if kubelets {
+        exec(Cmd::new("bash").arg(scripts.join("build-node.sh")))
+            .context("building containerd, CoreDNS and pause")?;
+        exec(Cmd::new("bash").arg(scripts.join("build-helm.sh"))).context("building helm")?;
+    }
     let bin = kube_bin_dir()?;
     let dir = testbed_dir();
     std::fs::create_dir_all(&dir)?;
+    std::fs::write(mode_file(), mode)?;
     ensure_network()?;
     let procs = Procs::new(&dir)?;
 
@@ -533,18 +570,20 @@ fn status() -> anyhow::Result<()> {
     }
     let procs = Procs::new(&dir)?;
     let kubectl = kube_bin_dir()?.join("kubectl");
-    let mut names = vec!["etcd".to_owned()];
-    for c in &CLUSTERS {
-        names.push(format!("{}-apiserver", c.name));
-        names.push(format!("{}-controller-manager", c.name));
-    }
-    for i in controllers::Instance::all() {
-        names.push(i.name());
-    }
-    for n in topology::TestNode::all().filter(|n| netns_exists(&n.netns())) {
-        names.push(format!("{}-{}-kube-proxy", n.cluster.name, n.name));
-        names.push(format!("{}-{}-mc-agent", n.cluster.name, n.name));
-    }
+    // Everything the testbed started (a PID file each).
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("pids"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix(".pid")
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
     println!(
         "{:<28} {:>8} {:>10} {:>10}",
         "COMPONENT", "PID", "RSS(MiB)", "PEAK(MiB)"
@@ -558,12 +597,22 @@ fn status() -> anyhow::Result<()> {
             None => println!("{name:<28} {:>8} {:>10}", "-", "stopped"),
         }
     }
-    let (now, peak) = proc::pids_in_netns(CORE_NETNS)
+    // Every process of the testbed: the control plane's namespace, the Nodes' (kube-proxy,
+    // containerd, its shims, kubelets, host-network Pods) and the containers in the Nodes' cgroups.
+    let mut pids = proc::pids_in_netns(CORE_NETNS);
+    for ns in nodes::namespaces() {
+        pids.extend(proc::pids_in_netns(&ns));
+    }
+    pids.extend(runtime::cgroup_pids());
+    pids.sort_unstable();
+    pids.dedup();
+    let (now, peak) = pids
         .iter()
         .map(|&p| proc::rss_kib(p))
         .fold((0, 0), |(n, p), (n1, p1)| (n + n1, p + p1));
     println!(
-        "testbed processes: {} MiB resident now, {} MiB at most (sum of each process's peak)",
+        "testbed processes ({}): {} MiB resident now, {} MiB at most (sum of each process's peak)",
+        pids.len(),
         now / 1024,
         peak / 1024
     );

@@ -69,6 +69,9 @@ fn ensure_mount_ns(node: &TestNode, kubelet: bool) -> anyhow::Result<()> {
     }
     let file = mount_ns(node);
     if is_mountpoint(&file) {
+        if kubelet {
+            runtime::prepare_mounts(node, &file)?;
+        }
         return Ok(());
     }
     std::fs::write(&file, b"")?;
@@ -631,6 +634,26 @@ pub fn exec_in(target: &str, command: &[String]) -> anyhow::Result<i32> {
         .context("no command given (testbed exec <target> -- <command>)")?;
     let status = cmd.arg("--").arg(program).args(args).status()?;
     Ok(status.code().unwrap_or(1))
+}
+
+/// `testbed node stop|start <cluster> <node>`: the Node's kubelet.
+pub fn kubelet(cluster_name: &str, node_name: &str, run: bool) -> anyhow::Result<()> {
+    let n = node(cluster_name, node_name)?;
+    if !super::kubelet_mode() {
+        bail!("the testbed's Nodes have no kubelets (it was brought up without --kubelets)");
+    }
+    let procs = Procs::new(&testbed_dir())?;
+    let name = format!("{cluster_name}-{node_name}-kubelet");
+    if run {
+        runtime::up(&procs, &n, &mount_ns(&n), POD_MTU)?;
+    } else {
+        let pid = procs
+            .running(&name)
+            .with_context(|| format!("no kubelet runs on {cluster_name}/{node_name}"))?;
+        proc::terminate(&[pid], std::time::Duration::from_secs(10));
+        say(format!("stopped the kubelet of {cluster_name}/{node_name}"));
+    }
+    Ok(())
 }
 
 /// `testbed node ready <cluster> <node> true|false`.

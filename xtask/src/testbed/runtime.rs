@@ -69,7 +69,7 @@ pub fn cgroup_root(node: &TestNode) -> String {
 }
 
 /// Binds the Node's own directories over the standard paths in its mount namespace `mount_ns`
-/// (called once, when that namespace is made), makes the namespace's mounts shared among
+/// (those not bound yet: it runs on every `up`), makes the namespace's mounts shared among
 /// themselves (the kubelet's mount propagation, the agent's Bidirectional bpffs) and creates the
 /// kubelet's cgroup root.
 pub fn prepare_mounts(node: &TestNode, mount_ns: &Path) -> anyhow::Result<()> {
@@ -79,7 +79,11 @@ pub fn prepare_mounts(node: &TestNode, mount_ns: &Path) -> anyhow::Result<()> {
         let dir = backing(node, path);
         std::fs::create_dir_all(&dir)?;
         std::fs::create_dir_all(path)?;
-        write!(script, "; mount --bind {} {path}", dir.display())?;
+        write!(
+            script,
+            "; mountpoint -q {path} || mount --bind {} {path}",
+            dir.display()
+        )?;
     }
     exec(
         Cmd::new("nsenter")
@@ -98,8 +102,12 @@ pub fn prepare_mounts(node: &TestNode, mount_ns: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The mounted cgroup hierarchies (v1 controllers and the unified one of a hybrid layout).
+/// The mounted cgroup hierarchies: `/sys/fs/cgroup` itself on a cgroup v2 host, else the v1
+/// controllers and the unified one of a hybrid layout.
 fn cgroup_hierarchies() -> Vec<PathBuf> {
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        return vec![PathBuf::from("/sys/fs/cgroup")];
+    }
     std::fs::read_dir("/sys/fs/cgroup")
         .map(|d| {
             d.flatten()
@@ -108,6 +116,17 @@ fn cgroup_hierarchies() -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Every process in the Nodes' cgroups (the containers).
+pub fn cgroup_pids() -> Vec<i32> {
+    let mut pids = Vec::new();
+    for hierarchy in cgroup_hierarchies() {
+        collect_pids(&hierarchy.join("strait-testbed"), &mut pids);
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 /// Kills what still runs in the Nodes' cgroups (the containers: they live in network namespaces
@@ -127,8 +146,21 @@ pub fn remove_cgroups() {
     if !pids.is_empty() {
         super::proc::terminate(&pids, Duration::from_secs(5));
     }
-    for top in &tops {
-        remove_cgroup_tree(top);
+    // A cgroup whose last process was just killed can still be busy for a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for top in &tops {
+            remove_cgroup_tree(top);
+        }
+        let left: Vec<&PathBuf> = tops.iter().filter(|t| t.exists()).collect();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            say(format!("could not remove the cgroups {left:?}"));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -290,6 +322,10 @@ pub fn up(procs: &Procs, node: &TestNode, mount_ns: &Path, mtu: u32) -> anyhow::
         cni_config(node, mtu),
     )?;
     let name = format!("{}-{}-containerd", node.cluster.name, node.name);
+    if procs.running(&name).is_none() {
+        // A socket left by a containerd that died would look ready.
+        let _ = std::fs::remove_file(backing(node, "/run/containerd").join("containerd.sock"));
+    }
     // containerd finds its shim on PATH.
     let path = format!(
         "PATH={}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -1,0 +1,649 @@
+//! Strait deployed as users deploy it: on the kubelet testbed (`cargo xtask image build` then
+//! `cargo xtask testbed up --kubelets --join`), the controllers and agents are Pods the kubelets
+//! run from Strait's images, installed from `deploy/`. These tests are ignored by a plain
+//! `cargo test` (the default testbed has no kubelets); the test command runs them with
+//! `--ignored` on the kubelet testbed.
+
+use std::{process::Command, time::Duration};
+
+use mc_integration::{Testbed, join, pods, services::endpoint_ips, wait_for};
+
+const SYSTEM: &str = "kube-system";
+
+/// A Service selecting the Pods `app=<name>`, port 80 to `target`, and its ServiceExport.
+fn export_selected(tb: &Testbed, cluster: &str, ns: &str, name: &str, target: u16) {
+    tb.apply(
+        cluster,
+        ns,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{name: http, port: 80, targetPort: {target}, protocol: TCP}}]\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: {name}}}\n"
+        ),
+    );
+}
+
+/// The ClusterIP of the Service east made for an import, once it exists.
+fn imported_ip(tb: &Testbed, ns: &str, name: &str) -> Result<String, String> {
+    tb.try_json(
+        "east",
+        &["get", "service", "-n", ns, &format!("antrea-mc-{name}")],
+    )
+    .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
+    .ok_or_else(|| format!("no Service antrea-mc-{name} in east"))
+}
+
+/// The name every member resolves for an imported Service.
+fn imported_name(ns: &str, name: &str) -> String {
+    format!("antrea-mc-{name}.{ns}.svc.cluster.local")
+}
+
+fn wait_answer(tb: &Testbed, cluster: &str, ns: &str, pod: &str, url: &str, expected: &str) {
+    wait_for(
+        &format!("{url} from {cluster}/{pod} to answer {expected:?}"),
+        Duration::from_secs(60),
+        || match pods::curl(tb, cluster, ns, pod, url) {
+            Ok(body) if body == expected => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn a_container_in_east_reaches_a_container_in_west_by_the_imported_name() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = mc_integration::SameNamespace::new(&tb, "kn-http");
+    pods::web(&tb, "west", &ns.name, "web", Some("node-b"), 8080);
+    export_selected(&tb, "west", &ns.name, "web", 8080);
+    pods::client(&tb, "east", &ns.name, "client", Some("node-b"));
+    // Through CoreDNS, kube-proxy, both gateways and the tunnel; from the non-gateway Nodes.
+    wait_answer(
+        &tb,
+        "east",
+        &ns.name,
+        "client",
+        &format!("http://{}/", imported_name(&ns.name, "web")),
+        "hello from west/web",
+    );
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn kubectl_logs_and_exec_show_the_controllers_and_agents() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    // Structured logs of the Deployments and the DaemonSet, as `kubectl logs` shows them.
+    let leader = tb.ok(
+        "north",
+        &[
+            "logs",
+            "-n",
+            join::LEADER_NS,
+            "deployment/antrea-mc-controller",
+        ],
+    );
+    assert!(
+        leader.contains("leader controller started"),
+        "the leader's log: {leader}"
+    );
+    let member = tb.ok(
+        "east",
+        &["logs", "-n", SYSTEM, "deployment/antrea-mc-controller"],
+    );
+    assert!(
+        member.contains("member controller started"),
+        "east's member log: {member}"
+    );
+    let agent = tb.ok("east", &["logs", "-n", SYSTEM, "daemonset/strait-agent"]);
+    assert!(
+        agent.contains("attached with TCX"),
+        "an agent's log: {agent}"
+    );
+    // bpftool from the agent image, on the Node's pins, with the maps' field names.
+    let dump = wait_for(
+        "east's route map to hold west's Service CIDR",
+        Duration::from_secs(30),
+        || {
+            let out = tb
+                .kubectl("east")
+                .args([
+                    "exec",
+                    "-n",
+                    SYSTEM,
+                    "daemonset/strait-agent",
+                    "--",
+                    "bpftool",
+                    "map",
+                    "dump",
+                    "pinned",
+                    "/sys/fs/bpf/mc/v1/mc_routes",
+                ])
+                .output()
+                .expect("kubectl exec");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && text.contains("\"gateway_ip\"") && text.contains("10,98,0,0")
+            {
+                Ok(text)
+            } else {
+                Err(format!("{text} {}", String::from_utf8_lossy(&out.stderr)))
+            }
+        },
+    );
+    assert!(dump.contains("\"cluster\""), "{dump}");
+}
+
+/// Reads the whole stream a Pod's server sends (numbered lines) from a client Pod while `during`
+/// runs; returns what socat printed and its exit status.
+fn stream_while(
+    tb: &Testbed,
+    ns: &str,
+    target: &str,
+    lines: u32,
+    during: impl FnOnce(),
+) -> (String, bool) {
+    let mut child = tb
+        .kubectl("east")
+        .args([
+            "exec",
+            "-n",
+            ns,
+            "client",
+            "--",
+            "socat",
+            "-T",
+            "20",
+            "-u",
+            &format!("TCP:{target}"),
+            "STDOUT",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl exec socat");
+    // The stream is under way before anything changes, and still is when the changes are done
+    // (else they were not made under it).
+    std::thread::sleep(Duration::from_secs(2));
+    let changed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(during));
+    let still_open = matches!(child.try_wait(), Ok(None));
+    if changed.is_err() || !still_open {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("socat");
+    if let Err(e) = changed {
+        std::panic::resume_unwind(e);
+    }
+    assert!(
+        still_open,
+        "the stream ended before the changes were done: make it longer ({} lines arrived)",
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let got = text.lines().count();
+    assert!(
+        got as u32 <= lines,
+        "more lines than sent ({got}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (text, out.status.success())
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn restarting_the_agents_keeps_an_established_cross_cluster_stream() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = mc_integration::SameNamespace::new(&tb, "kn-stream");
+    // 15000 numbered lines, a few ms apart: the stream lasts longer than the restarts.
+    const LINES: u32 = 15000;
+    pods::run(
+        &tb,
+        "west",
+        &ns.name,
+        "streamer",
+        Some("node-b"),
+        &format!(
+            "exec socat TCP-LISTEN:9000,reuseaddr,fork SYSTEM:'i=0; while [ $i -lt {LINES} ]; do echo line-$i; i=$((i+1)); usleep 2000; done'"
+        ),
+    );
+    tb.apply(
+        "west",
+        &ns.name,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: streamer}\nspec:\n  selector: {app: streamer}\n  ports: [{name: tcp, port: 9000, protocol: TCP}]\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: streamer}\n",
+    );
+    pods::client(&tb, "east", &ns.name, "client", Some("node-b"));
+    let ip = wait_for(
+        "the import of streamer in east",
+        Duration::from_secs(60),
+        || {
+            endpoint_ips(&tb, "east", &ns.name, "antrea-mc-streamer").and_then(|ips| {
+                if ips.is_empty() {
+                    Err("no endpoints".into())
+                } else {
+                    Ok(())
+                }
+            })?;
+            imported_ip(&tb, &ns.name, "streamer")
+        },
+    );
+    let target = format!("{ip}:9000");
+    let (text, ok) = stream_while(&tb, &ns.name, &target, LINES, || {
+        for cluster in ["east", "west"] {
+            tb.ok(
+                cluster,
+                &["rollout", "restart", "-n", SYSTEM, "daemonset/strait-agent"],
+            );
+        }
+        for cluster in ["east", "west"] {
+            tb.ok(
+                cluster,
+                &[
+                    "rollout",
+                    "status",
+                    "-n",
+                    SYSTEM,
+                    "daemonset/strait-agent",
+                    "--timeout=120s",
+                ],
+            );
+        }
+    });
+    let lines: Vec<&str> = text.lines().collect();
+    let expected: Vec<String> = (0..LINES).map(|i| format!("line-{i}")).collect();
+    assert!(
+        ok,
+        "the stream ended with an error after {} lines",
+        lines.len()
+    );
+    assert_eq!(
+        lines.len(),
+        expected.len(),
+        "every line arrives (last: {:?})",
+        lines.last()
+    );
+    assert!(
+        lines.iter().zip(&expected).all(|(a, b)| a == b),
+        "in order, none lost or changed"
+    );
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn a_deleted_leader_pod_is_replaced_and_exports_converge_again() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let before = tb.ok(
+        "north",
+        &[
+            "get",
+            "pods",
+            "-n",
+            join::LEADER_NS,
+            "-l",
+            "component=antrea-mc-controller",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+    );
+    let old = before
+        .split_whitespace()
+        .next()
+        .expect("the leader's Pod")
+        .to_owned();
+    tb.ok(
+        "north",
+        &["delete", "pod", "-n", join::LEADER_NS, &old, "--wait=true"],
+    );
+    wait_for(
+        "the Deployment's new leader Pod to be Ready",
+        Duration::from_secs(120),
+        || {
+            let pods = tb
+                .try_json(
+                    "north",
+                    &[
+                        "get",
+                        "pods",
+                        "-n",
+                        join::LEADER_NS,
+                        "-l",
+                        "component=antrea-mc-controller",
+                    ],
+                )
+                .ok_or("no Pods")?;
+            let ready_new = pods["items"].as_array().into_iter().flatten().any(|p| {
+                p["metadata"]["name"] != old.as_str()
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            if ready_new {
+                Ok(())
+            } else {
+                Err(pods["items"].to_string())
+            }
+        },
+    );
+    let ns = mc_integration::SameNamespace::new(&tb, "kn-leader");
+    pods::web(&tb, "west", &ns.name, "web", None, 8080);
+    export_selected(&tb, "west", &ns.name, "web", 8080);
+    pods::client(&tb, "east", &ns.name, "client", None);
+    wait_answer(
+        &tb,
+        "east",
+        &ns.name,
+        "client",
+        &format!("http://{}/", imported_name(&ns.name, "web")),
+        "hello from west/web",
+    );
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn endpoint_ip_type_pod_ip_after_the_guides_configmap_edit_and_rollout_restart() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = mc_integration::SameNamespace::new(&tb, "kn-podip");
+    let pod_ip = pods::web(&tb, "west", &ns.name, "web", None, 8080);
+    export_selected(&tb, "west", &ns.name, "web", 8080);
+    let west_ip = wait_for("west's own ClusterIP", Duration::from_secs(30), || {
+        tb.try_json("west", &["get", "service", "-n", &ns.name, "web"])
+            .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
+            .ok_or_else(|| "no Service".to_owned())
+    });
+    let imported = |want: &str| {
+        wait_for(
+            &format!("east's imported endpoints to be {want}"),
+            Duration::from_secs(90),
+            || match endpoint_ips(&tb, "east", &ns.name, "antrea-mc-web") {
+                Ok(ips) if ips == [want] => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+    };
+    imported(&west_ip);
+    // What seed 004 tells the operator: edit the ConfigMap, restart the controller.
+    let set = |value: &str| {
+        let cm = tb.get_json(
+            "west",
+            &[
+                "get",
+                "configmap",
+                "-n",
+                SYSTEM,
+                "antrea-mc-controller-config",
+            ],
+        );
+        let text = cm["data"]["controller_manager_config.yaml"]
+            .as_str()
+            .expect("the config")
+            .to_owned();
+        let edited: String = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("endpointIPType:") {
+                    format!("endpointIPType: \"{value}\"")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let patch = serde_json::json!({"data": {"controller_manager_config.yaml": edited}});
+        tb.ok(
+            "west",
+            &[
+                "patch",
+                "configmap",
+                "-n",
+                SYSTEM,
+                "antrea-mc-controller-config",
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+        );
+        tb.ok(
+            "west",
+            &[
+                "rollout",
+                "restart",
+                "-n",
+                SYSTEM,
+                "deployment/antrea-mc-controller",
+            ],
+        );
+        tb.ok(
+            "west",
+            &[
+                "rollout",
+                "status",
+                "-n",
+                SYSTEM,
+                "deployment/antrea-mc-controller",
+                "--timeout=120s",
+            ],
+        );
+    };
+    set("PodIP");
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        imported(&pod_ip);
+        pods::client(&tb, "east", &ns.name, "client", None);
+        wait_answer(
+            &tb,
+            "east",
+            &ns.name,
+            "client",
+            &format!("http://{}/", imported_name(&ns.name, "web")),
+            "hello from west/web",
+        );
+    }));
+    // Back to the default whatever happened: the other tests expect it.
+    set("ClusterIP");
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
+    imported(&west_ip);
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn a_crash_looping_agent_shows_in_kubectl_get_pods() {
+    let tb = Testbed::from_env();
+    // An agent that cannot start (an argument it does not know), on west's Nodes.
+    let patch = r#"[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--no-such-flag"}]"#;
+    tb.ok(
+        "west",
+        &[
+            "patch",
+            "daemonset",
+            "-n",
+            SYSTEM,
+            "strait-agent",
+            "--type=json",
+            "-p",
+            patch,
+        ],
+    );
+    let restore = || {
+        let ds = tb.get_json("west", &["get", "daemonset", "-n", SYSTEM, "strait-agent"]);
+        let args = &ds["spec"]["template"]["spec"]["containers"][0]["args"];
+        let n = args.as_array().map_or(0, Vec::len);
+        if args[n.saturating_sub(1)] == "--no-such-flag" {
+            let undo = format!(
+                r#"[{{"op":"remove","path":"/spec/template/spec/containers/0/args/{}"}}]"#,
+                n - 1
+            );
+            tb.ok(
+                "west",
+                &[
+                    "patch",
+                    "daemonset",
+                    "-n",
+                    SYSTEM,
+                    "strait-agent",
+                    "--type=json",
+                    "-p",
+                    &undo,
+                ],
+            );
+        }
+    };
+    let seen = std::panic::catch_unwind(|| {
+        wait_for(
+            "an agent Pod in west to show the crash",
+            Duration::from_secs(120),
+            || {
+                let pods = tb.ok(
+                    "west",
+                    &["get", "pods", "-n", SYSTEM, "-l", "app=strait-agent"],
+                );
+                if pods.contains("CrashLoopBackOff") || pods.contains("Error") {
+                    Ok(pods)
+                } else {
+                    Err(pods)
+                }
+            },
+        )
+    });
+    restore();
+    let pods = seen.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    assert!(pods.contains("strait-agent-"), "{pods}");
+    tb.ok(
+        "west",
+        &[
+            "rollout",
+            "status",
+            "-n",
+            SYSTEM,
+            "daemonset/strait-agent",
+            "--timeout=180s",
+        ],
+    );
+}
+
+/// `cargo xtask testbed node stop|start` (the kubelet of a Node).
+fn node(action: &str, cluster: &str, name: &str) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["xtask", "testbed", "node", action, cluster, name])
+        .current_dir(mc_integration::repo_root())
+        .status()
+        .expect("cargo xtask");
+    assert!(status.success(), "testbed node {action} {cluster} {name}");
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn a_node_whose_kubelet_stops_goes_not_ready_and_the_gateway_moves() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let gateway = || {
+        tb.try_json("east", &["get", "gateways", "-n", SYSTEM])
+            .and_then(|g| {
+                g["items"][0]["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(gateway(), "node-a", "node-a is east's gateway at first");
+    tb.ok(
+        "east",
+        &[
+            "annotate",
+            "--overwrite",
+            "node",
+            "node-b",
+            "multicluster.antrea.io/gateway=true",
+        ],
+    );
+    node("stop", "east", "node-a");
+    let outcome = std::panic::catch_unwind(|| {
+        wait_for("node-a to be NotReady", Duration::from_secs(60), || {
+            let n = tb.get_json("east", &["get", "node", "node-a"]);
+            let ready = n["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .map(|c| c["status"].as_str().unwrap_or_default().to_owned())
+                .unwrap_or_default();
+            if ready == "True" { Err(ready) } else { Ok(()) }
+        });
+        wait_for(
+            "east's gateway to move to node-b",
+            Duration::from_secs(60),
+            || {
+                let g = gateway();
+                if g == "node-b" { Ok(()) } else { Err(g) }
+            },
+        );
+    });
+    node("start", "east", "node-a");
+    tb.ok(
+        "east",
+        &[
+            "annotate",
+            "node",
+            "node-b",
+            "multicluster.antrea.io/gateway-",
+        ],
+    );
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
+    wait_for(
+        "node-a to be east's gateway again",
+        Duration::from_secs(90),
+        || {
+            let g = gateway();
+            if g == "node-a" { Ok(()) } else { Err(g) }
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn west_runs_strait_from_the_helm_chart_and_the_others_from_the_manifests() {
+    let tb = Testbed::from_env();
+    let managed_by = |cluster: &str, what: &str| {
+        tb.get_json(cluster, &["get", what, "-n", SYSTEM])["metadata"]["labels"]
+            ["app.kubernetes.io/managed-by"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for what in ["deployment/antrea-mc-controller", "daemonset/strait-agent"] {
+        assert_eq!(managed_by("west", what), "Helm", "west's {what}");
+        assert_eq!(
+            managed_by("east", what),
+            "",
+            "east's {what} (kubectl apply -k)"
+        );
+    }
+    // Both paths run the same image, as their Pods report it.
+    let images = |cluster: &str| {
+        tb.ok(
+            cluster,
+            &[
+                "get",
+                "pods",
+                "-n",
+                SYSTEM,
+                "-o",
+                "jsonpath={.items[*].spec.containers[*].image}",
+            ],
+        )
+    };
+    for cluster in ["east", "west"] {
+        let images = images(cluster);
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            images.contains(&format!("ghcr.io/strait-net/mc-controller:v{version}"))
+                && images.contains(&format!("ghcr.io/strait-net/mc-agent:v{version}")),
+            "{cluster}: {images}"
+        );
+    }
+}
