@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The demo command (README). As root, on a fresh machine:
 #   sudo bash scripts/demo.sh [--keep]
-# installs what is missing, builds Strait, brings up a local ClusterSet (real kube-apiservers for
-# north, east and west, Strait's controllers, two Nodes per cluster with kube-proxy and
-# mc-agent), then walks the user guide's story: east and west join north's ClusterSet, each
-# elects a gateway, west exports its nginx Service, east imports it, and a Pod in east gets an
-# answer from the Pod in west through kube-proxy, both gateways and the Geneve tunnel. Exits 0
-# only if the answer really came from west.
+# installs what is missing, builds Strait and its images, brings up a local ClusterSet (real
+# kube-apiservers for north, east and west; two real Nodes per cluster, each a kubelet with
+# containerd, kube-proxy and CoreDNS; Strait installed in-cluster from deploy/ and the Helm chart),
+# then walks the user guide's story: east and west join north's ClusterSet, each elects a gateway,
+# west exports its nginx Service, east imports it, and a container in east gets an answer from a
+# container in west through CoreDNS, kube-proxy, both gateways and the Geneve tunnel. Exits 0 only
+# if the answer really came from west.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/env.sh
@@ -23,18 +24,25 @@ trap 'echo "demo failed during: $current_step (exit $?). Logs: $logs/ (one per p
 say "Installing what is missing (toolchains, bpf-linker, Kubernetes built from source; cached after the first run)"
 bash scripts/setup.sh
 
-say "Building Strait (controllers, agent, and the eBPF programs the agent embeds)"
-cargo build --quiet -p mc-controller -p mc-agent -p mcctl -p xtask
-agent="$CARGO_TARGET_DIR/debug/mc-agent"
+say "Building Strait (mcctl, the testbed's tasks) and its images (controller, agent with the eBPF programs it embeds)"
+cargo build --quiet -p mcctl -p xtask
 mcctl_bin="$CARGO_TARGET_DIR/debug/mcctl"
+cargo xtask image build | sed 's/^/    /'
 
-say "Starting three clusters: north (leader), east and west (members), each with two Nodes"
-echo "    (one etcd; per cluster a kube-apiserver, kube-controller-manager and Strait's controller;"
-echo "     per Node a network namespace, kube-proxy and mc-agent. Takes about a minute.)"
+say "Starting three clusters: north (leader), east and west (members), each with two kubelet Nodes"
+echo "    (one etcd; per cluster a kube-apiserver, controller-manager and scheduler; per Node a network"
+echo "     namespace with containerd, a kubelet and kube-proxy; CoreDNS; Strait from its images:"
+echo "     kubectl apply -k deploy/leader, deploy/member, deploy/agent, and in west helm install.)"
 cargo xtask testbed down >/dev/null 2>&1 || true
 cargo xtask testbed up | sed 's/^/    /'
 source target/testbed/env
 k() { local c=$1; shift; local kc="KUBECONFIG_${c^^}"; "$KUBECTL" --kubeconfig "${!kc}" "$@"; }
+tools_image=$(cargo xtask image list | awk '$1 == "test-tools" {print $2}')   # the testbed's Pod image
+# The agent Pod on a Node (the DaemonSet's).
+agent_pod() { k "$1" -n kube-system get pods -l app=strait-agent --field-selector "spec.nodeName=$2" -o name | head -1; }
+
+say "What runs in east: kubectl get pods -A -o wide"
+k east get pods -A -o wide
 mcctl() { local c=$1; shift; local kc="KUBECONFIG_${c^^}"; "$mcctl_bin" --kubeconfig "${!kc}" "$@"; }
 work=target/testbed/demo
 mkdir -p "$work"
@@ -84,9 +92,23 @@ for c in east west; do
   k "$c" get gateway,clusterinfoimport -n kube-system
 done
 
-say "West runs an nginx stand-in: a Pod on node-b answering HTTP, and a Service nginx in front of it"
-cargo xtask testbed pod add west node-b nginx-0 --label app=nginx --serve-http 8080 | sed 's/^/    /'
-k west apply -f - <<'YAML'
+say "West runs an nginx stand-in: a container on node-b answering HTTP, and a Service nginx in front of it"
+k west apply -f - <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: nginx-0
+  namespace: default
+  labels: {app: nginx}
+spec:
+  nodeName: node-b
+  containers:
+    - name: web
+      image: $tools_image
+      imagePullPolicy: Never
+      command: [strait-test-server, --port, "8080", --answer, hello from west/nginx-0]
+      readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+---
 apiVersion: v1
 kind: Service
 metadata:
@@ -98,6 +120,7 @@ spec:
   ports:
     - {name: http, port: 80, targetPort: 8080, protocol: TCP}
 YAML
+k west wait --for=condition=Ready pod/nginx-0 -n default --timeout=120s | sed 's/^/    /'
 
 say "West exports it with the guide's ServiceExport, unchanged"
 k west apply -f tests/fixtures/guides/001-L224-serviceexport.yaml
@@ -108,34 +131,49 @@ k north get resourceexport,resourceimport -n antrea-multicluster
 bold "east: kubectl get serviceimport,service,endpoints -n default"
 k east get serviceimport,service,endpoints -n default
 
-say "A Pod in east (on node-b, a regular Node) asks antrea-mc-nginx"
-cargo xtask testbed pod add east node-b client | sed 's/^/    /'
-ip=$(k east get service antrea-mc-nginx -n default -o jsonpath='{.spec.clusterIP}')
-echo "    curl http://$ip/   (antrea-mc-nginx's ClusterIP in east)"
+say "A container in east (on node-b, a regular Node) asks antrea-mc-nginx by name"
+k east apply -f - <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: default
+spec:
+  nodeName: node-b
+  containers:
+    - {name: client, image: $tools_image, imagePullPolicy: Never, command: [sleep, "3600"]}
+YAML
+k east wait --for=condition=Ready pod/client -n default --timeout=120s | sed 's/^/    /'
+url="http://antrea-mc-nginx.default.svc.cluster.local/"
+echo "    kubectl exec client -- curl $url   (CoreDNS gives antrea-mc-nginx's ClusterIP in east)"
 answer=""
 for _ in $(seq 1 20); do
-  answer=$(cargo xtask testbed exec east/client -- curl -sS -m 3 "http://$ip/" 2>/dev/null || true)
+  answer=$(k east exec client -n default -- curl -sS -m 3 "$url" 2>/dev/null || true)
   [ -n "$answer" ] && break
   sleep 1
 done
 bold "    answer: ${answer:-<none>}"
 if [ "$answer" != "hello from west/nginx-0" ]; then
   echo "the request did not get the answer of west's Pod (expected 'hello from west/nginx-0')." >&2
-  echo "Look at $logs/east-node-b-mc-agent.log, $logs/east-node-a-mc-agent.log, $logs/west-node-a-mc-agent.log" >&2
+  echo "Look at the agents: kubectl -n kube-system logs ds/strait-agent (in east and west), and $logs/" >&2
   exit 1
 fi
-echo "    The path: east/node-b kube-proxy DNAT to west's nginx ClusterIP -> Geneve to east's gateway"
-echo "    (node-a) -> SNAT to east's gateway IP -> Geneve to west's gateway -> kube-proxy DNAT to the"
-echo "    Pod on west/node-b; the reply retraces it."
+echo "    The path: CoreDNS -> east/node-b kube-proxy DNAT to west's nginx ClusterIP -> Geneve to east's"
+echo "    gateway (node-a) -> SNAT to east's gateway IP -> Geneve to west's gateway -> kube-proxy DNAT"
+echo "    to the container on west/node-b; the reply retraces it."
 
-say "What each Node's agent counted (mc-agent counters; non-zero verdicts only)"
+say "What each Node's agent counted (kubectl exec into the agent Pod: mc-agent counters; non-zero only)"
 for n in east/node-b east/node-a west/node-a west/node-b; do
-  bold "$n"
-  cargo xtask testbed exec "$n" -- "$agent" counters | awk 'NR == 1 || $2 > 0' | sed 's/^/    /'
+  c=${n%/*} node=${n#*/}
+  bold "$n ($(agent_pod "$c" "$node"))"
+  k "$c" -n kube-system exec "$(agent_pod "$c" "$node")" -- mc-agent counters | awk 'NR == 1 || $2 > 0' | sed 's/^/    /'
 done
 
-say "East's gateway dataplane, decoded from its pinned maps (mc-agent maps)"
-cargo xtask testbed exec east/node-a -- "$agent" maps | sed 's/^/    /'
+say "East's gateway dataplane, decoded from its pinned maps (mc-agent maps in the agent Pod on node-a)"
+k east -n kube-system exec "$(agent_pod east node-a)" -- mc-agent maps | sed 's/^/    /'
+
+say "What runs in east now: kubectl get pods -A -o wide"
+k east get pods -A -o wide
 
 if [ $keep = 1 ]; then
   cat <<MSG
@@ -143,18 +181,19 @@ if [ $keep = 1 ]; then
 Everything is still up. Try:
   source target/testbed/env
   \$KUBECTL --kubeconfig \$KUBECONFIG_NORTH get clusterset,resourceexport,resourceimport -n antrea-multicluster
+  \$KUBECTL --kubeconfig \$KUBECONFIG_EAST get pods -A -o wide
   \$KUBECTL --kubeconfig \$KUBECONFIG_EAST get gateway,clusterinfoimport -n kube-system
+  \$KUBECTL --kubeconfig \$KUBECONFIG_EAST exec client -- curl -s $url
+  \$KUBECTL --kubeconfig \$KUBECONFIG_EAST -n kube-system exec $(agent_pod east node-a) -- bpftool map dump pinned /sys/fs/bpf/mc/v1/mc_snat
+  \$KUBECTL --kubeconfig \$KUBECONFIG_EAST -n kube-system logs deploy/antrea-mc-controller
   $mcctl_bin --kubeconfig \$KUBECONFIG_NORTH get clusterset -n antrea-multicluster
   $mcctl_bin --kubeconfig \$KUBECONFIG_NORTH get resourceexport --cluster-id test-cluster-west
-  cargo xtask testbed exec east/client -- curl -s http://$ip/
-  cargo xtask testbed exec east/node-a -- bpftool map dump pinned /sys/fs/bpf/mc/v1/mc_snat
-  cargo xtask testbed exec east/node-a -- $agent maps
-  cargo xtask testbed node ready east node-a false      # the gateway moves to node-b? (only node-a is a candidate)
+  cargo xtask testbed node stop east node-a      # its kubelet: the Node goes NotReady, east loses its gateway
   cargo xtask testbed status
-Logs: $logs/. Remove it all with: cargo xtask testbed down
+Logs of the testbed's processes: $logs/. Remove it all with: cargo xtask testbed down
 MSG
 else
   say "Taking the testbed down (run with --keep to leave it up)"
   cargo xtask testbed down | sed 's/^/    /'
 fi
-say "Demo complete: a Pod in east reached a Service exported from west"
+say "Demo complete: a container in east reached a Service exported from west"

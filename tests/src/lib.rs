@@ -392,10 +392,176 @@ pub mod join {
     }
 }
 
-/// Testbed processes (`target/testbed/pids/<name>.pid`), as a crash would treat them.
+/// Whether the testbed runs kubelet Nodes with Strait in Pods (the default shape), not the
+/// development shape of host processes (`testbed up --processes`).
+pub fn kubelet_nodes() -> bool {
+    std::fs::read_to_string(repo_root().join("target/testbed/mode"))
+        .is_ok_and(|m| m.trim() == "kubelets")
+}
+
+/// Where a testbed controller (by its process name) runs on kubelet Nodes: the cluster and the
+/// namespace of its Deployment `antrea-mc-controller`.
+fn controller_deployment(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "north-mc-controller" => Some(("north", join::LEADER_NS)),
+        "north-mc-member" => Some(("north", join::MEMBER_NS)),
+        "east-mc-controller" => Some(("east", join::MEMBER_NS)),
+        "west-mc-controller" => Some(("west", join::MEMBER_NS)),
+        _ => None,
+    }
+}
+
+/// The label of the controllers' Pods (deploy/base/controller).
+const CONTROLLER_PODS: &str = "component=antrea-mc-controller";
+
+impl Testbed {
+    /// The names of the controller Pods of the Deployment in `ns` that are Ready.
+    fn ready_controller_pods(&self, cluster: &str, ns: &str) -> Vec<String> {
+        let list = self.get_json(cluster, &["get", "pods", "-n", ns, "-l", CONTROLLER_PODS]);
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The address of a controller's health and metrics port (`:8080`): its Pod's on kubelet
+    /// Nodes (reached from the testbed's core namespace, which routes the Pod CIDRs), else the
+    /// process's.
+    pub fn controller_health(&self, name: &str) -> std::net::SocketAddr {
+        let addr = match controller_deployment(name).filter(|_| kubelet_nodes()) {
+            Some((cluster, ns)) => {
+                let list =
+                    self.get_json(cluster, &["get", "pods", "-n", ns, "-l", CONTROLLER_PODS]);
+                let ip = list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                    .find_map(|p| p["status"]["podIP"].as_str())
+                    .unwrap_or_else(|| panic!("no Pod of {name} with an IP"))
+                    .to_owned();
+                format!("{ip}:8080")
+            }
+            None => {
+                let api = match name {
+                    "north-mc-controller" => "198.18.0.10",
+                    "east-mc-controller" => "198.18.0.11",
+                    "west-mc-controller" => "198.18.0.12",
+                    other => panic!("no health address known for {other}"),
+                };
+                format!("{api}:8080")
+            }
+        };
+        addr.parse().expect("an address")
+    }
+
+    /// Seed 004's operator steps: edit `endpointIPType` in ConfigMap
+    /// `antrea-mc-controller-config` of `cluster`'s member namespace and restart the controller
+    /// (`kubectl rollout restart`), waiting until the new one runs.
+    pub fn set_endpoint_ip_type(&self, cluster: &str, value: &str) {
+        let ns = join::MEMBER_NS;
+        let cm = self.get_json(
+            cluster,
+            &["get", "configmap", "-n", ns, "antrea-mc-controller-config"],
+        );
+        let text = cm["data"]["controller_manager_config.yaml"]
+            .as_str()
+            .expect("the config")
+            .to_owned();
+        let edited: String = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("endpointIPType:") {
+                    format!("endpointIPType: \"{value}\"")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let patch = serde_json::json!({"data": {"controller_manager_config.yaml": edited}});
+        self.ok(
+            cluster,
+            &[
+                "patch",
+                "configmap",
+                "-n",
+                ns,
+                "antrea-mc-controller-config",
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+        );
+        self.ok(
+            cluster,
+            &[
+                "rollout",
+                "restart",
+                "-n",
+                ns,
+                "deployment/antrea-mc-controller",
+            ],
+        );
+        self.ok(
+            cluster,
+            &[
+                "rollout",
+                "status",
+                "-n",
+                ns,
+                "deployment/antrea-mc-controller",
+                "--timeout=120s",
+            ],
+        );
+    }
+}
+
+/// Testbed processes (`target/testbed/pids/<name>.pid`), as a crash would treat them. On kubelet
+/// Nodes the controllers are Deployments: "pausing" one scales it to zero (a liveness probe would
+/// restart a frozen container), "killing" one force-deletes its Pod, "starting" it waits for the
+/// Deployment's new Pod; the API servers and etcd are processes in both shapes.
 pub mod procs {
     use super::*;
     use std::{os::unix::process::CommandExt as _, time::Duration};
+
+    fn scale(cluster: &str, ns: &str, replicas: u32) {
+        let tb = Testbed::from_env();
+        tb.ok(
+            cluster,
+            &[
+                "scale",
+                "-n",
+                ns,
+                "deployment/antrea-mc-controller",
+                &format!("--replicas={replicas}"),
+            ],
+        );
+        wait_for(
+            &format!("{replicas} controller Pods in {cluster}/{ns}"),
+            Duration::from_secs(120),
+            || {
+                let list = tb.get_json(cluster, &["get", "pods", "-n", ns, "-l", CONTROLLER_PODS]);
+                let all = list["items"].as_array().map_or(0, Vec::len);
+                let ready = tb.ready_controller_pods(cluster, ns).len();
+                if all == replicas as usize && ready == replicas as usize {
+                    Ok(())
+                } else {
+                    Err(format!("{all} Pods, {ready} Ready"))
+                }
+            },
+        );
+    }
 
     fn alive(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -420,17 +586,46 @@ pub mod procs {
             .unwrap_or_else(|| panic!("no PID file for {name}: is the testbed up?"))
     }
 
-    /// Freezes a process (SIGSTOP): it holds its connections but does nothing.
+    /// Freezes a process (SIGSTOP): it holds its connections but does nothing. A controller on
+    /// kubelet Nodes is scaled to zero instead.
     pub fn pause(name: &str) {
-        signal(pid(name), "STOP");
+        match controller_deployment(name).filter(|_| kubelet_nodes()) {
+            Some((cluster, ns)) => scale(cluster, ns, 0),
+            None => signal(pid(name), "STOP"),
+        }
     }
 
     pub fn resume(name: &str) {
-        signal(pid(name), "CONT");
+        match controller_deployment(name).filter(|_| kubelet_nodes()) {
+            Some((cluster, ns)) => scale(cluster, ns, 1),
+            None => signal(pid(name), "CONT"),
+        }
     }
 
-    /// SIGKILLs a testbed process and returns its command line, to start it again.
+    /// SIGKILLs a testbed process and returns its command line, to start it again. A controller
+    /// on kubelet Nodes: its Pod is deleted at once (grace period 0); returns the Pod's name.
     pub fn kill(name: &str) -> Vec<String> {
+        if let Some((cluster, ns)) = controller_deployment(name).filter(|_| kubelet_nodes()) {
+            let tb = Testbed::from_env();
+            let pods = tb.ready_controller_pods(cluster, ns);
+            assert!(!pods.is_empty(), "no Ready Pod of {name}");
+            for pod in &pods {
+                tb.ok(
+                    cluster,
+                    &[
+                        "delete",
+                        "pod",
+                        "-n",
+                        ns,
+                        pod,
+                        "--grace-period=0",
+                        "--force",
+                        "--wait=false",
+                    ],
+                );
+            }
+            return pods;
+        }
         let pid = pid(name);
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
         let args: Vec<String> = cmdline
@@ -451,7 +646,25 @@ pub mod procs {
 
     /// Starts `args` again as testbed process `name`, in the testbed's core network namespace,
     /// appending to its log (what `cargo xtask testbed up` does for a missing process).
+    /// On kubelet Nodes, for a controller: waits until its Deployment runs a Ready Pod other
+    /// than those `kill` deleted (`args`).
     pub fn start(name: &str, args: &[String]) {
+        if let Some((cluster, ns)) = controller_deployment(name).filter(|_| kubelet_nodes()) {
+            let tb = Testbed::from_env();
+            wait_for(
+                &format!("a new Pod of {name}"),
+                Duration::from_secs(120),
+                || {
+                    let ready = tb.ready_controller_pods(cluster, ns);
+                    if ready.iter().any(|p| !args.contains(p)) {
+                        Ok(())
+                    } else {
+                        Err(format!("Ready: {ready:?}"))
+                    }
+                },
+            );
+            return;
+        }
         start_in(name, "/run/netns/strait-core", None, args);
     }
 

@@ -4,8 +4,29 @@
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
+    os::fd::AsRawFd as _,
     time::Duration,
 };
+
+/// Runs `f` on a thread inside the network namespace `/run/netns/<name>`.
+pub fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{name}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: setns on this thread only, with a valid namespace file descriptor.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("thread in the network namespace")
+}
+
+/// Runs `f` in the testbed's core namespace, which routes to the API servers, the Nodes and
+/// their Pods (the host routes only to the API servers).
+pub fn in_core<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    in_netns("strait-core", f)
+}
 
 /// `GET path` over HTTP/1.0, connecting within `connect_timeout` and reading for up to 5 s: the
 /// status code and the body (as sent, not trimmed).

@@ -1,12 +1,15 @@
 //! The control plane over time (issue 3): gateways and ClusterInfo, ACNP replication, members
 //! leaving and going silent, controllers killed mid-flow, and the leader's API server down.
 
-use std::time::{Duration, Instant};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use mc_integration::{
     SameNamespace, Testbed, fixture, header_columns,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
-    net::http_get,
+    net::{http_get, in_core},
     procs,
     services::{cluster_ip, endpoint_ips, service_and_export},
     wait_for,
@@ -63,6 +66,59 @@ fn set_ready(tb: &Testbed, cluster: &str, name: &str, ip: &str, ready: bool) {
     );
 }
 
+/// On kubelet Nodes, the controller-manager marks a Node whose kubelet stopped renewing its Lease
+/// NotReady (Unknown) within 12 s: the test's Node objects, which no kubelet backs, get their
+/// Leases renewed every 2 s by this guard while it lives, as a kubelet would; their Ready
+/// condition stays what the test writes. (Without kubelets, nothing watches the Leases.)
+struct Heartbeats {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeats {
+    fn new(cluster: &'static str, nodes: &'static [&'static str]) -> Self {
+        use std::sync::{Arc, atomic::AtomicBool, atomic::Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let beat = move || {
+            let tb = Testbed::from_env();
+            let now = std::process::Command::new("date")
+                .args(["-u", "+%Y-%m-%dT%H:%M:%S.%6NZ"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .unwrap_or_default();
+            for n in nodes {
+                let lease = json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": n, "namespace": "kube-node-lease"},
+                    "spec": {"holderIdentity": n, "leaseDurationSeconds": 40, "renewTime": now},
+                });
+                let _ = tb.with_stdin(cluster, &["apply", "-f", "-"], &lease.to_string());
+            }
+        };
+        beat();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                beat();
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Heartbeats {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn gateway(tb: &Testbed, cluster: &str) -> Result<Value, String> {
     let list = tb.get_json(cluster, &["get", "gateway", "-n", MEMBER_NS]);
     let items = list["items"].as_array().cloned().unwrap_or_default();
@@ -87,6 +143,8 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
         Err(e) if e == "0 Gateways" => Ok(()),
         other => Err(format!("{other:?}")),
     });
+    const TEST_NODES: [&str; 3] = ["gw-test-a", "gw-test-b", "gw-test-c"];
+    let heartbeats = Heartbeats::new("east", &TEST_NODES);
     node(
         &tb,
         "east",
@@ -229,8 +287,10 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
         }
     });
     // No candidate at all: no Gateway, and the other members lose the ClusterInfo.
-    for n in ["gw-test-a", "gw-test-b", "gw-test-c"] {
+    drop(heartbeats);
+    for n in TEST_NODES {
         tb.delete("east", &["node", n]);
+        tb.delete("east", &["lease", "-n", "kube-node-lease", n]);
     }
     wait_for("no Gateway in east", T, || match gateway(&tb, "east") {
         Err(e) if e == "0 Gateways" => Ok(()),
@@ -610,7 +670,8 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
     println!("{snap:#?}");
 
     // The leader's API server goes down: members keep their imports; an export made meanwhile
-    // arrives once it is back.
+    // arrives once it is back. (Where the leader answers, asked while north can tell.)
+    let leader_health = tb.controller_health("north-mc-controller");
     let apiserver = procs::kill("north-apiserver");
     std::thread::sleep(Duration::from_secs(8));
     for m in MEMBERS {
@@ -629,7 +690,7 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
     let not_ready = wait_for(
         "the leader not ready during the outage",
         Duration::from_secs(90),
-        || match readyz(LEADER_HEALTH) {
+        || match readyz(leader_health) {
             Some((code, body)) if code != 200 && body.contains("watch failing") => Ok(body),
             other => Err(format!("{other:?}")),
         },
@@ -651,32 +712,25 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
     wait_for(
         "the leader ready again",
         Duration::from_secs(150),
-        || match readyz(LEADER_HEALTH) {
+        || match readyz(leader_health) {
             Some((200, _)) => Ok(()),
             other => Err(format!("{other:?}")),
         },
     );
 }
 
-/// The leader controller's health endpoint on the testbed.
-const LEADER_HEALTH: &str = "198.18.0.10:8080";
-/// The member controllers' health endpoints on the testbed (east, west).
-const MEMBER_HEALTH: [&str; 2] = ["198.18.0.11:8080", "198.18.0.12:8080"];
-
 /// How long a health endpoint gets to accept a connection.
 const HEALTH_CONNECT: Duration = Duration::from_secs(2);
 
-/// `GET /readyz`: the status code and the body, or None when nothing answers.
-fn readyz(addr: &str) -> Option<(u16, String)> {
-    http_get(addr.parse().ok()?, "/readyz", HEALTH_CONNECT).ok()
+/// `GET /readyz` of the controller at `addr` (`Testbed::controller_health`), from the testbed's
+/// core namespace: the status code and the body, or None when nothing answers.
+fn readyz(addr: SocketAddr) -> Option<(u16, String)> {
+    in_core(move || http_get(addr, "/readyz", HEALTH_CONNECT).ok())
 }
 
 /// The failed watch attempts a member made on the leader so far (`/metrics`).
-fn leader_watch_errors(addr: &str) -> u64 {
-    let (code, text) = addr
-        .parse()
-        .ok()
-        .and_then(|a| http_get(a, "/metrics", HEALTH_CONNECT).ok())
+fn leader_watch_errors(addr: SocketAddr) -> u64 {
+    let (code, text) = in_core(move || http_get(addr, "/metrics", HEALTH_CONNECT).ok())
         .expect("the member's /metrics");
     assert_eq!(code, 200, "{text}");
     let counts: Vec<u64> = text
@@ -730,14 +784,15 @@ fn idle_watches_on_the_leader_keep_working_and_a_late_export_is_imported() {
             }
         },
     );
-    let before = MEMBER_HEALTH.map(leader_watch_errors);
+    let members = ["east-mc-controller", "west-mc-controller"].map(|c| tb.controller_health(c));
+    let before = members.map(leader_watch_errors);
     // Nothing the members watch on the leader changes for longer than the read timeout of
     // their connection to it (30 s): a watch cut by that timeout is an error, and after a few
     // of them kube's backoff keeps the watch down for up to 30 s at a time, the delay the
     // next import would get. Errors come at most 60 s apart then (a 30 s cut, a backoff of
     // up to 30 s): 65 s see one.
     std::thread::sleep(Duration::from_secs(65));
-    let after = MEMBER_HEALTH.map(leader_watch_errors);
+    let after = members.map(leader_watch_errors);
     assert_eq!(
         before, after,
         "watches of the leader failed while idle (east, west)"

@@ -12,14 +12,13 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream, UdpSocket},
-    os::fd::AsFd as _,
     process::{Command, Stdio},
     time::Duration,
 };
 
 use mc_integration::{
-    Testbed, join,
-    net::http_get,
+    Testbed, join, kubelet_nodes,
+    net::{http_get, in_netns},
     procs, repo_root,
     services::{cluster_ip, endpoint_ips},
     wait_for,
@@ -46,31 +45,14 @@ fn xtask(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn pod_netns(cluster: &str, pod: &str) -> String {
-    format!("/run/netns/strait-{cluster}-pod-{pod}")
-}
-
-/// Runs `f` on a thread inside the Pod's network namespace.
+/// Runs `f` on a thread inside the Pod's network namespace (`testbed pod add` names it
+/// `strait-<cluster>-pod-<pod>`, on kubelet Nodes as on process Nodes).
 fn in_pod<T: Send + 'static>(
     cluster: &str,
     pod: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {
-    let path = pod_netns(cluster, pod);
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: setns on this thread only, with a valid namespace file descriptor.
-        let rc = unsafe {
-            libc::setns(
-                std::os::fd::AsRawFd::as_raw_fd(&file.as_fd()),
-                libc::CLONE_NEWNET,
-            )
-        };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-    .join()
-    .expect("thread in the Pod")
+    in_netns(&format!("strait-{cluster}-pod-{pod}"), f)
 }
 
 /// `GET /` to a Pod's web server (3 s to connect): the line it answers with.
@@ -658,17 +640,172 @@ fn replace_agent(cluster: &str, node: &str, bin: &std::path::Path) -> String {
     })
 }
 
+/// The agents on the path of a stream, east's client to west's server.
+const STREAM_PATH: [(&str, &str); 4] = [
+    ("east", "node-b"),
+    ("east", "node-a"),
+    ("west", "node-a"),
+    ("west", "node-b"),
+];
+
+/// An upgrade of the agents to another build and back: on kubelet Nodes, the DaemonSet's image
+/// changed to another image build (`cargo xtask image build mc-agent --build-id`, imported into
+/// every Node as a pull would), rolled out in east and west; with process agents, each
+/// process replaced by the other binary.
+enum Upgrade {
+    Image {
+        to: String,
+        from: Vec<(String, String)>,
+    },
+    Binary {
+        to: std::path::PathBuf,
+        from: std::path::PathBuf,
+    },
+}
+
+impl Upgrade {
+    fn prepare(tb: &Testbed) -> Self {
+        if !kubelet_nodes() {
+            let from = std::env::var("CARGO_TARGET_DIR")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|_| repo_root().join("target"))
+                .join("debug/mc-agent");
+            let to = other_agent_build();
+            assert_eq!(version(&to), format!("mc-agent {UPGRADE_BUILD}"));
+            assert_ne!(version(&to), version(&from), "two different builds");
+            return Self::Binary { to, from };
+        }
+        xtask(&["image", "build", "mc-agent", "--build-id", UPGRADE_BUILD]);
+        let tag = format!("v{}", UPGRADE_BUILD.replace('+', "-"));
+        let archive = repo_root().join(format!("target/images/mc-agent-{tag}.oci.tar"));
+        xtask(&["testbed", "load", archive.to_str().unwrap()]);
+        let from = ["east", "west"]
+            .iter()
+            .map(|c| {
+                let image = tb.ok(
+                    c,
+                    &[
+                        "get",
+                        "daemonset",
+                        "-n",
+                        join::MEMBER_NS,
+                        "strait-agent",
+                        "-o",
+                        "jsonpath={.spec.template.spec.containers[0].image}",
+                    ],
+                );
+                ((*c).to_owned(), image.trim().to_owned())
+            })
+            .collect::<Vec<_>>();
+        let to = format!("ghcr.io/strait-net/mc-agent:{tag}");
+        assert!(from.iter().all(|(_, i)| *i != to), "two different images");
+        Self::Image { to, from }
+    }
+
+    /// Upgrades every agent on the path; returns each new agent's log.
+    fn apply(&self, tb: &Testbed) -> Vec<((&'static str, &'static str), String)> {
+        match self {
+            Self::Binary { to, .. } => STREAM_PATH
+                .iter()
+                .map(|&(c, n)| ((c, n), replace_agent(c, n, to)))
+                .collect(),
+            Self::Image { to, .. } => {
+                let images: Vec<(&str, &str)> = ["east", "west"].map(|c| (c, to.as_str())).into();
+                rollout_agents(tb, &images);
+                STREAM_PATH
+                    .iter()
+                    .map(|&(c, n)| ((c, n), agent_log(tb, c, n)))
+                    .collect()
+            }
+        }
+    }
+
+    fn revert(&self, tb: &Testbed) {
+        match self {
+            Self::Binary { from, .. } => {
+                for (c, n) in STREAM_PATH {
+                    replace_agent(c, n, from);
+                }
+            }
+            Self::Image { from, .. } => {
+                let images: Vec<(&str, &str)> =
+                    from.iter().map(|(c, i)| (c.as_str(), i.as_str())).collect();
+                rollout_agents(tb, &images);
+            }
+        }
+    }
+
+    /// How long the stream must last to outlive the upgrade (a rollout of two DaemonSets,
+    /// one Node at a time, takes far longer than four process restarts).
+    fn stream_bytes(&self) -> usize {
+        match self {
+            Self::Binary { .. } => 12_000_000,
+            Self::Image { .. } => 160_000_000,
+        }
+    }
+}
+
+/// `kubectl set image` of the agents' DaemonSet in each cluster, then waits for the rollouts.
+fn rollout_agents(tb: &Testbed, images: &[(&str, &str)]) {
+    for (cluster, image) in images {
+        tb.ok(
+            cluster,
+            &[
+                "set",
+                "image",
+                "-n",
+                join::MEMBER_NS,
+                "daemonset/strait-agent",
+                &format!("strait-agent={image}"),
+            ],
+        );
+    }
+    for (cluster, _) in images {
+        tb.ok(
+            cluster,
+            &[
+                "rollout",
+                "status",
+                "-n",
+                join::MEMBER_NS,
+                "daemonset/strait-agent",
+                "--timeout=180s",
+            ],
+        );
+    }
+}
+
+/// `kubectl logs` of the agent Pod on a Node.
+fn agent_log(tb: &Testbed, cluster: &str, node: &str) -> String {
+    let pods = tb.get_json(
+        cluster,
+        &[
+            "get",
+            "pods",
+            "-n",
+            join::MEMBER_NS,
+            "-l",
+            "app=strait-agent",
+            "--field-selector",
+            &format!("spec.nodeName={node}"),
+        ],
+    );
+    let name = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .and_then(|p| p["metadata"]["name"].as_str())
+        .unwrap_or_else(|| panic!("no agent Pod on {cluster}/{node}"))
+        .to_owned();
+    tb.ok(cluster, &["logs", "-n", join::MEMBER_NS, &name])
+}
+
 #[test]
 fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
-    let current = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join("target"))
-        .join("debug/mc-agent");
-    let upgrade = other_agent_build();
-    assert_eq!(version(&upgrade), format!("mc-agent {UPGRADE_BUILD}"));
-    assert_ne!(version(&upgrade), version(&current), "two different builds");
+    let upgrade = Upgrade::prepare(&tb);
 
     export_web(&tb, "west", "node-b", "web-up", "web-up");
     xtask(&["testbed", "pod", "add", "east", "node-b", "up-client"]);
@@ -678,15 +815,15 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
         in_pod("east", "up-client", move || http_body(addr))
     });
 
-    // A 12 MB stream (about 6 s) while the agents of every Node on its path are replaced.
-    const SIZE: usize = 12_000_000;
+    // A stream paced at about 2 MB/s while the agents of every Node on its path are replaced.
+    let size = upgrade.stream_bytes();
     let stream = std::thread::spawn(move || {
         in_pod("east", "up-client", move || -> Result<Vec<u8>, String> {
             let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
                 .map_err(|e| format!("connect: {e}"))?;
             conn.set_read_timeout(Some(Duration::from_secs(10)))
                 .unwrap();
-            conn.write_all(format!("GET /slow/{SIZE} HTTP/1.0\r\n\r\n").as_bytes())
+            conn.write_all(format!("GET /slow/{size} HTTP/1.0\r\n\r\n").as_bytes())
                 .map_err(|e| e.to_string())?;
             let mut all = Vec::new();
             conn.read_to_end(&mut all)
@@ -695,19 +832,16 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
         })
     });
     std::thread::sleep(Duration::from_millis(500));
-    let path = [
-        ("east", "node-b"),
-        ("east", "node-a"),
-        ("west", "node-a"),
-        ("west", "node-b"),
-    ];
-    for (cluster, node) in path {
-        let log = replace_agent(cluster, node, &upgrade);
+    for ((cluster, node), log) in upgrade.apply(&tb) {
         assert!(
             log.contains(UPGRADE_BUILD) && log.contains("reused=true"),
             "{cluster}/{node}: the new build must reuse the pinned links:\n{log}"
         );
     }
+    assert!(
+        !stream.is_finished(),
+        "the stream ended before the upgrade was done: make it longer"
+    );
     let all = stream
         .join()
         .unwrap()
@@ -717,16 +851,14 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
         .position(|w| w == b"\r\n\r\n")
         .map(|i| &all[i + 4..])
         .expect("an HTTP answer");
-    assert_eq!(body.len(), SIZE, "no byte lost");
+    assert_eq!(body.len(), size, "no byte lost");
     assert!(
         body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
         "no byte corrupted"
     );
     // New connections work on the new build; then back to this checkout's build.
     in_pod("east", "up-client", move || http_body(addr)).expect("after the upgrade");
-    for (cluster, node) in path {
-        replace_agent(cluster, node, &current);
-    }
+    upgrade.revert(&tb);
     wait_for("web-up answers after going back", T, || {
         in_pod("east", "up-client", move || http_body(addr))
     });
@@ -842,13 +974,26 @@ fn served(tb: &Testbed, cluster: &str, clients: &[&str], endpoints: &[&String], 
 }
 
 /// Controllers restarted with another MultiClusterConfig; the original ones come back on drop.
-struct Reconfigured(Vec<(String, Vec<String>)>);
+/// On kubelet Nodes as seed 004 tells an operator: the ConfigMap edited, the Deployment
+/// restarted; with process controllers, the processes restarted with an edited config file.
+enum Reconfigured {
+    Deployments(Vec<&'static str>),
+    Processes(Vec<(String, Vec<String>)>),
+}
 
 impl Reconfigured {
-    fn endpoint_ip_type(processes: &[&str], ip_type: &str) -> Self {
+    fn endpoint_ip_type(clusters: &[&'static str], ip_type: &str) -> Self {
+        if kubelet_nodes() {
+            let tb = Testbed::from_env();
+            for cluster in clusters {
+                tb.set_endpoint_ip_type(cluster, ip_type);
+            }
+            return Self::Deployments(clusters.to_vec());
+        }
         let mut restarted = Vec::new();
-        for name in processes {
-            let args = procs::kill(name);
+        for cluster in clusters {
+            let name = format!("{cluster}-mc-controller");
+            let args = procs::kill(&name);
             let config = args
                 .iter()
                 .find_map(|a| a.strip_prefix("--config="))
@@ -874,18 +1019,28 @@ impl Reconfigured {
                     }
                 })
                 .collect();
-            procs::start(name, &new_args);
-            restarted.push(((*name).to_owned(), args));
+            procs::start(&name, &new_args);
+            restarted.push((name, args));
         }
-        Self(restarted)
+        Self::Processes(restarted)
     }
 }
 
 impl Drop for Reconfigured {
     fn drop(&mut self) {
-        for (name, args) in &self.0 {
-            procs::kill(name);
-            procs::start(name, args);
+        match self {
+            Self::Deployments(clusters) => {
+                let tb = Testbed::from_env();
+                for cluster in clusters.iter() {
+                    tb.set_endpoint_ip_type(cluster, "ClusterIP");
+                }
+            }
+            Self::Processes(restarted) => {
+                for (name, args) in restarted.iter() {
+                    procs::kill(name);
+                    procs::start(name, args);
+                }
+            }
         }
     }
 }
@@ -1070,8 +1225,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
 
     // endpointIPType PodIP: the other cluster's Pod, reached Pod to Pod through the gateways.
     {
-        let _podip =
-            Reconfigured::endpoint_ip_type(&["east-mc-controller", "west-mc-controller"], "PodIP");
+        let _podip = Reconfigured::endpoint_ip_type(&["east", "west"], "PodIP");
         served(
             &tb,
             "east",

@@ -1,14 +1,23 @@
-//! Strait deployed as users deploy it: on the kubelet testbed (`cargo xtask image build` then
-//! `cargo xtask testbed up --kubelets --join`), the controllers and agents are Pods the kubelets
-//! run from Strait's images, installed from `deploy/`. These tests are ignored by a plain
-//! `cargo test` (the default testbed has no kubelets); the test command runs them with
-//! `--ignored` on the kubelet testbed.
+//! Strait deployed as users deploy it: on the testbed's kubelet Nodes (`cargo xtask image build`
+//! then `cargo xtask testbed up`), the controllers and agents are Pods the kubelets run from
+//! Strait's images, installed from `deploy/` and the chart. What operators do with them. These
+//! tests need kubelet Nodes: on the development shape (`testbed up --processes`) they fail at
+//! once and say so.
 
 use std::{process::Command, time::Duration};
 
 use mc_integration::{Testbed, join, pods, services::endpoint_ips, wait_for};
 
 const SYSTEM: &str = "kube-system";
+
+/// The testbed, which must have kubelet Nodes.
+fn kubelet_testbed() -> Testbed {
+    assert!(
+        mc_integration::kubelet_nodes(),
+        "these tests need the testbed's kubelet Nodes: `cargo xtask testbed down`, then `cargo xtask testbed up` (not --processes)"
+    );
+    Testbed::from_env()
+}
 
 /// A Service selecting the Pods `app=<name>`, port 80 to `target`, and its ServiceExport.
 fn export_selected(tb: &Testbed, cluster: &str, ns: &str, name: &str, target: u16) {
@@ -47,30 +56,39 @@ fn wait_answer(tb: &Testbed, cluster: &str, ns: &str, pod: &str, url: &str, expe
     );
 }
 
-#[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
-fn a_container_in_east_reaches_a_container_in_west_by_the_imported_name() {
-    let tb = Testbed::from_env();
-    join::ensure_joined(&tb);
-    let ns = mc_integration::SameNamespace::new(&tb, "kn-http");
-    pods::web(&tb, "west", &ns.name, "web", Some("node-b"), 8080);
-    export_selected(&tb, "west", &ns.name, "web", 8080);
-    pods::client(&tb, "east", &ns.name, "client", Some("node-b"));
-    // Through CoreDNS, kube-proxy, both gateways and the tunnel; from the non-gateway Nodes.
+/// A web Pod in west (on `node`, if given) exported, and a client Pod in east that gets its
+/// answer by the imported name.
+fn export_and_reach(tb: &Testbed, prefix: &str, node: Option<&str>) {
+    let ns = mc_integration::SameNamespace::new(tb, prefix);
+    pods::web(tb, "west", &ns.name, "web", node, 8080);
+    export_selected(tb, "west", &ns.name, "web", 8080);
+    pods::client(tb, "east", &ns.name, "client", node);
+    answers(tb, &ns.name);
+}
+
+/// East's client Pod gets west's web answer by the imported name.
+fn answers(tb: &Testbed, ns: &str) {
     wait_answer(
-        &tb,
+        tb,
         "east",
-        &ns.name,
+        ns,
         "client",
-        &format!("http://{}/", imported_name(&ns.name, "web")),
+        &format!("http://{}/", imported_name(ns, "web")),
         "hello from west/web",
     );
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
+fn a_container_in_east_reaches_a_container_in_west_by_the_imported_name() {
+    let tb = kubelet_testbed();
+    join::ensure_joined(&tb);
+    // Through CoreDNS, kube-proxy, both gateways and the tunnel; from the non-gateway Nodes.
+    export_and_reach(&tb, "kn-http", Some("node-b"));
+}
+
+#[test]
 fn kubectl_logs_and_exec_show_the_controllers_and_agents() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     join::ensure_joined(&tb);
     // Structured logs of the Deployments and the DaemonSet, as `kubectl logs` shows them.
     let leader = tb.ok(
@@ -188,9 +206,8 @@ fn stream_while(
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
 fn restarting_the_agents_keeps_an_established_cross_cluster_stream() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     join::ensure_joined(&tb);
     let ns = mc_integration::SameNamespace::new(&tb, "kn-stream");
     // 15000 numbered lines, a few ms apart: the stream lasts longer than the restarts.
@@ -267,9 +284,8 @@ fn restarting_the_agents_keeps_an_established_cross_cluster_stream() {
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
 fn a_deleted_leader_pod_is_replaced_and_exports_converge_again() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     join::ensure_joined(&tb);
     let before = tb.ok(
         "north",
@@ -325,24 +341,12 @@ fn a_deleted_leader_pod_is_replaced_and_exports_converge_again() {
             }
         },
     );
-    let ns = mc_integration::SameNamespace::new(&tb, "kn-leader");
-    pods::web(&tb, "west", &ns.name, "web", None, 8080);
-    export_selected(&tb, "west", &ns.name, "web", 8080);
-    pods::client(&tb, "east", &ns.name, "client", None);
-    wait_answer(
-        &tb,
-        "east",
-        &ns.name,
-        "client",
-        &format!("http://{}/", imported_name(&ns.name, "web")),
-        "hello from west/web",
-    );
+    export_and_reach(&tb, "kn-leader", None);
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
 fn endpoint_ip_type_pod_ip_after_the_guides_configmap_edit_and_rollout_restart() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     join::ensure_joined(&tb);
     let ns = mc_integration::SameNamespace::new(&tb, "kn-podip");
     let pod_ip = pods::web(&tb, "west", &ns.name, "web", None, 8080);
@@ -364,80 +368,12 @@ fn endpoint_ip_type_pod_ip_after_the_guides_configmap_edit_and_rollout_restart()
     };
     imported(&west_ip);
     // What seed 004 tells the operator: edit the ConfigMap, restart the controller.
-    let set = |value: &str| {
-        let cm = tb.get_json(
-            "west",
-            &[
-                "get",
-                "configmap",
-                "-n",
-                SYSTEM,
-                "antrea-mc-controller-config",
-            ],
-        );
-        let text = cm["data"]["controller_manager_config.yaml"]
-            .as_str()
-            .expect("the config")
-            .to_owned();
-        let edited: String = text
-            .lines()
-            .map(|l| {
-                if l.trim_start().starts_with("endpointIPType:") {
-                    format!("endpointIPType: \"{value}\"")
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let patch = serde_json::json!({"data": {"controller_manager_config.yaml": edited}});
-        tb.ok(
-            "west",
-            &[
-                "patch",
-                "configmap",
-                "-n",
-                SYSTEM,
-                "antrea-mc-controller-config",
-                "--type=merge",
-                "-p",
-                &patch.to_string(),
-            ],
-        );
-        tb.ok(
-            "west",
-            &[
-                "rollout",
-                "restart",
-                "-n",
-                SYSTEM,
-                "deployment/antrea-mc-controller",
-            ],
-        );
-        tb.ok(
-            "west",
-            &[
-                "rollout",
-                "status",
-                "-n",
-                SYSTEM,
-                "deployment/antrea-mc-controller",
-                "--timeout=120s",
-            ],
-        );
-    };
+    let set = |value: &str| tb.set_endpoint_ip_type("west", value);
     set("PodIP");
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         imported(&pod_ip);
         pods::client(&tb, "east", &ns.name, "client", None);
-        wait_answer(
-            &tb,
-            "east",
-            &ns.name,
-            "client",
-            &format!("http://{}/", imported_name(&ns.name, "web")),
-            "hello from west/web",
-        );
+        answers(&tb, &ns.name);
     }));
     // Back to the default whatever happened: the other tests expect it.
     set("ClusterIP");
@@ -448,9 +384,8 @@ fn endpoint_ip_type_pod_ip_after_the_guides_configmap_edit_and_rollout_restart()
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
 fn a_crash_looping_agent_shows_in_kubectl_get_pods() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     // An agent that cannot start (an argument it does not know), on west's Nodes.
     let patch = r#"[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--no-such-flag"}]"#;
     tb.ok(
@@ -535,9 +470,8 @@ fn node(action: &str, cluster: &str, name: &str) {
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
 fn a_node_whose_kubelet_stops_goes_not_ready_and_the_gateway_moves() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     join::ensure_joined(&tb);
     let gateway = || {
         tb.try_json("east", &["get", "gateways", "-n", SYSTEM])
@@ -605,9 +539,8 @@ fn a_node_whose_kubelet_stops_goes_not_ready_and_the_gateway_moves() {
 }
 
 #[test]
-#[ignore = "needs the kubelet testbed: cargo xtask testbed up --kubelets --join"]
 fn west_runs_strait_from_the_helm_chart_and_the_others_from_the_manifests() {
-    let tb = Testbed::from_env();
+    let tb = kubelet_testbed();
     let managed_by = |cluster: &str, what: &str| {
         tb.get_json(cluster, &["get", what, "-n", SYSTEM])["metadata"]["labels"]
             ["app.kubernetes.io/managed-by"]

@@ -67,7 +67,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 join: true,
                 no_nodes: true,
                 release: true,
-                kubelets: false,
+                processes: true,
             })?;
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
@@ -89,7 +89,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 join: true,
                 no_nodes: false,
                 release: true,
-                kubelets: false,
+                processes: true,
             })?;
             let measured =
                 tokio::runtime::Runtime::new()?.block_on(agent_memory(AGENT_REMOTE_CLUSTERS));

@@ -18,7 +18,7 @@ use clap::{Subcommand, ValueEnum};
 
 use crate::{
     paths::{node_bin_dir, pinned, repo_root},
-    testbed::controllers::build_bin,
+    testbed::controllers::{build_target, build_target_env},
 };
 
 /// Where shipped images are published; the manifests and the chart name the same repository.
@@ -35,6 +35,11 @@ pub enum ImageCommand {
         tool: Tool,
         /// Only these images (mc-controller, mc-agent, test-pause, test-coredns, test-tools).
         names: Vec<String>,
+        /// Another build of the named shipped images: its binaries report this as their version
+        /// (`STRAIT_BUILD_ID`), and it is tagged `v<ID>` ('+' becomes '-') and written to
+        /// target/images/<name>-<tag>.oci.tar (an upgrade to try: `testbed load` it).
+        #[arg(long)]
+        build_id: Option<String>,
     },
     /// List the images with their references (and archives, when built).
     List,
@@ -96,7 +101,14 @@ pub fn archive(name: &str) -> PathBuf {
 
 pub fn run(command: ImageCommand) -> anyhow::Result<()> {
     match command {
-        ImageCommand::Build { tool, names } => {
+        ImageCommand::Build {
+            tool,
+            names,
+            build_id,
+        } => {
+            if let Some(id) = build_id {
+                return build_variant(&names, tool, &id);
+            }
             let all = images()?;
             for n in &names {
                 if !all.iter().any(|i| i.name == n) {
@@ -131,8 +143,49 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// `image build --build-id`: the named shipped images built as another build.
+fn build_variant(names: &[String], tool: Tool, id: &str) -> anyhow::Result<()> {
+    if names.is_empty()
+        || names
+            .iter()
+            .any(|n| n != "mc-agent" && n != "mc-controller")
+    {
+        bail!("--build-id builds mc-agent or mc-controller: name which");
+    }
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "+-._".contains(c))
+    {
+        bail!("--build-id {id:?}: letters, digits and + - . _ only");
+    }
+    let tag = format!("v{}", id.replace('+', "-"));
+    for name in names {
+        let image = Image {
+            name: if name == "mc-agent" {
+                "mc-agent"
+            } else {
+                "mc-controller"
+            },
+            reference: format!("{REGISTRY}/{name}:{tag}"),
+        };
+        build_as(&image, tool, Some(id), &format!("{name}-{tag}"))?;
+    }
+    Ok(())
+}
+
 /// Builds one image with `tool`; with buildah, also its OCI archive.
 pub fn build(image: &Image, tool: Tool) -> anyhow::Result<()> {
+    build_as(image, tool, None, image.name)
+}
+
+/// Builds `image`, its binaries with `STRAIT_BUILD_ID=build_id` if given, its archive
+/// `target/images/<archive_name>.oci.tar`.
+fn build_as(
+    image: &Image,
+    tool: Tool,
+    build_id: Option<&str>,
+    archive_name: &str,
+) -> anyhow::Result<()> {
     let context = images_dir().join(image.name);
     let rootfs = context.join("rootfs");
     if rootfs.exists() {
@@ -140,7 +193,11 @@ pub fn build(image: &Image, tool: Tool) -> anyhow::Result<()> {
             .with_context(|| format!("removing {}", rootfs.display()))?;
     }
     std::fs::create_dir_all(&rootfs)?;
-    stage(image.name, &rootfs)?;
+    let env: Vec<(&str, &str)> = build_id
+        .map(|id| ("STRAIT_BUILD_ID", id))
+        .into_iter()
+        .collect();
+    stage(image.name, &rootfs, &env)?;
     let containerfile = repo_root()
         .join("images")
         .join(image.name)
@@ -169,7 +226,7 @@ pub fn build(image: &Image, tool: Tool) -> anyhow::Result<()> {
         .arg(&context);
     run_quiet(&mut cmd).with_context(|| format!("building the image {}", image.name))?;
     if let Tool::Buildah = tool {
-        let out = archive(image.name);
+        let out = archive(archive_name);
         let _ = std::fs::remove_file(&out);
         run_quiet(
             Cmd::new("buildah")
@@ -217,16 +274,16 @@ fn run_quiet(cmd: &mut Cmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fills `rootfs` with what the image `name` runs.
-fn stage(name: &str, rootfs: &Path) -> anyhow::Result<()> {
+/// Fills `rootfs` with what the image `name` runs; its binaries built with `env`.
+fn stage(name: &str, rootfs: &Path, env: &[(&str, &str)]) -> anyhow::Result<()> {
     let node_bin = node_bin_dir()?;
     match name {
         "mc-controller" => {
-            let bin = build_bin("mc-controller", true)?;
+            let bin = build_target_env("mc-controller", "mc-controller", true, env)?;
             install(rootfs, &bin, "/usr/local/bin/mc-controller")?;
         }
         "mc-agent" => {
-            let bin = build_bin("mc-agent", true)?;
+            let bin = build_target_env("mc-agent", "mc-agent", true, env)?;
             install(rootfs, &bin, "/usr/local/bin/mc-agent")?;
             install(rootfs, &host_tool("ip")?, "/usr/sbin/ip")?;
             install(rootfs, &host_tool("bpftool")?, "/usr/sbin/bpftool")?;
@@ -247,6 +304,8 @@ fn stage(name: &str, rootfs: &Path) -> anyhow::Result<()> {
             }
             install(rootfs, &host_tool("curl")?, "/usr/bin/curl")?;
             install(rootfs, &host_tool("socat")?, "/usr/bin/socat")?;
+            let server = build_target("xtask", "strait-test-server", false)?;
+            install(rootfs, &server, crate::testbed::TEST_SERVER)?;
             std::fs::create_dir_all(rootfs.join("tmp"))?;
         }
         other => bail!("no recipe for the image {other}"),

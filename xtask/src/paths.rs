@@ -39,11 +39,16 @@ pub fn pinned(key: &str) -> anyhow::Result<String> {
         .ok_or_else(|| anyhow!("{key} is not set in {}", path.display()))
 }
 
+/// Where the set-up scripts keep what they build (`STRAIT_CACHE`, default /var/cache/strait).
+fn cache_dir() -> PathBuf {
+    std::env::var_os("STRAIT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"))
+}
+
 /// Directory of the Kubernetes and etcd binaries built by scripts/build-kube.sh.
 pub fn kube_bin_dir() -> anyhow::Result<PathBuf> {
-    let cache = std::env::var_os("STRAIT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"));
+    let cache = cache_dir();
     Ok(cache.join(format!(
         "kube/{}-etcd-{}/bin",
         pinned("KUBE_VERSION")?,
@@ -53,9 +58,7 @@ pub fn kube_bin_dir() -> anyhow::Result<PathBuf> {
 
 /// Directory of containerd, CoreDNS and pause built by scripts/build-node.sh.
 pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
-    let cache = std::env::var_os("STRAIT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"));
+    let cache = cache_dir();
     Ok(cache.join(format!(
         "node/containerd-{}-coredns-{}-pause-{}/bin",
         pinned("CONTAINERD_VERSION")?,
@@ -66,8 +69,6 @@ pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
 
 /// helm, built by scripts/build-helm.sh.
 pub fn helm_bin() -> anyhow::Result<PathBuf> {
-    let cache = std::env::var_os("STRAIT_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/strait"));
+    let cache = cache_dir();
     Ok(cache.join(format!("helm/{}/helm", pinned("HELM_VERSION")?)))
 }

@@ -134,15 +134,31 @@ fn register_webhooks(kubectl: &Path, instance: &Instance) -> anyhow::Result<()> 
 /// Builds one binary of the workspace (the `dist` profile it ships with, or debug) and returns the path cargo
 /// reports for it.
 pub fn build_bin(package: &str, release: bool) -> anyhow::Result<PathBuf> {
+    build_target(package, package, release)
+}
+
+/// Builds the binary `bin` of `package` (the `dist` profile if `release`) and returns its path.
+pub fn build_target(package: &str, bin: &str, release: bool) -> anyhow::Result<PathBuf> {
+    build_target_env(package, bin, release, &[])
+}
+
+/// As [`build_target`], with these variables in the build's environment (`STRAIT_BUILD_ID`).
+pub fn build_target_env(
+    package: &str,
+    bin: &str,
+    release: bool,
+    env: &[(&str, &str)],
+) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Cmd::new(cargo)
+        .envs(env.iter().copied())
         .args([
             "build",
             "--quiet",
             "-p",
             package,
             "--bin",
-            package,
+            bin,
             "--message-format=json-render-diagnostics",
         ])
         .args(release.then_some("--profile=dist"))
@@ -156,9 +172,9 @@ pub fn build_bin(package: &str, release: bool) -> anyhow::Result<PathBuf> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["target"]["name"] == package)
+        .filter(|m| m["target"]["name"] == bin)
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .with_context(|| format!("cargo did not report the {package} executable"))
+        .with_context(|| format!("cargo did not report the {bin} executable"))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

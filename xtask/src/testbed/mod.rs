@@ -7,6 +7,8 @@ pub mod controllers;
 mod incluster;
 mod nodes;
 mod pki;
+mod pods;
+pub use pods::TEST_SERVER;
 pub mod proc;
 mod runtime;
 pub mod topology;
@@ -41,15 +43,19 @@ pub enum TestbedCommand {
         /// benchmarks do; the tests use the faster-to-build debug profile).
         #[arg(long)]
         release: bool,
-        /// Nodes run containerd and a kubelet (images from `cargo xtask image build`).
+        /// Development shape: Strait's controllers and agents, and the Pods, as host processes
+        /// and network namespaces, Nodes registered by the testbed (no kubelets). Quicker to
+        /// bring up; the test command does not use it. By default every Node runs containerd
+        /// and a kubelet, and Strait runs in Pods from its images (`cargo xtask image build`).
         #[arg(long)]
-        kubelets: bool,
+        processes: bool,
     },
     /// Stop everything and remove the namespaces and state, also after a crash.
     Down,
     /// Show what runs, its memory, and whether each API server is ready.
     Status,
-    /// Pods on the testbed's Nodes (the testbed plays kubelet and CNI).
+    /// Pods on the testbed's Nodes: real Pods the kubelets run (kubelet Nodes), or network
+    /// namespaces the testbed registers as Pods (process Nodes).
     Pod {
         #[command(subcommand)]
         command: PodCommand,
@@ -62,24 +68,23 @@ pub enum TestbedCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Import OCI archives (`cargo xtask image build --build-id ...`) into every kubelet Node's
+    /// containerd, as a registry pull would bring them.
+    Load {
+        #[arg(required = true)]
+        archives: Vec<PathBuf>,
+    },
     /// Testbed Nodes.
     Node {
         #[command(subcommand)]
         command: NodeCommand,
     },
-    /// (Internal) the HTTP server of a Pod started with --serve-http.
-    #[command(hide = true)]
-    ServeHttp {
-        #[arg(long)]
-        port: u16,
-        #[arg(long)]
-        answer: String,
-    },
 }
 
 #[derive(Subcommand)]
 pub enum PodCommand {
-    /// Create a Pod on a Node: a network namespace and a Running, Ready Pod object in `default`.
+    /// Create a Pod on a Node in `default` and wait until it is Ready; its network namespace is
+    /// `strait-<cluster>-pod-<name>` in /run/netns either way.
     Add {
         cluster: String,
         node: String,
@@ -97,7 +102,8 @@ pub enum PodCommand {
 
 #[derive(Subcommand)]
 pub enum NodeCommand {
-    /// Set a Node's Ready condition (Nodes without kubelets).
+    /// Make a Node Ready or NotReady: its kubelet started or stopped (kubelet Nodes; waits for
+    /// the condition), or the condition written (process Nodes).
     Ready {
         cluster: String,
         node: String,
@@ -118,8 +124,8 @@ pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
             join,
             no_nodes,
             release,
-            kubelets,
-        } => up(join, !no_nodes, release, kubelets),
+            processes,
+        } => up(join, !no_nodes, release, !processes),
         TestbedCommand::Down => down(),
         TestbedCommand::Status => status(),
         TestbedCommand::Pod {
@@ -142,6 +148,7 @@ pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        TestbedCommand::Load { archives } => nodes::load(&archives),
         TestbedCommand::Node {
             command:
                 NodeCommand::Ready {
@@ -156,7 +163,6 @@ pub fn run(command: TestbedCommand) -> anyhow::Result<()> {
         TestbedCommand::Node {
             command: NodeCommand::Start { cluster, node },
         } => nodes::kubelet(&cluster, &node, true),
-        TestbedCommand::ServeHttp { port, answer } => nodes::serve_http(port, &answer),
     }
 }
 
@@ -208,6 +214,17 @@ fn up(join: bool, with_nodes: bool, release: bool, kubelets: bool) -> anyhow::Re
         exec(Cmd::new("bash").arg(scripts.join("build-node.sh")))
             .context("building containerd, CoreDNS and pause")?;
         exec(Cmd::new("bash").arg(scripts.join("build-helm.sh"))).context("building helm")?;
+        // The Nodes run the images; build those never built (`cargo xtask image build`
+        // rebuilds them all after a change).
+        for image in crate::image::images()? {
+            if !crate::image::archive(image.name).exists() {
+                say(format!(
+                    "building the image {} (first use)",
+                    image.reference
+                ));
+                crate::image::build(&image, crate::image::Tool::Buildah)?;
+            }
+        }
     }
     let bin = kube_bin_dir()?;
     let dir = testbed_dir();

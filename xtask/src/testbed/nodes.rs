@@ -20,7 +20,7 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 use super::{
-    admin_kubeconfig, cluster_dir, controllers, ip, kubectl_for, netns_exists,
+    admin_kubeconfig, cluster_dir, controllers, ip, kubectl_for, netns_exists, pods,
     proc::{self, Procs, run as exec},
     runtime, say,
     topology::{CLUSTERS, CORE_NETNS, Cluster, TestNode},
@@ -468,6 +468,9 @@ pub fn pod_add(
     if !netns_exists(&n.netns()) {
         bail!("Node {cluster_name}/{node_name} is not up: run `cargo xtask testbed up`");
     }
+    if super::kubelet_mode() {
+        return pods::add(&c, &n, name, labels, serve_http);
+    }
     let dir = pods_dir(&c);
     std::fs::create_dir_all(&dir)?;
     let record_path = dir.join(format!("{name}.json"));
@@ -486,7 +489,7 @@ pub fn pod_add(
         .map(|i| format!("{prefix}{i}"))
         .find(|a| !used.contains(a))
         .context("the Node's Pod CIDR is full")?;
-    let netns = format!("strait-{cluster_name}-pod-{name}");
+    let netns = pods::netns_name(cluster_name, name);
     let veth = format!("p{:08x}", fnv(&format!("{cluster_name}/{name}")));
     ip(&["netns", "add", &netns])?;
     ip(&[
@@ -564,14 +567,12 @@ pub fn pod_add(
     ]))?;
     if let Some(port) = serve_http {
         let procs = Procs::new(&testbed_dir())?;
-        let exe = std::env::current_exe()?;
+        let server = controllers::build_target("xtask", "strait-test-server", false)?;
         procs.ensure(
             &format!("{cluster_name}-pod-{name}-http"),
             &netns,
-            &exe,
+            &server,
             &[
-                "testbed".into(),
-                "serve-http".into(),
                 format!("--port={port}"),
                 format!("--answer=hello from {cluster_name}/{name}"),
             ],
@@ -586,6 +587,9 @@ pub fn pod_add(
 /// `testbed pod del`.
 pub fn pod_del(cluster_name: &str, name: &str) -> anyhow::Result<()> {
     let c = cluster(cluster_name)?;
+    if super::kubelet_mode() {
+        return pods::del(&c, name);
+    }
     let record_path = pods_dir(&c).join(format!("{name}.json"));
     let record: PodRecord = serde_json::from_slice(
         &std::fs::read(&record_path)
@@ -622,6 +626,8 @@ pub fn exec_in(target: &str, command: &[String]) -> anyhow::Result<i32> {
     if let Some(n) = TestNode::find(cluster_name, name) {
         cmd.arg(format!("--net=/run/netns/{}", n.netns()))
             .arg(format!("--mount={}", mount_ns(&n).display()));
+    } else if super::kubelet_mode() {
+        return pods::exec_in(&c, name, command);
     } else {
         let record: PodRecord = serde_json::from_slice(
             &std::fs::read(pods_dir(&c).join(format!("{name}.json")))
@@ -634,6 +640,23 @@ pub fn exec_in(target: &str, command: &[String]) -> anyhow::Result<i32> {
         .context("no command given (testbed exec <target> -- <command>)")?;
     let status = cmd.arg("--").arg(program).args(args).status()?;
     Ok(status.code().unwrap_or(1))
+}
+
+/// `testbed load <archive>...`: into every Node's containerd.
+pub fn load(archives: &[PathBuf]) -> anyhow::Result<()> {
+    if !super::kubelet_mode() {
+        bail!("the testbed's Nodes have no containerd (it was brought up with --processes)");
+    }
+    for archive in archives {
+        if !archive.is_file() {
+            bail!("{}: no such archive", archive.display());
+        }
+        for n in TestNode::all() {
+            runtime::import(&n, &mount_ns(&n), archive)?;
+        }
+        say(format!("{} imported into every Node", archive.display()));
+    }
+    Ok(())
 }
 
 /// `testbed node stop|start <cluster> <node>`: the Node's kubelet.
@@ -657,75 +680,15 @@ pub fn kubelet(cluster_name: &str, node_name: &str, run: bool) -> anyhow::Result
 }
 
 /// `testbed node ready <cluster> <node> true|false`.
+/// With kubelet Nodes, stops or starts the Node's kubelet and waits for the condition it gives.
 pub fn node_ready(cluster_name: &str, node_name: &str, ready: bool) -> anyhow::Result<()> {
-    set_ready(&node(cluster_name, node_name)?, ready)
-}
-
-/// A Pod's server: HTTP on TCP `port` answers every request with one line; UDP `port` echoes
-/// each datagram prefixed with the same line.
-pub fn serve_http(port: u16, answer: &str) -> anyhow::Result<()> {
-    use std::io::{Read as _, Write as _};
-    let udp = std::net::UdpSocket::bind(("0.0.0.0", port))
-        .with_context(|| format!("binding UDP port {port}"))?;
-    let prefix = format!("{answer}: ");
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 65536];
-        while let Ok((n, from)) = udp.recv_from(&mut buf) {
-            let mut reply = prefix.clone().into_bytes();
-            reply.extend_from_slice(&buf[..n]);
-            let _ = udp.send_to(&reply, from);
-        }
-    });
-    let listener = std::net::TcpListener::bind(("0.0.0.0", port))
-        .with_context(|| format!("binding port {port}"))?;
-    for conn in listener.incoming() {
-        let Ok(mut conn) = conn else { continue };
-        let answer = answer.to_owned();
-        std::thread::spawn(move || {
-            // Read the whole request head: closing with unread data would send a reset.
-            let mut req = Vec::new();
-            let mut buf = [0u8; 2048];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 65536 {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&buf[..n]),
-                }
-            }
-            // `GET /slow/<bytes>`: a stream of a known pattern (byte i is i mod 251) paced at
-            // about 2 MB/s, for tests of what happens to established flows.
-            let head = String::from_utf8_lossy(&req).into_owned();
-            if let Some(n) = head
-                .strip_prefix("GET /slow/")
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|n| n.parse::<usize>().ok())
-            {
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
-                );
-                let chunk = 64 * 1024;
-                let pause = std::time::Duration::from_millis(32);
-                let mut sent = 0;
-                while sent < n {
-                    let len = chunk.min(n - sent);
-                    let data: Vec<u8> = (sent..sent + len).map(|i| (i % 251) as u8).collect();
-                    if conn.write_all(&data).is_err() {
-                        return;
-                    }
-                    sent += len;
-                    std::thread::sleep(pause);
-                }
-                return;
-            }
-            let body = format!("{answer}\n");
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    let n = node(cluster_name, node_name)?;
+    if super::kubelet_mode() {
+        return pods::node_ready(&n.cluster, &n, ready, || {
+            kubelet(cluster_name, node_name, ready)
         });
     }
-    Ok(())
+    set_ready(&n, ready)
 }
 
 fn fnv(s: &str) -> u32 {

@@ -164,6 +164,36 @@ pub fn remove_cgroups() {
     }
 }
 
+/// The processes of the Pod whose UID is `uid` (the kubelet's cgroupfs driver names a Pod's
+/// cgroup `pod<uid>`), its sandbox's first.
+pub fn pod_pids(uid: &str) -> Vec<i32> {
+    fn find(dir: &Path, name: &str) -> Option<PathBuf> {
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name().to_str() == Some(name) {
+                return Some(e.path());
+            }
+            if let Some(found) = find(&e.path(), name) {
+                return Some(found);
+            }
+        }
+        None
+    }
+    let name = format!("pod{uid}");
+    let mut pids = Vec::new();
+    for hierarchy in cgroup_hierarchies() {
+        if let Some(dir) = find(&hierarchy.join("strait-testbed"), &name) {
+            collect_pids(&dir, &mut pids);
+            if !pids.is_empty() {
+                break;
+            }
+        }
+    }
+    pids
+}
+
 fn collect_pids(dir: &Path, pids: &mut Vec<i32>) {
     if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
         pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
@@ -397,17 +427,33 @@ fn wait_for_socket(node: &TestNode, procs: &Procs, name: &str) -> anyhow::Result
 
 /// Imports every built image archive into the Node's containerd (the Kubernetes namespace of it,
 /// where the kubelet finds them); skips those already there.
+/// `ctr` on the Node's containerd, in the namespace of the kubelet's images.
+fn ctr(mount_ns: &Path) -> anyhow::Result<Cmd> {
+    let mut c = Cmd::new("nsenter");
+    c.arg(format!("--mount={}", mount_ns.display()))
+        .arg("--")
+        .arg(node_bin_dir()?.join("ctr"))
+        .args(["--address", CRI_SOCKET, "--namespace", "k8s.io"]);
+    Ok(c)
+}
+
+/// Imports an OCI archive into the Node's containerd (`testbed load`: a build the testbed does not
+/// make itself, such as an upgrade to try).
+pub fn import(node: &TestNode, mount_ns: &Path, archive: &Path) -> anyhow::Result<()> {
+    exec(ctr(mount_ns)?.args(["images", "import"]).arg(archive)).with_context(|| {
+        format!(
+            "importing {} into {}/{}",
+            archive.display(),
+            node.cluster.name,
+            node.name
+        )
+    })?;
+    Ok(())
+}
+
 fn load_images(node: &TestNode, mount_ns: &Path) -> anyhow::Result<()> {
-    let ctr = node_bin_dir()?.join("ctr");
-    let ctr_cmd = || {
-        let mut c = Cmd::new("nsenter");
-        c.arg(format!("--mount={}", mount_ns.display()))
-            .arg("--")
-            .arg(&ctr)
-            .args(["--address", CRI_SOCKET, "--namespace", "k8s.io"]);
-        c
-    };
-    let present = exec(ctr_cmd().args(["images", "list", "--quiet"]))?;
+    let ctr_cmd = || ctr(mount_ns);
+    let present = exec(ctr_cmd()?.args(["images", "list", "--quiet"]))?;
     for img in image::images()? {
         let archive = image::archive(img.name);
         if !archive.exists() {
@@ -426,12 +472,7 @@ fn load_images(node: &TestNode, mount_ns: &Path) -> anyhow::Result<()> {
         if fresh && present.lines().any(|l| l.trim() == img.reference) {
             continue;
         }
-        exec(ctr_cmd().args(["images", "import"]).arg(&archive)).with_context(|| {
-            format!(
-                "importing {} into {}/{}",
-                img.reference, node.cluster.name, node.name
-            )
-        })?;
+        import(node, mount_ns, &archive)?;
         std::fs::write(&stamp, b"")?;
     }
     Ok(())
