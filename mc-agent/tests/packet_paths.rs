@@ -297,13 +297,22 @@ fn regular_node_decapsulates_only_from_its_gateway() {
         "exactly the inner packet behind the Ethernet header"
     );
 
-    // The same from a remote gateway (or anyone else) is refused on a regular Node.
-    let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(W, N, PORT, &inner)));
-    assert_eq!(verdict, SHOT);
-    let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(STRANGER, N, PORT, &inner)));
-    assert_eq!(verdict, SHOT);
+    // The same from a remote gateway (or anyone else) is not Strait's on a regular Node: never
+    // decapsulated, left to the kernel as it came (a CNI may tunnel on the same port).
+    for from in [W, STRANGER] {
+        let frame = eth(&geneve(from, N, PORT, &inner));
+        let (verdict, out) = f.run(Direction::Ingress, &frame);
+        assert_eq!((verdict, out), (NEXT, frame), "untouched, to the stack");
+    }
+    // Nor is a datagram to the port that is not Geneve carrying IPv4, from anyone, the gateway
+    // included (a CNI tunnelling between the same Nodes, or a test's socket pair).
+    for from in [STRANGER, G] {
+        let plain = eth(&udp(from, N, 40000, PORT, b"hello on 6081", true));
+        let (verdict, out) = f.run(Direction::Ingress, &plain);
+        assert_eq!((verdict, out), (NEXT, plain));
+    }
 
-    f.assert_counters(&[(Counter::RxFromGateway, 1), (Counter::DropUnknownPeer, 2)]);
+    f.assert_counters(&[(Counter::RxFromGateway, 1), (Counter::PassForeignTunnel, 4)]);
 }
 
 #[test]
@@ -864,27 +873,35 @@ fn dns_from(pod: [u8; 4]) -> Vec<u8> {
 }
 
 #[test]
-fn bad_tunnel_packets_are_dropped_and_counted() {
+fn bad_tunnel_packets_are_dropped_and_counted_and_others_tunnels_left_alone() {
     let mut f = Fixture::new("gw-bad", ROLE_GATEWAY);
     let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
     let good = geneve(N, G, PORT, &inner);
 
-    // Unknown outer source.
-    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(STRANGER, G, PORT, &inner)));
-    assert_eq!(v, SHOT);
+    // Unknown outer source: not Strait's, never decapsulated nor forwarded; the kernel gets it
+    // as it came.
+    let stranger = eth(&geneve(STRANGER, G, PORT, &inner));
+    let (v, out) = f.run(Direction::Ingress, &stranger);
+    assert_eq!((v, out), (NEXT, stranger));
 
     // Truncated inside the Geneve header (the outer lengths still claim the full packet).
     let frame = eth(&good);
     let (v, _) = f.run(Direction::Ingress, &frame[..ETH_HLEN + 20 + 8 + 4]);
     assert_eq!(v, SHOT);
 
-    // Geneve version 1; control (O) bit; a payload that is not IPv4; a broken inner header.
-    for (offset, value) in [(28, 0x40u8), (29, 0x80), (30, 0x86)] {
-        let mut bad = good.clone();
-        bad[offset] = value;
-        let (v, _) = f.run(Direction::Ingress, &eth(&bad));
-        assert_eq!(v, SHOT, "byte {offset} = {value:#x} must be refused");
+    // Geneve version 1; control (O) bit; a payload that is not IPv4 (a CNI's Ethernet): not
+    // Strait's, even from a peer: to the kernel untouched, never decapsulated.
+    for (offset, value) in [(28, 0x40u8), (29, 0x80), (30, 0x65)] {
+        let mut other = good.clone();
+        other[offset] = value;
+        let (v, out) = f.run(Direction::Ingress, &eth(&other));
+        assert_eq!(
+            (v, out),
+            (NEXT, eth(&other)),
+            "byte {offset} = {value:#x}: not Strait's"
+        );
     }
+    // A broken inner header in Strait's own Geneve is refused.
     let mut bad_inner = good.clone();
     bad_inner[36] = 0x43; // inner IHL 3
     let (v, _) = f.run(Direction::Ingress, &eth(&bad_inner));
@@ -918,9 +935,9 @@ fn bad_tunnel_packets_are_dropped_and_counted() {
     // Nothing of the above was forwarded, and no SNAT state was created by it.
     assert_eq!(f.snat_entries(), (0, 0));
     f.assert_counters(&[
-        (Counter::DropUnknownPeer, 1),
+        (Counter::PassForeignTunnel, 4),
         (Counter::DropTruncated, 2),
-        (Counter::DropBadGeneve, 4),
+        (Counter::DropBadGeneve, 1),
         (Counter::DropNoSnatEntry, 1),
         (Counter::DropNotRemote, 1),
         (Counter::DropUnsupportedProto, 1),

@@ -154,14 +154,17 @@ fn try_ingress(ctx: &TcContext) -> Outcome {
         return Ok((Counter::PassNotIpv4, VERDICT_NEXT));
     };
     let cfg = config();
-    let Some(tunnel) = tunnel::parse(ctx, &outer, tunnel_port(&cfg))? else {
-        return Ok((Counter::PassIpv4, VERDICT_NEXT));
+    let tunnel = match tunnel::parse(ctx, &outer, tunnel_port(&cfg))? {
+        tunnel::Parsed::Other => return Ok((Counter::PassIpv4, VERDICT_NEXT)),
+        tunnel::Parsed::Foreign => return Ok((Counter::PassForeignTunnel, VERDICT_NEXT)),
+        tunnel::Parsed::Tunnel(t) => t,
     };
     match cfg.role {
         ROLE_NODE => {
-            // A regular Node only takes tunnel traffic from its own cluster's gateway.
+            // A regular Node only takes tunnel traffic from its own cluster's gateway. Geneve
+            // from anyone else is not Strait's (a CNI's between its Nodes): the kernel's.
             if tunnel.outer.src != cfg.gateway_internal_ip {
-                return Err(Counter::DropUnknownPeer);
+                return Ok((Counter::PassForeignTunnel, VERDICT_NEXT));
             }
             tunnel::decap(ctx, &tunnel)?;
             Ok((Counter::RxFromGateway, VERDICT_NEXT))
@@ -216,7 +219,8 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node, tunnel::now())?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
-        _ => Err(Counter::DropUnknownPeer),
+        // Neither a local Node nor a remote gateway: not Strait's, the kernel's.
+        _ => Ok((Counter::PassForeignTunnel, VERDICT_NEXT)),
     }
 }
 

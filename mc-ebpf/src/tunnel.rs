@@ -41,21 +41,37 @@ pub struct Tunnel {
     pub inner: Ipv4,
 }
 
-/// `Ok(None)` when the packet is not Geneve to `port`; malformed Geneve is an error (a drop).
+/// What arrived on the tunnel's UDP port.
+pub enum Parsed {
+    /// Not UDP to the tunnel port.
+    Other,
+    /// To the tunnel port, but not Geneve version 0 carrying IPv4 (a CNI's own Geneve between
+    /// Nodes, anyone's datagram, a fragment): not Strait's, left to the kernel untouched.
+    Foreign,
+    /// Strait's tunnel packet from a peer.
+    Tunnel(Tunnel),
+}
+
+/// Parses UDP to `port` as Strait's Geneve (version 0, IPv4 inside); a broken one (cut short, an
+/// inner header that does not parse) is an error (a drop).
 #[inline(always)]
-pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>, Counter> {
+pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Parsed, Counter> {
     if outer.proto != IPPROTO_UDP || outer.is_later_fragment() {
-        return Ok(None);
+        return Ok(Parsed::Other);
     }
     let udp: [u8; UDP_HLEN] = outer
         .read(ctx, outer.l4())
         .map_err(|_| Counter::DropTruncated)?;
     if u16::from_be_bytes([udp[2], udp[3]]) != port {
-        return Ok(None);
+        return Ok(Parsed::Other);
     }
-    // Our tunnel packets are sent with DF; a fragmented one cannot be decapsulated here.
-    if outer.more_fragments() {
-        return Err(Counter::DropBadGeneve);
+    // Strait's own is whole (sent with DF), Geneve version 0 without the control bit carrying
+    // IPv4. Anything else on the port is someone else's (a CNI's Geneve carries Ethernet,
+    // 0x6558), even between Nodes that are also Strait's peers. (Who sent it is checked by the
+    // caller, which knows this Node's peers.)
+    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    if outer.more_fragments() || udp_len < UDP_HLEN + GENEVE_HLEN {
+        return Ok(Parsed::Foreign);
     }
     let geneve: [u8; GENEVE_HLEN] = outer
         .read(ctx, outer.l4() + UDP_HLEN)
@@ -65,12 +81,12 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Option<Tunnel>,
     let control = geneve[1] & 0x80 != 0;
     let protocol = u16::from_be_bytes([geneve[2], geneve[3]]);
     if version != 0 || control || protocol != GENEVE_PROTO_IPV4 {
-        return Err(Counter::DropBadGeneve);
+        return Ok(Parsed::Foreign);
     }
     let inner_off = outer.l4() + UDP_HLEN + GENEVE_HLEN + options_len;
     // The inner packet must be whole and inside the outer one.
     let inner = whole_ipv4_at(ctx, inner_off, outer.end, Counter::DropBadGeneve)?;
-    Ok(Some(Tunnel {
+    Ok(Parsed::Tunnel(Tunnel {
         outer: *outer,
         inner,
     }))

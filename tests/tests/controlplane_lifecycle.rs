@@ -506,6 +506,8 @@ fn a_silent_member_is_disconnected_its_endpoints_withdrawn_and_restored() {
     });
 
     procs::pause("west-mc-controller");
+    // Running again however the test ends: the next tests need west.
+    let _resume = Resume("west-mc-controller");
     let stopped = Instant::now();
     let west_status = || {
         let s = tb.get_json("north", &["get", "clusterset", "-n", LEADER_NS, CLUSTERSET]);
@@ -558,7 +560,7 @@ fn a_silent_member_is_disconnected_its_endpoints_withdrawn_and_restored() {
         stopped.elapsed()
     );
 
-    procs::resume("west-mc-controller");
+    drop(_resume);
     wait_for("west connected again", T, || {
         let c = west_status();
         if c["reason"] == "Connected" {
@@ -575,6 +577,15 @@ fn a_silent_member_is_disconnected_its_endpoints_withdrawn_and_restored() {
             Err(format!("{ips:?}"))
         }
     });
+}
+
+/// Resumes a paused testbed controller when dropped.
+struct Resume(&'static str);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        procs::resume(self.0);
+    }
 }
 
 /// Every object in the leader's namespace and the members' imports, as (kind, name) sets.

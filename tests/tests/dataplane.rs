@@ -171,18 +171,39 @@ fn pod_ip(tb: &Testbed, cluster: &str, pod: &str) -> String {
         .to_owned()
 }
 
+/// This checkout's mc-agent (debug), built once: the tests read a Node's pinned maps with it in
+/// the Node's namespaces, as an operator runs it on a Node. (Not through `kubectl exec`: a Node
+/// whose kubelet is stopped still has its dataplane.)
+fn agent_bin() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "-p", "mc-agent", "--bin", "mc-agent"])
+                .current_dir(repo_root())
+                .output()
+                .expect("cargo build");
+            assert!(
+                out.status.success(),
+                "building mc-agent: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::env::var("CARGO_TARGET_DIR")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|_| repo_root().join("target"))
+                .join("debug/mc-agent")
+        })
+        .clone()
+}
+
 /// Counters of a Node's agent (from its own pinned map, through `testbed exec`).
 fn counters(cluster: &str, node: &str) -> Value {
-    let agent = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join("target"))
-        .join("debug/mc-agent");
     let out = xtask(&[
         "testbed",
         "exec",
         &format!("{cluster}/{node}"),
         "--",
-        agent.to_str().unwrap(),
+        agent_bin().to_str().unwrap(),
         "counters",
         "--json",
     ]);
@@ -397,16 +418,12 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
 
 /// `mc-agent maps` on a testbed Node.
 fn maps(cluster: &str, node: &str) -> String {
-    let agent = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join("target"))
-        .join("debug/mc-agent");
     xtask(&[
         "testbed",
         "exec",
         &format!("{cluster}/{node}"),
         "--",
-        agent.to_str().unwrap(),
+        agent_bin().to_str().unwrap(),
         "maps",
     ])
 }
@@ -441,6 +458,31 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
         ],
     );
     let snat_before = packets(&counters("east", "node-b"), "tx_snat_to_remote");
+    // As it was however the test ends: node-a Ready (its kubelet running), node-b no candidate.
+    struct Restore<'a>(&'a Testbed);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = Command::new(env!("CARGO"))
+                    .args([
+                        "xtask", "testbed", "node", "ready", "east", "node-a", "true",
+                    ])
+                    .current_dir(repo_root())
+                    .output();
+                let _ = self
+                    .0
+                    .kubectl("east")
+                    .args([
+                        "annotate",
+                        "node",
+                        "node-b",
+                        "multicluster.antrea.io/gateway-",
+                    ])
+                    .output();
+            }
+        }
+    }
+    let _restore = Restore(&tb);
     let flipped = std::time::Instant::now();
     xtask(&["testbed", "node", "ready", "east", "node-a", "false"]);
     wait_for("every Node's maps to follow the new gateway", T, || {
@@ -505,10 +547,7 @@ fn agent_readiness(uplink: &str, pin_path: &str, port: u16) -> String {
         format!("multicluster:\n  enableGateway: true\n  namespace: kube-system\n  uplink: \"{uplink}\"\n  pinPath: {pin_path}\n"),
     )
     .unwrap();
-    let agent = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join("target"))
-        .join("debug/mc-agent");
+    let agent = agent_bin();
     let kubeconfig = repo_root().join("target/testbed/east/admin.kubeconfig");
     let mut child = Capture(
         // The Node's own network and mount namespaces (its bpffs), as the testbed runs agents.
@@ -666,10 +705,7 @@ enum Upgrade {
 impl Upgrade {
     fn prepare(tb: &Testbed) -> Self {
         if !kubelet_nodes() {
-            let from = std::env::var("CARGO_TARGET_DIR")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|_| repo_root().join("target"))
-                .join("debug/mc-agent");
+            let from = agent_bin();
             let to = other_agent_build();
             assert_eq!(version(&to), format!("mc-agent {UPGRADE_BUILD}"));
             assert_ne!(version(&to), version(&from), "two different builds");
@@ -721,6 +757,9 @@ impl Upgrade {
     }
 
     fn revert(&self, tb: &Testbed) {
+        if std::thread::panicking() {
+            eprintln!("the upgrade test failed: putting the agents back");
+        }
         match self {
             Self::Binary { from, .. } => {
                 for (c, n) in STREAM_PATH {
@@ -806,6 +845,14 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let upgrade = Upgrade::prepare(&tb);
+    // Back to this checkout's build however the test ends: the next tests need working agents.
+    struct Revert<'a>(&'a Upgrade, &'a Testbed);
+    impl Drop for Revert<'_> {
+        fn drop(&mut self) {
+            self.0.revert(self.1);
+        }
+    }
+    let revert = Revert(&upgrade, &tb);
 
     export_web(&tb, "west", "node-b", "web-up", "web-up");
     xtask(&["testbed", "pod", "add", "east", "node-b", "up-client"]);
@@ -858,7 +905,7 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     );
     // New connections work on the new build; then back to this checkout's build.
     in_pod("east", "up-client", move || http_body(addr)).expect("after the upgrade");
-    upgrade.revert(&tb);
+    drop(revert);
     wait_for("web-up answers after going back", T, || {
         in_pod("east", "up-client", move || http_body(addr))
     });
@@ -1251,4 +1298,46 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
     );
     tb.delete("west", &["-n", "default", "serviceexport/both-web"]);
     served(&tb, "east", &east_clients, &[&east_pod], &["east"]);
+}
+
+/// A CNI that tunnels on Strait's port between its own Nodes (Antrea's encap mode and
+/// OVN-Kubernetes use Geneve on 6081) keeps working beside Strait: datagrams on UDP 6081 between
+/// east's gateway Node and its regular Node, both ways, arrive while Strait's programs are attached
+/// to both uplinks, and each receiving Node counts them as not Strait's (`pass_foreign_tunnel`).
+#[test]
+fn another_tunnel_on_the_tunnel_port_between_nodes_keeps_working() {
+    let _tb = joined_with_gateways();
+    let nodes = [("node-a", "198.18.11.1"), ("node-b", "198.18.11.2")];
+    for (i, (to, to_ip)) in nodes.iter().enumerate() {
+        let (from, _) = nodes[1 - i];
+        let before = packets(&counters("east", to), "pass_foreign_tunnel");
+        let server = in_netns(&format!("strait-east-{to}"), || {
+            UdpSocket::bind("0.0.0.0:6081").expect("UDP 6081 is free on the Node")
+        });
+        server
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        let client = in_netns(&format!("strait-east-{from}"), || {
+            UdpSocket::bind("0.0.0.0:6081").expect("UDP 6081 is free on the Node")
+        });
+        let payload = format!("a CNI's datagram from {from} to {to}");
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            client
+                .send_to(payload.as_bytes(), format!("{to_ip}:6081"))
+                .expect("send");
+            let mut buf = [0u8; 512];
+            if let Ok((n, _)) = server.recv_from(&mut buf) {
+                got = buf[..n].to_vec();
+                break;
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            payload,
+            "east/{from} -> east/{to} on UDP 6081"
+        );
+        let after = packets(&counters("east", to), "pass_foreign_tunnel");
+        assert!(after > before, "east/{to} counts it as not Strait's");
+    }
 }

@@ -580,3 +580,62 @@ fn west_runs_strait_from_the_helm_chart_and_the_others_from_the_manifests() {
         );
     }
 }
+
+/// Both binaries stop on SIGTERM (as PID 1 of their containers): `kubectl delete pod` of a
+/// controller or an agent returns within 2 s, not after the 30 s grace period, and the
+/// Deployment or DaemonSet brings a Ready replacement.
+#[test]
+fn deleted_controller_and_agent_pods_stop_at_once_and_are_replaced() {
+    let tb = kubelet_testbed();
+    join::ensure_joined(&tb);
+    for (what, selector, owner) in [
+        (
+            "the member controller",
+            "component=antrea-mc-controller",
+            "deployment/antrea-mc-controller",
+        ),
+        ("the agent", "app=strait-agent", "daemonset/strait-agent"),
+    ] {
+        let pods = tb.get_json(
+            "east",
+            &[
+                "get",
+                "pods",
+                "-n",
+                SYSTEM,
+                "-l",
+                selector,
+                "--field-selector",
+                "spec.nodeName=node-b",
+            ],
+        );
+        let pod = pods["items"]
+            .as_array()
+            .and_then(|p| p.first())
+            .and_then(|p| p["metadata"]["name"].as_str())
+            .map(str::to_owned)
+            .or_else(|| {
+                // (The controller may run on the other Node.)
+                let all = tb.get_json("east", &["get", "pods", "-n", SYSTEM, "-l", selector]);
+                all["items"][0]["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| panic!("no Pod of {what} in east"));
+        let started = std::time::Instant::now();
+        tb.ok(
+            "east",
+            &["delete", "pod", "-n", SYSTEM, &pod, "--wait=true"],
+        );
+        let took = started.elapsed();
+        println!("kubectl delete pod of {what} ({pod}) returned after {took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{what} took {took:?} to stop: it must stop on SIGTERM"
+        );
+        tb.ok(
+            "east",
+            &["rollout", "status", "-n", SYSTEM, owner, "--timeout=120s"],
+        );
+    }
+}

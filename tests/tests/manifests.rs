@@ -173,6 +173,7 @@ fn the_chart_renders_the_manifests_objects_and_they_validate() {
         "leader.namespace=mc-leader",
         "image.controller=registry.example/strait/mc-controller:dev",
         "controllerConfig=serviceCIDR: 10.96.0.0/16\n",
+        "leader.extraArgs={--withdraw-after=30,--member-timeout=20}",
     ]);
     let objs = docs(&rendered);
     for o in &objs {
@@ -187,6 +188,33 @@ fn the_chart_renders_the_manifests_objects_and_they_validate() {
     let c = &deploy["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["image"], "registry.example/strait/mc-controller:dev");
     assert_eq!(c["args"][1], "--namespace=mc-leader");
+    assert_eq!(
+        c["args"],
+        serde_json::json!([
+            "leader",
+            "--namespace=mc-leader",
+            "--config=/etc/strait/controller_manager_config.yaml",
+            "--withdraw-after=30",
+            "--member-timeout=20"
+        ]),
+        "extra arguments are appended"
+    );
+    let agent = docs(&render(&[
+        "agent.enabled=true",
+        "agent.extraArgs={--resync=60}",
+    ]));
+    let ds = agent
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("DaemonSet");
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][0]["args"],
+        serde_json::json!([
+            "run",
+            "--config=/etc/strait/strait-agent.conf",
+            "--resync=60"
+        ])
+    );
     let cm = objs
         .iter()
         .find(|o| o["kind"] == "ConfigMap")

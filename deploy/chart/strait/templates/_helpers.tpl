@@ -1,8 +1,9 @@
 {{/*
 strait.render: the objects of some manifest files, as kustomize renders them in deploy/.
 Arguments (a dict): root (the chart context), files (paths under files/), from (the namespace the
-files name), ns (the namespace to install into), role (leader|member, for the controller), and
-configKey/config (a ConfigMap key to replace when config is not empty).
+files name), ns (the namespace to install into), role (leader|member, for the controller),
+configKey/config (a ConfigMap key to replace when config is not empty) and extraArgs (arguments
+appended to the controller's or the agent's).
 */}}
 {{- define "strait.render" -}}
 {{- $root := .root -}}
@@ -17,11 +18,14 @@ configKey/config (a ConfigMap key to replace when config is not empty).
 {{- if eq $o.kind "Deployment" }}
 {{- $c := index $o.spec.template.spec.containers 0 }}
 {{- $_ := set $c "image" $root.Values.image.controller }}
-{{- $_ := set $c "args" (list $.role (printf "--namespace=%s" $.ns) "--config=/etc/strait/controller_manager_config.yaml") }}
+{{- $_ := set $c "args" (concat (list $.role (printf "--namespace=%s" $.ns) "--config=/etc/strait/controller_manager_config.yaml") (default list $.extraArgs)) }}
 {{- end }}
 {{- if eq $o.kind "DaemonSet" }}
 {{- $c := index $o.spec.template.spec.containers 0 }}
 {{- $_ := set $c "image" $root.Values.image.agent }}
+{{- if $.extraArgs }}
+{{- $_ := set $c "args" (concat $c.args $.extraArgs) }}
+{{- end }}
 {{- end }}
 {{- if and (eq $o.kind "ConfigMap") $.config (hasKey (default dict $o.data) $.configKey) }}
 {{- $_ := set $o.data $.configKey $.config }}
