@@ -42,6 +42,7 @@ tools_image=$(cargo xtask image list | awk '$1 == "test-tools" {print $2}')   # 
 agent_pod() { k "$1" -n kube-system get pods -l app=strait-agent --field-selector "spec.nodeName=$2" -o name | head -1; }
 
 say "What runs in east: kubectl get pods -A -o wide"
+echo "    (the controller and CoreDNS are Ready; the agents become Ready once east has joined and elected its Gateway)"
 k east get pods -A -o wide
 mcctl() { local c=$1; shift; local kc="KUBECONFIG_${c^^}"; "$mcctl_bin" --kubeconfig "${!kc}" "$@"; }
 work=target/testbed/demo

@@ -113,8 +113,12 @@ fn kubectl_logs_and_exec_show_the_controllers_and_agents() {
         "east's member log: {member}"
     );
     let agent = tb.ok("east", &["logs", "-n", SYSTEM, "daemonset/strait-agent"]);
+    // (Attached at its Node's first start; a restarted agent replaces the program in the pinned
+    // link instead.)
     assert!(
-        agent.contains("attached with TCX"),
+        agent.contains("program=\"mc_ingress\"")
+            && (agent.contains("attached with TCX")
+                || agent.contains("replaced the program in the pinned link")),
         "an agent's log: {agent}"
     );
     // bpftool from the agent image, on the Node's pins, with the maps' field names.

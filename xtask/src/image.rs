@@ -90,6 +90,15 @@ pub fn images() -> anyhow::Result<Vec<Image>> {
     ])
 }
 
+/// The reference image `name` is tagged with.
+pub fn reference(name: &str) -> anyhow::Result<String> {
+    Ok(images()?
+        .into_iter()
+        .find(|i| i.name == name)
+        .with_context(|| format!("no image {name}"))?
+        .reference)
+}
+
 /// `target/images` in the repository: the staged contexts and the archives.
 pub fn images_dir() -> PathBuf {
     repo_root().join("target/images")

@@ -57,17 +57,9 @@ fn helm_install(cluster: &Cluster, chart: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn image_ref(name: &str) -> anyhow::Result<String> {
-    Ok(image::images()?
-        .into_iter()
-        .find(|i| i.name == name)
-        .with_context(|| format!("no image {name}"))?
-        .reference)
-}
-
 /// CoreDNS, the controllers and the agents in every cluster; waits until they are rolled out.
 pub fn install(kubectl: &Path) -> anyhow::Result<()> {
-    let coredns = image_ref("test-coredns")?;
+    let coredns = image::reference("test-coredns")?;
     for cluster in &CLUSTERS {
         let manifest = COREDNS
             .replace("__DNS_IP__", &cluster.dns_service_ip())

@@ -32,14 +32,6 @@ fn kubectl(cluster: &Cluster) -> anyhow::Result<Cmd> {
     ))
 }
 
-fn tools_image() -> anyhow::Result<String> {
-    Ok(image::images()?
-        .into_iter()
-        .find(|i| i.name == "test-tools")
-        .context("no test-tools image")?
-        .reference)
-}
-
 /// The Pod `name` on `node`: its server (`--serve-http`) or a shell that sleeps; waits until it is
 /// Ready and names its network namespace.
 pub fn add(
@@ -59,7 +51,7 @@ pub fn add(
     }
     let mut container = json!({
         "name": "main",
-        "image": tools_image()?,
+        "image": image::reference("test-tools")?,
         "imagePullPolicy": "Never",
         "command": ["/bin/sleep", "2147483647"],
     });
@@ -87,6 +79,25 @@ pub fn add(
             "containers": [container],
         },
     });
+    // A testbed Pod of that name left by an earlier run (a test that failed before deleting
+    // it) is replaced, so that tests can run again on the same testbed.
+    let leftover = exec(kubectl(cluster)?.args([
+        "get",
+        "pod",
+        "-n",
+        "default",
+        name,
+        "--ignore-not-found",
+        "-o",
+        "jsonpath={.metadata.labels.strait\\.io/testbed-pod}",
+    ]))?;
+    if leftover.trim() == name {
+        say(format!(
+            "replacing the testbed Pod {}/{name} left behind",
+            cluster.name
+        ));
+        del(cluster, name)?;
+    }
     let mut child = kubectl(cluster)?
         .args(["create", "-f", "-"])
         .stdin(std::process::Stdio::piped())

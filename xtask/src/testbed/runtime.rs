@@ -259,11 +259,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 }
 
 fn sandbox_image() -> anyhow::Result<String> {
-    Ok(image::images()?
-        .into_iter()
-        .find(|i| i.name == "test-pause")
-        .context("the pause image")?
-        .reference)
+    image::reference("test-pause")
 }
 
 /// The Pods' network: a veth per Pod (ptp) with an address of the Node's Pod CIDR, routes to the
