@@ -1,4 +1,4 @@
-//! Real Pods on the kubelet testbed (`cargo xtask testbed up --kubelets`): containers of the
+//! Real Pods on the testbed's kubelet Nodes (`cargo xtask testbed up`): containers of the
 //! testbed's tools image (busybox, curl, socat) that the kubelets run, and `kubectl exec` into them.
 
 use std::{process::Output, time::Duration};

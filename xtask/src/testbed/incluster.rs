@@ -1,5 +1,5 @@
 //! Strait installed into the testbed's clusters as the README tells users (with kubelet Nodes,
-//! `testbed up --kubelets`): CoreDNS first (the clusters' `kube-dns`), then the CRDs (already
+//! `testbed up`, the default): CoreDNS first (the clusters' `kube-dns`), then the CRDs (already
 //! there), `kubectl apply -k deploy/leader` in north, `deploy/member` and `deploy/agent` in north
 //! and east, and in west the Helm chart (`helm install strait deploy/chart/strait` with the
 //! member and the agent enabled): both paths a user may take. The controllers run with their

@@ -663,7 +663,7 @@ pub fn load(archives: &[PathBuf]) -> anyhow::Result<()> {
 pub fn kubelet(cluster_name: &str, node_name: &str, run: bool) -> anyhow::Result<()> {
     let n = node(cluster_name, node_name)?;
     if !super::kubelet_mode() {
-        bail!("the testbed's Nodes have no kubelets (it was brought up without --kubelets)");
+        bail!("the testbed's Nodes have no kubelets (it was brought up with --processes)");
     }
     let procs = Procs::new(&testbed_dir())?;
     let name = format!("{cluster_name}-{node_name}-kubelet");
