@@ -539,37 +539,115 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
     assert_eq!(body, "hello from west/web-move");
 }
 
+/// A second agent on east/node-b started with a bad setting (its health port `port`): on
+/// kubelet Nodes a Pod of the agent's image as an operator's misconfigured DaemonSet would run
+/// it (host network, privileged, the Node's bpffs, the agent's ServiceAccount), with process
+/// Nodes a process in the Node's namespaces. Stopped when dropped.
+enum BadAgent {
+    Pod(String),
+    Process(Capture),
+}
+
+impl BadAgent {
+    fn start(tb: &Testbed, config: &str, port: u16) -> Self {
+        let name = format!("strait-bad-agent-{port}");
+        if kubelet_nodes() {
+            let image = tb.ok(
+                "east",
+                &[
+                    "get",
+                    "daemonset",
+                    "-n",
+                    join::MEMBER_NS,
+                    "strait-agent",
+                    "-o",
+                    "jsonpath={.spec.template.spec.containers[0].image}",
+                ],
+            );
+            let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": name, "namespace": join::MEMBER_NS},
+                 "data": {"strait-agent.conf": config}},
+                {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": join::MEMBER_NS},
+                 "spec": {
+                    "nodeName": "node-b", "hostNetwork": true, "restartPolicy": "Never",
+                    "serviceAccountName": "strait-agent", "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "agent", "image": image.trim(), "imagePullPolicy": "Never",
+                        "args": ["run", "--config=/etc/strait/strait-agent.conf",
+                                 format!("--health-addr=198.18.11.2:{port}")],
+                        "env": [{"name": "NODE_NAME", "value": "node-b"}],
+                        "securityContext": {"privileged": true},
+                        "volumeMounts": [{"name": "bpffs", "mountPath": "/sys/fs/bpf"},
+                                         {"name": "config", "mountPath": "/etc/strait"}]}],
+                    "volumes": [{"name": "bpffs", "hostPath": {"path": "/sys/fs/bpf"}},
+                                {"name": "config", "configMap": {"name": name}}]}},
+            ]});
+            tb.apply("east", join::MEMBER_NS, &objects.to_string());
+            return Self::Pod(name);
+        }
+        let cfg = std::env::temp_dir().join(format!("{name}.conf"));
+        std::fs::write(&cfg, config).unwrap();
+        let kubeconfig = repo_root().join("target/testbed/east/admin.kubeconfig");
+        Self::Process(Capture(
+            // The Node's own network and mount namespaces (its bpffs), as the testbed runs agents.
+            Command::new("nsenter")
+                .args([
+                    "--net=/run/netns/strait-east-node-b",
+                    "--mount=/run/strait-testbed/mnt/east-node-b",
+                    "--",
+                ])
+                .arg(agent_bin())
+                .arg("run")
+                .arg(format!("--config={}", cfg.display()))
+                .args([
+                    "--node-name=node-b",
+                    &format!("--health-addr=198.18.11.2:{port}"),
+                ])
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("mc-agent"),
+        ))
+    }
+
+    /// Whether it still runs (never restarted).
+    fn running(&mut self, tb: &Testbed) -> bool {
+        match self {
+            Self::Process(child) => child.0.try_wait().unwrap().is_none(),
+            Self::Pod(name) => {
+                let pod = tb.get_json("east", &["get", "pod", "-n", join::MEMBER_NS, name]);
+                pod["status"]["phase"] == "Running"
+                    && pod["status"]["containerStatuses"][0]["restartCount"] == 0
+            }
+        }
+    }
+}
+
+impl Drop for BadAgent {
+    fn drop(&mut self) {
+        match self {
+            Self::Process(child) => child.stop(),
+            Self::Pod(name) => {
+                let tb = Testbed::from_env();
+                tb.delete("east", &["-n", join::MEMBER_NS, &format!("pod/{name}")]);
+                tb.delete(
+                    "east",
+                    &["-n", join::MEMBER_NS, &format!("configmap/{name}")],
+                );
+            }
+        }
+    }
+}
+
 /// An agent started with a bad setting keeps running and says why on /readyz.
-fn agent_readiness(uplink: &str, pin_path: &str, port: u16) -> String {
-    let cfg = std::env::temp_dir().join(format!("strait-bad-agent-{port}.conf"));
-    std::fs::write(
-        &cfg,
-        format!("multicluster:\n  enableGateway: true\n  namespace: kube-system\n  uplink: \"{uplink}\"\n  pinPath: {pin_path}\n"),
-    )
-    .unwrap();
-    let agent = agent_bin();
-    let kubeconfig = repo_root().join("target/testbed/east/admin.kubeconfig");
-    let mut child = Capture(
-        // The Node's own network and mount namespaces (its bpffs), as the testbed runs agents.
-        Command::new("nsenter")
-            .args([
-                "--net=/run/netns/strait-east-node-b",
-                "--mount=/run/strait-testbed/mnt/east-node-b",
-                "--",
-            ])
-            .arg(&agent)
-            .arg("run")
-            .arg(format!("--config={}", cfg.display()))
-            .args([
-                "--node-name=node-b",
-                &format!("--health-addr=198.18.11.2:{port}"),
-            ])
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("mc-agent"),
+fn agent_readiness(tb: &Testbed, uplink: &str, pin_path: &str, port: u16) -> String {
+    let config = format!(
+        "multicluster:\n  enableGateway: true\n  namespace: kube-system\n  uplink: \"{uplink}\"\n  pinPath: {pin_path}\n"
     );
+    let mut agent = BadAgent::start(tb, &config, port);
     let reason = wait_for(
         &format!(
             "the agent with uplink {uplink:?} and pinPath {pin_path} to say why it is not ready"
@@ -599,12 +677,7 @@ fn agent_readiness(uplink: &str, pin_path: &str, port: u16) -> String {
             }
         },
     );
-    assert!(
-        child.0.try_wait().unwrap().is_none(),
-        "the agent must keep running"
-    );
-    child.stop();
-    let _ = std::fs::remove_file(cfg);
+    assert!(agent.running(tb), "the agent must keep running");
     reason
 }
 
@@ -612,12 +685,12 @@ fn agent_readiness(uplink: &str, pin_path: &str, port: u16) -> String {
 fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
-    let why = agent_readiness("nosuch0", "/sys/fs/bpf/strait-test-bad/v1", 9191);
+    let why = agent_readiness(&tb, "nosuch0", "/sys/fs/bpf/strait-test-bad/v1", 9191);
     assert!(
         why.contains("\"nosuch0\" does not exist") && why.contains("uplink"),
         "{why}"
     );
-    let why = agent_readiness("eth0", "/tmp/strait-not-bpffs/v1", 9192);
+    let why = agent_readiness(&tb, "eth0", "/tmp/strait-not-bpffs/v1", 9192);
     assert!(why.contains("not on a BPF filesystem"), "{why}");
 }
 
