@@ -176,24 +176,29 @@ fn pod_ip(tb: &Testbed, cluster: &str, pod: &str) -> String {
 /// whose kubelet is stopped still has its dataplane.)
 fn agent_bin() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "-p", "mc-agent", "--bin", "mc-agent"])
-                .current_dir(repo_root())
-                .output()
-                .expect("cargo build");
-            assert!(
-                out.status.success(),
-                "building mc-agent: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::env::var("CARGO_TARGET_DIR")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|_| repo_root().join("target"))
-                .join("debug/mc-agent")
-        })
-        .clone()
+    BUILT.get_or_init(|| build_agent(None)).clone()
+}
+
+/// Builds mc-agent (debug) and returns its path: this checkout's build, or with `build_id` a
+/// different build (`STRAIT_BUILD_ID`: its own version tag) in a target directory of its own.
+fn build_agent(build_id: Option<&str>) -> std::path::PathBuf {
+    let mut dir = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"));
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "-p", "mc-agent", "--bin", "mc-agent"])
+        .current_dir(repo_root());
+    if let Some(id) = build_id {
+        dir = std::path::PathBuf::from(format!("{}-upgrade", dir.display()));
+        cmd.env("CARGO_TARGET_DIR", &dir).env("STRAIT_BUILD_ID", id);
+    }
+    let out = cmd.output().expect("cargo build");
+    assert!(
+        out.status.success(),
+        "building mc-agent {build_id:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("debug/mc-agent")
 }
 
 /// Counters of a Node's agent (from its own pinned map, through `testbed exec`).
@@ -697,28 +702,6 @@ fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
 /// The tag of the second build the upgrade test runs.
 const UPGRADE_BUILD: &str = "0.1.0+upgrade-test";
 
-/// mc-agent built again as a different build (its own version tag, its own target directory),
-/// the way an operator's upgrade brings a new binary.
-fn other_agent_build() -> std::path::PathBuf {
-    let base = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join("target"));
-    let dir = std::path::PathBuf::from(format!("{}-upgrade", base.display()));
-    let out = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "mc-agent", "--bin", "mc-agent"])
-        .env("CARGO_TARGET_DIR", &dir)
-        .env("STRAIT_BUILD_ID", UPGRADE_BUILD)
-        .current_dir(repo_root())
-        .output()
-        .expect("cargo build");
-    assert!(
-        out.status.success(),
-        "building the second mc-agent: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.join("debug/mc-agent")
-}
-
 fn version(bin: &std::path::Path) -> String {
     let out = Command::new(bin)
         .arg("--version")
@@ -779,7 +762,8 @@ impl Upgrade {
     fn prepare(tb: &Testbed) -> Self {
         if !kubelet_nodes() {
             let from = agent_bin();
-            let to = other_agent_build();
+            // Built again as a different build, the way an operator's upgrade brings a new binary.
+            let to = build_agent(Some(UPGRADE_BUILD));
             assert_eq!(version(&to), format!("mc-agent {UPGRADE_BUILD}"));
             assert_ne!(version(&to), version(&from), "two different builds");
             return Self::Binary { to, from };

@@ -586,8 +586,11 @@ fn west_runs_strait_from_the_helm_chart_and_the_others_from_the_manifests() {
 }
 
 /// Both binaries stop on SIGTERM (as PID 1 of their containers): `kubectl delete pod` of a
-/// controller or an agent returns within 2 s, not after the 30 s grace period, and the
-/// Deployment or DaemonSet brings a Ready replacement.
+/// controller or an agent returns within 5 s, not after the 30 s grace period, and the
+/// Deployment or DaemonSet brings a Ready replacement. (What `kubectl delete` waits for includes
+/// the kubelet's own work: noticing the exit, its relist runs every second, and the Pod network's
+/// teardown: 0.8 s for the agent on the host network; the controller under 2 s in two runs and
+/// 2.05 s in a third.)
 #[test]
 fn deleted_controller_and_agent_pods_stop_at_once_and_are_replaced() {
     let tb = kubelet_testbed();
@@ -634,7 +637,7 @@ fn deleted_controller_and_agent_pods_stop_at_once_and_are_replaced() {
         let took = started.elapsed();
         println!("kubectl delete pod of {what} ({pod}) returned after {took:?}");
         assert!(
-            took < Duration::from_secs(2),
+            took < Duration::from_secs(5),
             "{what} took {took:?} to stop: it must stop on SIGTERM"
         );
         tb.ok(
