@@ -544,6 +544,24 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
     assert_eq!(body, "hello from west/web-move");
 }
 
+/// The image of `cluster`'s agent DaemonSet.
+fn agent_image(tb: &Testbed, cluster: &str) -> String {
+    tb.ok(
+        cluster,
+        &[
+            "get",
+            "daemonset",
+            "-n",
+            join::MEMBER_NS,
+            "strait-agent",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ],
+    )
+    .trim()
+    .to_owned()
+}
+
 /// A second agent on east/node-b started with a bad setting (its health port `port`): on
 /// kubelet Nodes a Pod of the agent's image as an operator's misconfigured DaemonSet would run
 /// it (host network, privileged, the Node's bpffs, the agent's ServiceAccount), with process
@@ -557,18 +575,7 @@ impl BadAgent {
     fn start(tb: &Testbed, config: &str, port: u16) -> Self {
         let name = format!("strait-bad-agent-{port}");
         if kubelet_nodes() {
-            let image = tb.ok(
-                "east",
-                &[
-                    "get",
-                    "daemonset",
-                    "-n",
-                    join::MEMBER_NS,
-                    "strait-agent",
-                    "-o",
-                    "jsonpath={.spec.template.spec.containers[0].image}",
-                ],
-            );
+            let image = agent_image(tb, "east");
             let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
                 {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": name, "namespace": join::MEMBER_NS},
@@ -579,7 +586,7 @@ impl BadAgent {
                     "nodeName": "node-b", "hostNetwork": true, "restartPolicy": "Never",
                     "serviceAccountName": "strait-agent", "terminationGracePeriodSeconds": 1,
                     "containers": [{
-                        "name": "agent", "image": image.trim(), "imagePullPolicy": "Never",
+                        "name": "agent", "image": image, "imagePullPolicy": "Never",
                         "args": ["run", "--config=/etc/strait/strait-agent.conf",
                                  format!("--health-addr=198.18.11.2:{port}")],
                         "env": [{"name": "NODE_NAME", "value": "node-b"}],
@@ -774,21 +781,7 @@ impl Upgrade {
         xtask(&["testbed", "load", archive.to_str().unwrap()]);
         let from = ["east", "west"]
             .iter()
-            .map(|c| {
-                let image = tb.ok(
-                    c,
-                    &[
-                        "get",
-                        "daemonset",
-                        "-n",
-                        join::MEMBER_NS,
-                        "strait-agent",
-                        "-o",
-                        "jsonpath={.spec.template.spec.containers[0].image}",
-                    ],
-                );
-                ((*c).to_owned(), image.trim().to_owned())
-            })
+            .map(|c| ((*c).to_owned(), agent_image(tb, c)))
             .collect::<Vec<_>>();
         let to = format!("ghcr.io/strait-net/mc-agent:{tag}");
         assert!(from.iter().all(|(_, i)| *i != to), "two different images");
