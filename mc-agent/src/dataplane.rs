@@ -308,7 +308,7 @@ pub fn detach(layout: &PinLayout, interface: &str, remove_maps: bool) -> io::Res
     for link in &links {
         // Dropping the last reference to a link detaches it only once the kernel releases the
         // pin's inode; BPF_LINK_DETACH takes the program off the hook now.
-        match link_detach(link) {
+        match detach_pinned_link(link) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -335,8 +335,8 @@ fn if_index(name: &str) -> Option<u32> {
     (index != 0).then_some(index)
 }
 
-/// `BPF_OBJ_GET` of a pinned link, then `BPF_LINK_DETACH` on it.
-fn link_detach(path: &std::path::Path) -> io::Result<()> {
+/// `BPF_OBJ_GET` of a pinned link, then `BPF_LINK_DETACH` on it (the pin stays: remove it).
+pub fn detach_pinned_link(path: &std::path::Path) -> io::Result<()> {
     use std::os::{fd::FromRawFd as _, unix::ffi::OsStrExt as _};
     const BPF_OBJ_GET: libc::c_long = 7;
     const BPF_LINK_DETACH: libc::c_long = 34;

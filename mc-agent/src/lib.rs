@@ -6,6 +6,7 @@ pub mod bpffs;
 pub mod config;
 pub mod counters;
 pub mod dataplane;
+pub mod host;
 pub mod routes;
 pub mod run;
 pub mod state;

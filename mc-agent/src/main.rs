@@ -9,6 +9,7 @@ use mc_agent::{
     config::Multicluster,
     counters,
     dataplane::{self, Dataplane, DataplaneMaps},
+    host::{self, DEFAULT_STATE_DIR, HostState},
     run::{RunOptions, run},
 };
 use mc_common::{
@@ -24,6 +25,9 @@ struct Cli {
     /// Directory on bpffs where maps and links are pinned (overrides the config's pinPath).
     #[arg(long, global = true, env = "MC_PIN_ROOT")]
     pin_root: Option<PathBuf>,
+    /// Where the agent records the Node's sysctls from before Strait (a hostPath in a Pod).
+    #[arg(long, global = true, env = "MC_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -56,7 +60,20 @@ enum Command {
         #[arg(long)]
         uplink: String,
     },
-    /// Remove the pinned links of the uplink (detaching the programs), and with --maps the maps.
+    /// Take Strait off this Node: detach and unpin every program, remove the maps, the routes
+    /// (proto 167) and restore the sysctls the agent changed. Stop the agent first (delete its
+    /// DaemonSet), or it attaches again.
+    Uninstall {
+        /// Change nothing: list what of Strait remains on this Node; exit 1 if anything does.
+        #[arg(long, conflicts_with = "stay")]
+        check: bool,
+        /// After uninstalling, keep running until SIGTERM (the container of the cleanup
+        /// DaemonSet, whose readiness probe is `uninstall --check`).
+        #[arg(long)]
+        stay: bool,
+    },
+    /// Remove the pinned links of the uplink (detaching the programs), and with --maps the maps
+    /// (routes and sysctls stay: `uninstall` removes everything).
     Detach {
         #[arg(long)]
         uplink: String,
@@ -126,6 +143,7 @@ fn main() -> anyhow::Result<()> {
                     namespace,
                     config,
                     resync: Duration::from_secs(resync.max(1)),
+                    host: HostState::new(&cli.state_dir),
                 };
                 tokio::select! {
                     r = serve => r,
@@ -138,6 +156,27 @@ fn main() -> anyhow::Result<()> {
             })
         }
         Command::Attach { uplink } => attach(layout, &uplink),
+        Command::Uninstall { check, stay } => {
+            let state = HostState::new(&cli.state_dir);
+            if check {
+                let left = host::leftovers(&layout, &state)?;
+                if left.is_empty() {
+                    println!("nothing of Strait on this Node");
+                    return Ok(());
+                }
+                for item in &left {
+                    println!("{item}");
+                }
+                anyhow::bail!("{} item(s) of Strait remain on this Node", left.len());
+            }
+            uninstall(&layout, &state)?;
+            if stay {
+                let runtime = tokio::runtime::Runtime::new()?;
+                let signal = runtime.block_on(mc_kube::shutdown_signal());
+                tracing::info!(signal, "asked to stop");
+            }
+            Ok(())
+        }
         Command::Detach { uplink, maps } => {
             for path in dataplane::detach(&layout, &uplink, maps)
                 .with_context(|| format!("detaching from {uplink}"))?
@@ -167,6 +206,30 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Maps => print_maps(&layout),
     }
+}
+
+fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
+    let done = host::uninstall(layout, state)?;
+    for link in &done.links {
+        tracing::info!(link = %link.display(), "detached the program and removed the pinned link");
+    }
+    if done.pin_dir_removed {
+        tracing::info!(pin_dir = %layout.root().display(), "removed the pinned maps");
+    }
+    if !done.routes.is_empty() {
+        tracing::info!(routes = ?done.routes, "removed Strait's routes (proto {})", mc_agent::routes::ROUTE_PROTO);
+    }
+    for (key, value) in &done.sysctls {
+        tracing::info!(key, value, "restored the sysctl");
+    }
+    let left = host::leftovers(layout, state)?;
+    anyhow::ensure!(
+        left.is_empty(),
+        "still on this Node after uninstalling (is the agent still running?): {}",
+        left.join("; ")
+    );
+    tracing::info!("nothing of Strait is left on this Node");
+    Ok(())
 }
 
 fn attach(layout: PinLayout, uplink: &str) -> anyhow::Result<()> {

@@ -143,14 +143,23 @@ pub fn interface_with_address(addr: Ipv4Addr) -> Option<String> {
     None
 }
 
-/// Sets a sysctl under /proc/sys, returning the previous value.
-pub fn set_sysctl(path: &str, value: &str) -> std::io::Result<String> {
-    let full = format!("/proc/sys/{path}");
-    let old = std::fs::read_to_string(&full)?.trim().to_owned();
-    if old != value {
-        std::fs::write(&full, value)?;
+/// Strait's routes in every table (`ip route show table all proto 167`).
+pub fn own() -> Result<Vec<String>, RouteError> {
+    Ok(
+        ip_json(&["-4", "route", "show", "table", "all", "proto", ROUTE_PROTO])?
+            .into_iter()
+            .filter_map(|r| r.dst)
+            .collect(),
+    )
+}
+
+/// Removes Strait's routes from every table, returning those it found.
+pub fn flush_own() -> Result<Vec<String>, RouteError> {
+    let found = own()?;
+    if !found.is_empty() {
+        ip(&["-4", "route", "flush", "table", "all", "proto", ROUTE_PROTO])?;
     }
-    Ok(old)
+    Ok(found)
 }
 
 /// An interface's MTU (`SIOCGIFMTU` on a socket of this network namespace).

@@ -17,6 +17,7 @@ use crate::{
     config::Multicluster,
     counters,
     dataplane::Dataplane,
+    host::HostState,
     routes,
     state::{ClusterInfoObject, Desired, GatewayObject, Inputs, Routed, desired},
     sync,
@@ -32,6 +33,8 @@ pub struct RunOptions {
     pub config: Multicluster,
     /// Full resync period (besides every watch event).
     pub resync: Duration,
+    /// Where the Node's sysctls from before Strait are recorded (for `mc-agent uninstall`).
+    pub host: HostState,
 }
 
 /// The attached dataplane of this Node.
@@ -273,10 +276,14 @@ fn pass(
         problems.push(e.clone());
         not_ready = Some(e.clone());
     }
-    if want.config.role == mc_common::dataplane::ROLE_GATEWAY
-        && let Err(e) = routes::set_sysctl("net/ipv4/ip_forward", "1")
-    {
-        problems.push(format!("enabling IPv4 forwarding on the gateway: {e}"));
+    if want.config.role == mc_common::dataplane::ROLE_GATEWAY {
+        match opts.host.set_sysctl("net/ipv4/ip_forward", "1") {
+            Ok(Some(old)) => {
+                tracing::info!(old, "enabled IPv4 forwarding on the gateway (ip_forward=1)")
+            }
+            Ok(None) => {}
+            Err(e) => problems.push(format!("enabling IPv4 forwarding on the gateway: {e}")),
+        }
     }
     let prefixes: BTreeSet<_> = want.routes.keys().copied().collect();
     // The routes follow the maps: if these could not be written, the programs may still
@@ -348,13 +355,16 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
             }
         );
     }
-    match routes::set_sysctl(&format!("net/ipv4/conf/{uplink}/rp_filter"), "2") {
-        Ok(old) if old != "2" => tracing::info!(
+    match opts
+        .host
+        .set_sysctl(&format!("net/ipv4/conf/{uplink}/rp_filter"), "2")
+    {
+        Ok(Some(old)) => tracing::info!(
             uplink,
             old,
             "set loose reverse-path filtering on the uplink (rp_filter=2): decapsulated packets arrive from remote prefixes"
         ),
-        Ok(_) => {}
+        Ok(None) => {}
         Err(e) => tracing::warn!(uplink, error = %e, "cannot set rp_filter on the uplink"),
     }
     Ok(Attached {

@@ -71,6 +71,13 @@ impl Testbed {
         &self.kubectl
     }
 
+    /// `helm --kubeconfig <cluster's admin kubeconfig>`.
+    pub fn helm(&self, cluster: &str) -> Command {
+        let mut cmd = Command::new(helm_bin());
+        cmd.arg("--kubeconfig").arg(&self.kubeconfigs[cluster]);
+        cmd
+    }
+
     /// `kubectl --kubeconfig <cluster's admin kubeconfig>`.
     pub fn kubectl(&self, cluster: &str) -> Command {
         let mut cmd = Command::new(&self.kubectl);
@@ -390,6 +397,24 @@ pub mod join {
             tb.delete(c, &["clusterclaim", "--all", "-n", ns]);
         }
     }
+}
+
+/// helm, built from its Go module by scripts/build-helm.sh (part of the set-up).
+pub fn helm_bin() -> PathBuf {
+    let versions =
+        std::fs::read_to_string(repo_root().join("scripts/versions.env")).expect("versions.env");
+    let version = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("HELM_VERSION="))
+        .expect("HELM_VERSION in versions.env");
+    let cache = std::env::var("STRAIT_CACHE").unwrap_or_else(|_| "/var/cache/strait".into());
+    let path = Path::new(&cache).join("helm").join(version).join("helm");
+    assert!(
+        path.exists(),
+        "{} missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
 }
 
 /// Whether the testbed runs kubelet Nodes with Strait in Pods (the default shape), not the

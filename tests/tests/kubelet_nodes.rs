@@ -646,3 +646,457 @@ fn deleted_controller_and_agent_pods_stop_at_once_and_are_replaced() {
         );
     }
 }
+
+/// `cargo xtask <args>` from the repository (its output).
+fn xtask(args: &[&str]) -> String {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .arg("xtask")
+        .args(args)
+        .current_dir(mc_integration::repo_root())
+        .output()
+        .expect("cargo xtask");
+    assert!(
+        out.status.success(),
+        "cargo xtask {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What a Node holds of Strait, read in the Node's own namespaces (not through the agent).
+#[derive(Debug)]
+struct NodeState {
+    /// Entries of /sys/fs/bpf/mc (the pin directories).
+    pins: String,
+    /// `ip route show table all proto 167`.
+    routes: String,
+    /// The pinned TCX link of the uplink's ingress (`bpftool link show pinned`).
+    programs: String,
+    /// rp_filter of the uplink, and of a new interface (what the uplink had before the agent).
+    rp_filter: (String, String),
+    ip_forward: String,
+    /// The agent's record of the sysctls it changed (/run/strait/sysctls).
+    record: String,
+}
+
+fn node_state(cluster: &str, node: &str) -> NodeState {
+    let script = "ls /sys/fs/bpf/mc 2>/dev/null; echo '#'; ip -4 route show table all proto 167; echo '#'; \
+                  bpftool link show pinned /sys/fs/bpf/mc/v1/links/eth0_ingress 2>/dev/null; echo '#'; \
+                  cat /proc/sys/net/ipv4/conf/eth0/rp_filter; echo '#'; \
+                  cat /proc/sys/net/ipv4/conf/default/rp_filter; echo '#'; \
+                  cat /proc/sys/net/ipv4/ip_forward; echo '#'; cat /run/strait/sysctls 2>/dev/null; true";
+    let out = xtask(&[
+        "testbed",
+        "exec",
+        &format!("{cluster}/{node}"),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    let parts: Vec<String> = out.split('#').map(|p| p.trim().to_owned()).collect();
+    assert_eq!(parts.len(), 7, "{cluster}/{node}: {out}");
+    NodeState {
+        pins: parts[0].clone(),
+        routes: parts[1].clone(),
+        programs: parts[2].clone(),
+        rp_filter: (parts[3].clone(), parts[4].clone()),
+        ip_forward: parts[5].clone(),
+        record: parts[6].clone(),
+    }
+}
+
+/// Every Node of every cluster.
+fn all_nodes(tb: &Testbed) -> Vec<(&'static str, String)> {
+    let mut all = Vec::new();
+    for cluster in mc_integration::CLUSTERS {
+        for n in tb
+            .ok(cluster, &["get", "nodes", "-o", "name"])
+            .lines()
+            .filter_map(|l| l.strip_prefix("node/"))
+        {
+            all.push((cluster, n.to_owned()));
+        }
+    }
+    all
+}
+
+/// A kubectl command of docs/operating.md ("Uninstalling"), run in `cluster` from the
+/// repository's root as the docs show it.
+fn documented(tb: &Testbed, cluster: &str, args: &[&str]) -> String {
+    let out = tb
+        .kubectl(cluster)
+        .args(args)
+        .current_dir(mc_integration::repo_root())
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "{cluster}: kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The documented uninstall (docs/operating.md, "Uninstalling") in every cluster — leave the
+/// ClusterSet, delete the controllers with their webhooks and the agents (the manifests in north
+/// and east, `helm uninstall` in west), clean the Nodes with deploy/uninstall, delete the CRDs —
+/// leaves no Node with a Strait program, pin, route or changed sysctl, checked in each Node's
+/// own namespaces. Then `cargo xtask testbed up` installs everything again, as it first did, and
+/// a Service exported from west answers in east.
+#[test]
+fn uninstalling_leaves_every_node_clean_and_reinstalling_works() {
+    let tb = kubelet_testbed();
+    join::ensure_joined(&tb);
+    let nodes = all_nodes(&tb);
+    assert!(nodes.len() >= 6, "{nodes:?}");
+    // Installed: every Node has the agent's pins and programs, and the uplink's rp_filter is
+    // the agent's (the testbed leaves it at the kernel's default), with the original recorded.
+    for (cluster, node) in &nodes {
+        let s = node_state(cluster, node);
+        assert!(s.pins.contains("v1"), "{cluster}/{node}: {s:?}");
+        assert!(s.programs.contains("prog "), "{cluster}/{node}: {s:?}");
+        assert_eq!(s.rp_filter.0, "2", "{cluster}/{node}: {s:?}");
+        assert!(
+            s.record
+                .contains(&format!("net/ipv4/conf/eth0/rp_filter={}", s.rp_filter.1)),
+            "{cluster}/{node}: {s:?}"
+        );
+    }
+
+    // 1. Leave the ClusterSet (members first).
+    join::leave_all(&tb);
+    // 2. Controllers with their webhooks, then the agents.
+    for cluster in ["north", "east"] {
+        documented(&tb, cluster, &["delete", "-k", "deploy/member/"]);
+    }
+    documented(&tb, "north", &["delete", "-k", "deploy/leader/"]);
+    for cluster in ["north", "east"] {
+        documented(&tb, cluster, &["delete", "-k", "deploy/agent/"]);
+    }
+    let out = tb
+        .helm("west")
+        .args(["uninstall", "strait", "--namespace", SYSTEM, "--wait"])
+        .output()
+        .expect("helm");
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for cluster in mc_integration::CLUSTERS {
+        documented(
+            &tb,
+            cluster,
+            &[
+                "-n",
+                SYSTEM,
+                "wait",
+                "--for=delete",
+                "pod",
+                "-l",
+                "app=strait-agent",
+                "--timeout=120s",
+            ],
+        );
+    }
+    // 3. Clean the Nodes.
+    for cluster in mc_integration::CLUSTERS {
+        documented(&tb, cluster, &["apply", "-k", "deploy/uninstall/"]);
+    }
+    for cluster in mc_integration::CLUSTERS {
+        documented(
+            &tb,
+            cluster,
+            &[
+                "-n",
+                SYSTEM,
+                "rollout",
+                "status",
+                "daemonset/strait-cleanup",
+                "--timeout=300s",
+            ],
+        );
+        documented(&tb, cluster, &["delete", "-k", "deploy/uninstall/"]);
+    }
+    // 4. The CRDs (with every object of theirs), and the gateway annotations.
+    for cluster in mc_integration::CLUSTERS {
+        documented(&tb, cluster, &["delete", "-f", "deploy/crds/"]);
+        documented(&tb, cluster, &["delete", "-f", "deploy/antrea-crds/"]);
+        documented(
+            &tb,
+            cluster,
+            &[
+                "annotate",
+                "node",
+                "--all",
+                "multicluster.antrea.io/gateway-",
+            ],
+        );
+    }
+
+    for cluster in mc_integration::CLUSTERS {
+        let left = tb.ok(
+            cluster,
+            &[
+                "get",
+                "crd,validatingwebhookconfigurations,mutatingwebhookconfigurations,daemonsets,deployments",
+                "-A",
+                "-o",
+                "name",
+            ],
+        );
+        for line in left.lines() {
+            assert!(
+                !(line.contains("antrea") || line.contains("strait")),
+                "{cluster}: {line} is left"
+            );
+        }
+    }
+    // Programs are the kernel's objects, not a Node's: with Strait gone from every Node of the
+    // machine none of its programs may remain loaded (a detached program is freed once its last
+    // reference goes, within moments).
+    wait_for(
+        "no Strait program loaded on the machine",
+        Duration::from_secs(15),
+        || {
+            let out = Command::new("bpftool")
+                .args(["prog", "show"])
+                .output()
+                .map_err(|e| e.to_string())?;
+            let left: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("name mc_ingress") || l.contains("name mc_egress"))
+                .map(str::to_owned)
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(left.join("; "))
+            }
+        },
+    );
+    for (cluster, node) in &nodes {
+        let s = node_state(cluster, node);
+        println!("{cluster}/{node} after uninstalling: {s:?}");
+        assert_eq!(s.pins, "", "{cluster}/{node}: pins left");
+        assert_eq!(s.routes, "", "{cluster}/{node}: routes left");
+        assert_eq!(s.programs, "", "{cluster}/{node}: programs left");
+        assert_eq!(
+            s.rp_filter.0, s.rp_filter.1,
+            "{cluster}/{node}: the uplink's rp_filter is not what the kernel gave it"
+        );
+        assert_eq!(
+            s.ip_forward, "1",
+            "{cluster}/{node}: the testbed's forwarding"
+        );
+        assert_eq!(s.record, "", "{cluster}/{node}: the record is left");
+    }
+
+    // Reinstalling: the testbed's `up` (the README's install) and a cross-cluster answer.
+    xtask(&["testbed", "up"]);
+    join::ensure_joined(&tb);
+    for (cluster, node) in &nodes {
+        wait_for(
+            &format!("the agent on {cluster}/{node} to attach again"),
+            Duration::from_secs(90),
+            || {
+                let s = node_state(cluster, node);
+                if s.programs.contains("prog ") && s.rp_filter.0 == "2" {
+                    Ok(())
+                } else {
+                    Err(format!("{s:?}"))
+                }
+            },
+        );
+    }
+    export_and_reach(&tb, "reinstalled", None);
+}
+
+/// An object as read, without what the API server set, in namespace `ns`.
+fn moved(obj: &serde_json::Value, ns: &str) -> String {
+    let mut o = obj.clone();
+    let m = o["metadata"].as_object_mut().expect("metadata");
+    for key in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+        "ownerReferences",
+        "finalizers",
+    ] {
+        m.remove(key);
+    }
+    m.insert("namespace".into(), ns.into());
+    o.as_object_mut().expect("object").remove("status");
+    o.to_string()
+}
+
+/// `helm upgrade` of west's release with the member (and so the agent) in `ns`.
+fn helm_member_namespace(tb: &Testbed, ns: &str) -> Result<(), String> {
+    let chart = mc_integration::repo_root().join("deploy/chart/strait");
+    let out = tb
+        .helm("west")
+        .args(["upgrade", "strait"])
+        .arg(&chart)
+        .args([
+            "--namespace",
+            SYSTEM,
+            "--reuse-values",
+            "--set",
+            &format!("member.namespace={ns}"),
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// West's member back in kube-system and the other namespace gone, whatever the test did
+/// (also when it failed half-way: the later tests need west as the testbed made it).
+struct MemberInKubeSystem<'a>(&'a Testbed, &'static str);
+
+impl Drop for MemberInKubeSystem<'_> {
+    fn drop(&mut self) {
+        let (tb, ns) = (self.0, self.1);
+        if let Err(e) = helm_member_namespace(tb, SYSTEM) {
+            eprintln!("restoring west's member namespace: {e}");
+        }
+        let _ = tb
+            .kubectl("west")
+            .args([
+                "delete",
+                "namespace",
+                ns,
+                "--ignore-not-found",
+                "--timeout=120s",
+            ])
+            .output();
+    }
+}
+
+/// West leaves the ClusterSet in `from` (its controller still there); returns what joined it
+/// (its token Secret and ClusterSet), to write in another namespace.
+fn leave_in(tb: &Testbed, from: &str) -> (serde_json::Value, serde_json::Value) {
+    let secret = tb.get_json(
+        "west",
+        &["get", "secret", "-n", from, "member-west-access-token"],
+    );
+    let clusterset = tb.get_json("west", &["get", "clusterset", "-n", from, join::CLUSTERSET]);
+    tb.delete("west", &["clusterset", "-n", from, join::CLUSTERSET]);
+    wait_for(
+        "west's ClusterSet to go",
+        Duration::from_secs(60),
+        || match tb.try_json("west", &["get", "clusterset", "-n", from, join::CLUSTERSET]) {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        },
+    );
+    (secret, clusterset)
+}
+
+/// The chart with `member.namespace` changed: the agent follows the member into that namespace
+/// (its Pod's namespace is where it looks for the Gateway and ClusterInfoImports), becomes
+/// ready and programs the remote prefixes into its maps; back to kube-system afterwards.
+#[test]
+fn with_the_chart_in_another_member_namespace_the_agent_is_ready_and_programs_its_maps() {
+    const NS: &str = "strait-member";
+    let tb = kubelet_testbed();
+    join::ensure_joined(&tb);
+    tb.ensure_namespace("west", NS);
+    let restore = MemberInKubeSystem(&tb, NS);
+    let (secret, clusterset) = leave_in(&tb, SYSTEM);
+    helm_member_namespace(&tb, NS).expect("helm upgrade");
+    tb.ok(
+        "west",
+        &[
+            "rollout",
+            "status",
+            "-n",
+            NS,
+            "deployment/antrea-mc-controller",
+            "--timeout=180s",
+        ],
+    );
+    tb.apply("west", NS, &moved(&secret, NS));
+    tb.apply("west", NS, &moved(&clusterset, NS));
+    wait_for(
+        "the leader to count both members ready",
+        Duration::from_secs(120),
+        || match join::leader_counts(&tb) {
+            Some((2, 2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    // east's Service CIDR, as west's ClusterInfoImport in the new namespace carries it.
+    let east_cidr = wait_for(
+        "east's ClusterInfoImport in west's new namespace",
+        Duration::from_secs(90),
+        || {
+            let list = tb.get_json("west", &["get", "clusterinfoimport", "-n", NS]);
+            list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|i| i["spec"]["clusterID"] == join::id("east"))
+                .and_then(|i| i["spec"]["serviceCIDR"].as_str().map(str::to_owned))
+                .ok_or_else(|| list.to_string())
+        },
+    );
+    tb.ok(
+        "west",
+        &[
+            "rollout",
+            "status",
+            "-n",
+            NS,
+            "daemonset/strait-agent",
+            "--timeout=120s",
+        ],
+    );
+    let maps = wait_for(
+        "the agent in the new namespace to route east's Service CIDR",
+        Duration::from_secs(60),
+        || {
+            let maps = tb.ok(
+                "west",
+                &[
+                    "exec",
+                    "-n",
+                    NS,
+                    "ds/strait-agent",
+                    "--",
+                    "mc-agent",
+                    "maps",
+                ],
+            );
+            if maps.contains(&east_cidr) {
+                Ok(maps)
+            } else {
+                Err(maps)
+            }
+        },
+    );
+    println!("mc-agent maps in {NS}:\n{maps}");
+
+    // Back to kube-system: west leaves in the other namespace, then joins in kube-system again.
+    let (secret, clusterset) = leave_in(&tb, NS);
+    drop(restore);
+    let rollout = |what: &str| {
+        tb.ok(
+            "west",
+            &["rollout", "status", "-n", SYSTEM, what, "--timeout=180s"],
+        )
+    };
+    rollout("deployment/antrea-mc-controller");
+    tb.apply("west", SYSTEM, &moved(&secret, SYSTEM));
+    tb.apply("west", SYSTEM, &moved(&clusterset, SYSTEM));
+    join::wait_ready(&tb);
+    rollout("daemonset/strait-agent");
+}

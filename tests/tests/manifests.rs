@@ -32,31 +32,11 @@ fn leader_manifests_validate_on_the_leader() {
 }
 
 #[test]
-fn member_and_agent_manifests_validate_on_a_member() {
+fn member_agent_and_cleanup_manifests_validate_on_a_member() {
     let tb = Testbed::from_env();
     dry_run(&tb, "east", "deploy/member");
     dry_run(&tb, "east", "deploy/agent");
-}
-
-/// helm, built from its Go module by scripts/build-helm.sh (part of the set-up).
-fn helm() -> std::path::PathBuf {
-    let versions =
-        std::fs::read_to_string(repo_root().join("scripts/versions.env")).expect("versions.env");
-    let version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("HELM_VERSION="))
-        .expect("HELM_VERSION in versions.env");
-    let cache = std::env::var("STRAIT_CACHE").unwrap_or_else(|_| "/var/cache/strait".into());
-    let path = std::path::Path::new(&cache)
-        .join("helm")
-        .join(version)
-        .join("helm");
-    assert!(
-        path.exists(),
-        "{} missing: run scripts/setup.sh",
-        path.display()
-    );
-    path
+    dry_run(&tb, "east", "deploy/uninstall");
 }
 
 /// (kind, namespace, name): objects sorted by it compare one to one.
@@ -81,7 +61,7 @@ fn docs(yaml: &str) -> Vec<Value> {
 }
 
 fn render(sets: &[&str]) -> String {
-    let mut cmd = std::process::Command::new(helm());
+    let mut cmd = std::process::Command::new(mc_integration::helm_bin());
     cmd.args(["template", "strait"])
         .arg(repo_root().join("deploy/chart/strait"));
     for s in sets {
@@ -215,6 +195,43 @@ fn the_chart_renders_the_manifests_objects_and_they_validate() {
             "--resync=60"
         ])
     );
+    // One value per port: the container port (which the probes and the webhook Service name)
+    // and the listener's flag move together; the agent follows the member's namespace.
+    let moved = docs(&render(&[
+        "member.enabled=true",
+        "agent.enabled=true",
+        "member.namespace=strait-member",
+        "ports.webhook=10443",
+        "ports.controllerHealth=8181",
+        "ports.agentHealth=9191",
+    ]));
+    let container = |kind: &str| {
+        let o = moved
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .unwrap_or_else(|| panic!("{kind}"));
+        assert_eq!(o["metadata"]["namespace"], "strait-member", "{kind}");
+        o["spec"]["template"]["spec"]["containers"][0].clone()
+    };
+    let c = container("Deployment");
+    assert_eq!(
+        c["ports"],
+        serde_json::json!([
+            {"name": "http", "containerPort": 8181},
+            {"name": "webhook", "containerPort": 10443}
+        ])
+    );
+    let args = c["args"].to_string();
+    assert!(
+        args.contains("--health-addr=:8181") && args.contains("--webhook-addr=:10443"),
+        "{args}"
+    );
+    let c = container("DaemonSet");
+    assert_eq!(
+        c["ports"],
+        serde_json::json!([{"name": "http", "containerPort": 9191}])
+    );
+    assert!(c["args"].to_string().contains("--health-addr=:9191"), "{c}");
     let cm = objs
         .iter()
         .find(|o| o["kind"] == "ConfigMap")

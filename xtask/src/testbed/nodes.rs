@@ -145,16 +145,15 @@ fn ensure_node_network(node: &TestNode) -> anyhow::Result<()> {
     // Routes: the testbed's 198.18.0.0/15 (API servers, the other underlays) and the cluster's
     // Service CIDR (so that the Node's own connections to ClusterIPs, the `kubernetes` Service
     // first, find a route before kube-proxy translates them) via the router; never a default
-    // route. Forwarding for the Pods; loose reverse-path filtering because
-    // decapsulated packets come from remote prefixes.
+    // route. Forwarding for the Pods. Reverse-path filtering stays the kernel's default: the agent
+    // loosens it on the uplink itself (and `mc-agent uninstall` puts it back).
     sh(
         &ns,
         &format!(
             "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 mtu {UPLINK_MTU} up && \
              ip route add 198.18.0.0/15 via {router} dev eth0 && \
              ip route add {services} via {router} dev eth0 && \
-             sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv4.conf.all.rp_filter=2 && \
-             sysctl -qw net.ipv4.conf.eth0.rp_filter=2",
+             sysctl -qw net.ipv4.ip_forward=1",
             ip = node.ip(),
             router = node.cluster.router_ip(),
             services = node.cluster.service_cidr,
@@ -308,6 +307,10 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
                 format!("--node-name={}", node.name),
                 format!("--kubeconfig={}", admin_kubeconfig(&node.cluster).display()),
                 format!("--health-addr={}:9090", node.ip()),
+                format!(
+                    "--state-dir={}",
+                    super::runtime::node_dir(&node).join("state").display()
+                ),
             ],
         )? {
             say(format!(

@@ -33,7 +33,7 @@ use crate::{
 };
 
 /// The standard paths each Node has for itself.
-const NODE_PATHS: [&str; 7] = [
+const NODE_PATHS: [&str; 8] = [
     "/var/lib/containerd",
     "/run/containerd",
     "/var/lib/kubelet",
@@ -41,6 +41,8 @@ const NODE_PATHS: [&str; 7] = [
     "/etc/cni/net.d",
     "/var/log/pods",
     "/var/log/containers",
+    // The agent's record of the Node's sysctls (hostPath in deploy/agent).
+    "/run/strait",
 ];
 
 /// Where Debian's containernetworking-plugins are.
