@@ -71,6 +71,11 @@ impl Testbed {
         &self.kubectl
     }
 
+    /// The admin kubeconfig of `cluster`.
+    pub fn kubeconfig(&self, cluster: &str) -> &Path {
+        &self.kubeconfigs[cluster]
+    }
+
     /// `helm --kubeconfig <cluster's admin kubeconfig>`.
     pub fn helm(&self, cluster: &str) -> Command {
         let mut cmd = Command::new(helm_bin());
