@@ -35,8 +35,10 @@ pub fn ours() -> Vec<CustomResourceDefinition> {
         gateway::Gateway::crd(),
         clusterinfo::ClusterInfoImport::crd(),
         labelidentity::LabelIdentity::crd(),
-        mcs::ServiceExport::crd(),
-        mcs::ServiceImport::crd(),
+        // Upstream's v1beta1 has the same schema as v1alpha1 (the MCS conformance suite reads
+        // v1beta1; CoreDNS and the guides use v1alpha1).
+        also_served_as(mcs::ServiceExport::crd(), "v1beta1"),
+        also_served_as(mcs::ServiceImport::crd(), "v1beta1"),
     ]
 }
 

@@ -1,5 +1,7 @@
-//! The Multi-cluster Services API (`multicluster.x-k8s.io/v1alpha1`): ServiceExport and
-//! ServiceImport, in the shape of the copies Antrea ships.
+//! The Multi-cluster Services API (`multicluster.x-k8s.io`): ServiceExport and ServiceImport, in
+//! the shape of the copies Antrea ships (`v1alpha1`, what the guides write) with the fields of
+//! upstream's `v1beta1`. The CRDs serve both versions with one schema (conversion None: upstream's
+//! two versions are identical), so `v1alpha1` is all the Rust code uses.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as MetaCondition;
 use kube::CustomResource;
@@ -84,6 +86,15 @@ pub struct ServiceImportSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
     pub session_affinity_config: Option<serde_json::Value>,
+    /// The family of each entry of `ips`, in the same order (Strait: `IPv4`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub ip_families: Vec<String>,
+    /// The exported Service's, copied (the MCS API carries them for consumers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_traffic_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_distribution: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -821,8 +821,9 @@ fn uninstalling_leaves_every_node_clean_and_reinstalling_works() {
         );
         documented(&tb, cluster, &["delete", "-k", "deploy/uninstall/"]);
     }
-    // 4. The CRDs (with every object of theirs), and the gateway annotations.
+    // 4. CoreDNS's grant, the CRDs (with every object of theirs), and the gateway annotations.
     for cluster in mc_integration::CLUSTERS {
+        documented(&tb, cluster, &["delete", "-k", "deploy/coredns/"]);
         documented(&tb, cluster, &["delete", "-f", "deploy/crds/"]);
         documented(&tb, cluster, &["delete", "-f", "deploy/antrea-crds/"]);
         documented(

@@ -288,10 +288,12 @@ fn service(
         .filter(|keys| with_ports.iter().any(|(_, p)| port_keys(p) == *keys));
     let reference = imported.unwrap_or_else(|| port_keys(oldest));
     let mut chosen: Option<&Vec<ServicePort>> = None;
+    let mut chosen_from: Option<&ResourceExport> = None;
     for (re, ports) in &with_ports {
         let keys = port_keys(ports);
         if keys == reference {
             chosen.get_or_insert(ports);
+            chosen_from.get_or_insert(re);
             service_ok.insert((tuple.namespace.clone(), tuple.name.clone(), cluster_of(re)));
             out.verdicts.insert(re.name_any(), Verdict::Succeeded);
         } else {
@@ -321,9 +323,27 @@ fn service(
             port
         })
         .collect();
+    let mut spec = json!({"ports": ports, "type": "ClusterSetIP"});
+    // The MCS API's copies of the exported Service's traits, from the export whose ports won.
+    if let Some(from) = chosen_from
+        .and_then(|re| re.spec.service.as_ref())
+        .and_then(|s| s.service_spec.as_ref())
+    {
+        let traits = [
+            ("sessionAffinity", json!(from.session_affinity)),
+            ("sessionAffinityConfig", json!(from.session_affinity_config)),
+            ("internalTrafficPolicy", json!(from.internal_traffic_policy)),
+            ("trafficDistribution", json!(from.traffic_distribution)),
+        ];
+        for (key, value) in traits {
+            if !value.is_null() {
+                spec[key] = value;
+            }
+        }
+    }
     Some(json!({
         "metadata": {"name": tuple.name, "namespace": tuple.namespace},
-        "spec": {"ports": ports, "type": "ClusterSetIP"},
+        "spec": spec,
     }))
 }
 
@@ -536,6 +556,45 @@ mod tests {
         );
         assert_eq!(ips(&m), ["10.98.0.7"]);
         assert!(m.verdicts.values().all(|v| *v == Verdict::Succeeded));
+    }
+
+    /// The MCS API's copies of the Service's traits come from the export whose ports won (the
+    /// oldest), not from a later one.
+    #[test]
+    fn the_service_import_carries_the_oldest_agreeing_exporters_traits() {
+        let with_traits = |cluster: &str, age: i64, affinity: &str| {
+            let mut re = (*svc(cluster, age, vec![port("http", 80)])).clone();
+            let spec = re
+                .spec
+                .service
+                .as_mut()
+                .unwrap()
+                .service_spec
+                .as_mut()
+                .unwrap();
+            spec.session_affinity = Some(affinity.into());
+            spec.internal_traffic_policy = Some("Cluster".into());
+            spec.traffic_distribution = Some("PreferClose".into());
+            spec.session_affinity_config =
+                Some(serde_json::from_value(json!({"clientIP": {"timeoutSeconds": 10}})).unwrap());
+            Arc::new(re)
+        };
+        let exports = vec![
+            with_traits("east", 5, "None"),
+            with_traits("west", 0, "ClientIP"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let spec = &m.imports["default-nginx-service"]
+            .service_import
+            .as_ref()
+            .unwrap()["spec"];
+        assert_eq!(spec["sessionAffinity"], "ClientIP");
+        assert_eq!(
+            spec["sessionAffinityConfig"],
+            json!({"clientIP": {"timeoutSeconds": 10}})
+        );
+        assert_eq!(spec["internalTrafficPolicy"], "Cluster");
+        assert_eq!(spec["trafficDistribution"], "PreferClose");
     }
 
     #[test]

@@ -31,10 +31,24 @@ fn invalid(reason: &'static str, message: &str) -> Invalid {
 }
 
 /// The Service's ports and the endpoint subsets to export.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Exported {
     pub ports: Vec<ServicePort>,
     pub subsets: Vec<EndpointSubset>,
+    /// What the MCS API copies into the ServiceImport: the Service's `sessionAffinity`,
+    /// `sessionAffinityConfig`, `internalTrafficPolicy` and `trafficDistribution`.
+    pub traits: ServiceSpec,
+}
+
+/// The fields of a Service's spec a ServiceImport carries (MCS API).
+fn traits(spec: &ServiceSpec) -> ServiceSpec {
+    ServiceSpec {
+        session_affinity: spec.session_affinity.clone(),
+        session_affinity_config: spec.session_affinity_config.clone(),
+        internal_traffic_policy: spec.internal_traffic_policy.clone(),
+        traffic_distribution: spec.traffic_distribution.clone(),
+        ..Default::default()
+    }
 }
 
 fn is_ipv4(ip: &str) -> bool {
@@ -167,7 +181,11 @@ pub fn decide(
                 .collect()
         }
     };
-    Ok(Exported { ports, subsets })
+    Ok(Exported {
+        ports,
+        subsets,
+        traits: traits(&spec),
+    })
 }
 
 fn export_object(
@@ -222,7 +240,7 @@ pub fn exports_for(
                 service: Some(ServicePayload {
                     service_spec: Some(Box::new(ServiceSpec {
                         ports: Some(exported.ports.clone()),
-                        ..Default::default()
+                        ..exported.traits.clone()
                     })),
                 }),
                 ..Default::default()
@@ -478,10 +496,7 @@ mod tests {
                 .collect()
         };
         let t = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
-        let ok: Result<Exported, Invalid> = Ok(Exported {
-            ports: vec![],
-            subsets: vec![],
-        });
+        let ok: Result<Exported, Invalid> = Ok(Exported::default());
         assert_eq!(
             types(service_export_conditions(&ok, None)),
             [

@@ -197,13 +197,19 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
     if !importable(plan, local, ns, name) {
         return;
     }
-    let ports: Vec<mcs::ServicePort> = ri
-        .spec
-        .service_import
-        .as_ref()
-        .and_then(|si| si.pointer("/spec/ports"))
-        .and_then(|p| serde_json::from_value(p.clone()).ok())
+    let field = |path: &str| {
+        ri.spec
+            .service_import
+            .as_ref()
+            .and_then(|si| si.pointer(path))
+            .cloned()
+    };
+    let ports: Vec<mcs::ServicePort> = field("/spec/ports")
+        .and_then(|p| serde_json::from_value(p).ok())
         .unwrap_or_default();
+    let text = |path: &str| field(path).and_then(|v| v.as_str().map(str::to_owned));
+    let session_affinity = text("/spec/sessionAffinity");
+    let session_affinity_config = field("/spec/sessionAffinityConfig");
     let target = names::imported(name);
     plan.services.push(Service {
         metadata: meta(&target, Some(ns), Some(annotations::IMPORTED_SERVICE)),
@@ -220,6 +226,12 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
                     })
                     .collect(),
             ),
+            // kube-proxy keeps a client on one endpoint across the clusters as it would on one
+            // of the Service's own.
+            session_affinity: session_affinity.clone(),
+            session_affinity_config: session_affinity_config
+                .clone()
+                .and_then(|c| serde_json::from_value(c).ok()),
             ..Default::default()
         }),
         status: None,
@@ -246,8 +258,12 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
         ServiceImportSpec {
             ports,
             ips: vec![ip],
+            ip_families: vec!["IPv4".into()],
             type_: ServiceImportType::ClusterSetIP,
-            ..Default::default()
+            session_affinity,
+            session_affinity_config,
+            internal_traffic_policy: text("/spec/internalTrafficPolicy"),
+            traffic_distribution: text("/spec/trafficDistribution"),
         },
     );
     si.metadata = meta(name, Some(ns), None);
@@ -325,9 +341,14 @@ mod tests {
                     name: Some("nginx".into()),
                     namespace: Some("default".into()),
                     kind: Some("ServiceImport".into()),
-                    service_import: Some(
-                        json!({"spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "type": "ClusterSetIP"}}),
-                    ),
+                    service_import: Some(json!({"spec": {
+                        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                        "type": "ClusterSetIP",
+                        "sessionAffinity": "ClientIP",
+                        "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10}},
+                        "internalTrafficPolicy": "Cluster",
+                        "trafficDistribution": "PreferClose",
+                    }})),
                     ..Default::default()
                 },
             ),
@@ -406,7 +427,27 @@ mod tests {
             Some("antrea-mc-nginx")
         );
         assert_eq!(p.endpoints.len(), 1);
-        assert_eq!(p.service_imports[0].spec.ips, ["10.97.3.4"]);
+        let si = &p.service_imports[0].spec;
+        assert_eq!(si.ips, ["10.97.3.4"]);
+        assert_eq!(si.ip_families, ["IPv4"]);
+        // The exported Service's traits, as the leader merged them; kube-proxy honours the
+        // affinity on the imported Service.
+        assert_eq!(si.session_affinity.as_deref(), Some("ClientIP"));
+        assert_eq!(
+            si.session_affinity_config,
+            Some(json!({"clientIP": {"timeoutSeconds": 10}}))
+        );
+        assert_eq!(si.internal_traffic_policy.as_deref(), Some("Cluster"));
+        assert_eq!(si.traffic_distribution.as_deref(), Some("PreferClose"));
+        let svc = p.services[0].spec.as_ref().unwrap();
+        assert_eq!(svc.session_affinity.as_deref(), Some("ClientIP"));
+        assert_eq!(
+            svc.session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds),
+            Some(10)
+        );
         // Only the remote cluster's info.
         assert_eq!(p.cluster_infos.len(), 1);
         assert_eq!(

@@ -207,8 +207,9 @@ where
     )
 }
 
-/// What the member reads of a Service: its type, ClusterIPs and ports (exports), and its
-/// metadata. Imported Services are compared with what is desired of them, which sets no more.
+/// What the member reads of a Service: its type, ClusterIPs and ports (exports), the traits the
+/// MCS API copies into ServiceImports, and its metadata. Imported Services are compared with
+/// what is desired of them, which sets no more.
 pub(super) fn trim_service(svc: &mut Service) {
     svc.status = None;
     if let Some(spec) = svc.spec.take() {
@@ -217,6 +218,10 @@ pub(super) fn trim_service(svc: &mut Service) {
             cluster_ip: spec.cluster_ip,
             cluster_ips: spec.cluster_ips,
             ports: spec.ports,
+            session_affinity: spec.session_affinity,
+            session_affinity_config: spec.session_affinity_config,
+            internal_traffic_policy: spec.internal_traffic_policy,
+            traffic_distribution: spec.traffic_distribution,
             ..Default::default()
         });
     }
@@ -313,10 +318,7 @@ mod tests {
             "antrea-multicluster",
             "default",
             "nginx",
-            &export::Exported {
-                ports: vec![],
-                subsets: vec![],
-            },
+            &export::Exported::default(),
         );
         assert_eq!(own_export_key(&svc_re).as_deref(), Some(key.as_str()));
         assert_eq!(own_export_key(&eps_re).as_deref(), Some(key.as_str()));

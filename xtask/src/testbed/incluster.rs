@@ -60,14 +60,15 @@ fn helm_install(cluster: &Cluster, chart: &Path) -> anyhow::Result<()> {
 /// CoreDNS, the controllers and the agents in every cluster; waits until they are rolled out.
 pub fn install(kubectl: &Path) -> anyhow::Result<()> {
     let coredns = image::reference("test-coredns")?;
+    let deploy = repo_root().join("deploy");
     for cluster in &CLUSTERS {
+        kustomize(kubectl, cluster, &deploy.join("coredns"))?;
         let manifest = COREDNS
             .replace("__DNS_IP__", &cluster.dns_service_ip())
             .replace("__IMAGE__", &coredns);
         apply(kubectl, cluster, &manifest)
             .with_context(|| format!("installing CoreDNS in {}", cluster.name))?;
     }
-    let deploy = repo_root().join("deploy");
     for cluster in &CLUSTERS {
         if cluster.name == HELM_CLUSTER {
             helm_install(cluster, &deploy.join("chart/strait"))?;
