@@ -138,7 +138,7 @@ fn answers(out: &str) -> Vec<String> {
             block
                 .lines()
                 .filter_map(|l| l.trim().strip_prefix("Address:"))
-                .map(|a| a.trim().split_whitespace().next().unwrap_or("").to_owned())
+                .map(|a| a.split_whitespace().next().unwrap_or("").to_owned())
                 .collect::<Vec<_>>()
         })
         .collect()
