@@ -16,7 +16,11 @@ use std::{
 use futures::StreamExt as _;
 use kube::{
     Api, Resource, ResourceExt as _,
-    runtime::{WatchStreamExt as _, watcher},
+    runtime::{
+        WatchStreamExt as _,
+        utils::ResetTimerBackoff,
+        watcher::{self, ExponentialBackoff, watcher},
+    },
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -135,9 +139,29 @@ pub const WATCH_FAILING_GRACE: Duration = Duration::from_secs(30);
 
 /// A run of failures is over when no error came for this long. A watch that resumes from its
 /// last resource version yields no event until an object changes, so the end of the errors is
-/// the sign it works again; retries are at most 30 s apart (kube's backoff), so a watch still
+/// the sign it works again; retries are at most `WATCH_RETRY_MAX` apart, so a watch still
 /// failing errs within this.
 const WATCH_ERRORS_OVER: Duration = Duration::from_secs(60);
+
+/// The longest wait between two attempts of a failing watch (kube's default is 30 s, and with a
+/// run of failures during an API server's restart a watch came back up to 90 s after the server
+/// did: an export made meanwhile waited as long). Each watch retries at most this often, the
+/// first retries sooner (0.5 s, doubling).
+pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
+
+fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+    ResetTimerBackoff::new(
+        ExponentialBackoff::from(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(500))
+                .with_max_delay(WATCH_RETRY_MAX)
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times(),
+        ),
+        Duration::from_secs(60),
+    )
+}
 
 /// How long one watch request lasts before the API server ends it and the watcher resumes from
 /// where it was (no relist, no error). It must stay below the client's read timeout (30 s on
@@ -319,11 +343,13 @@ where
         let task = tokio::spawn(async move {
             // managedFields, and kubectl's copy of the last applied object, are often the largest
             // part of an object and nothing here reads them: keep them out of the stores.
-            let stream = watcher(api, config).default_backoff().modify(move |obj| {
-                obj.managed_fields_mut().clear();
-                obj.annotations_mut().remove(LAST_APPLIED);
-                trim(obj);
-            });
+            let stream = watcher(api, config)
+                .backoff(watch_backoff())
+                .modify(move |obj| {
+                    obj.managed_fields_mut().clear();
+                    obj.annotations_mut().remove(LAST_APPLIED);
+                    trim(obj);
+                });
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
