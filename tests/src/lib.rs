@@ -83,10 +83,13 @@ impl Testbed {
         cmd
     }
 
-    /// `kubectl --kubeconfig <cluster's admin kubeconfig>`.
+    /// `kubectl --kubeconfig <cluster's admin kubeconfig>`, run from the repository's root (so
+    /// paths such as `deploy/member/` mean what the docs say).
     pub fn kubectl(&self, cluster: &str) -> Command {
         let mut cmd = Command::new(&self.kubectl);
-        cmd.arg("--kubeconfig").arg(&self.kubeconfigs[cluster]);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfigs[cluster])
+            .current_dir(repo_root());
         cmd
     }
 
@@ -249,6 +252,20 @@ impl Testbed {
             return None;
         }
         serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// Waits until `kubectl get <args>` finds nothing.
+    pub fn wait_gone(
+        &self,
+        what: &str,
+        timeout: std::time::Duration,
+        cluster: &str,
+        args: &[&str],
+    ) {
+        wait_for(what, timeout, || match self.try_json(cluster, args) {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        });
     }
 
     /// `kubectl delete --ignore-not-found ...`.

@@ -432,12 +432,12 @@ fn exports_from_two_clusters_merge_and_a_port_conflict_is_refused_until_fixed() 
     });
     tb.delete("west", &["serviceexport", "-n", ns, "web"]);
     for m in MEMBERS {
-        wait_for(&format!("no import in {m}"), T, || {
-            match tb.try_json(m, &["get", "serviceimport", "-n", ns, "web"]) {
-                None => Ok(()),
-                Some(_) => Err("still there".into()),
-            }
-        });
+        tb.wait_gone(
+            &format!("no import in {m}"),
+            T,
+            m,
+            &["get", "serviceimport", "-n", ns, "web"],
+        );
     }
 }
 

@@ -296,15 +296,12 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
         Err(e) if e == "0 Gateways" => Ok(()),
         other => Err(format!("{other:?}")),
     });
-    wait_for("west's ClusterInfoImport to go", T, || {
-        match tb.try_json(
-            "west",
-            &["get", "clusterinfoimport", "-n", MEMBER_NS, &cii_name],
-        ) {
-            None => Ok(()),
-            Some(_) => Err("still there".into()),
-        }
-    });
+    tb.wait_gone(
+        "west's ClusterInfoImport to go",
+        T,
+        "west",
+        &["get", "clusterinfoimport", "-n", MEMBER_NS, &cii_name],
+    );
     // The testbed's gateway candidate back, if the testbed has Nodes.
     if tb.try_json("east", &["get", "node", "node-a"]).is_some() {
         tb.ok(
@@ -398,15 +395,12 @@ fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader()
             "strict-namespace-isolation-for-test-clusterset",
         ],
     );
-    wait_for("the copy to go from east", T, || {
-        match tb.try_json(
-            "east",
-            &["get", "acnp", "antrea-mc-strict-namespace-isolation"],
-        ) {
-            None => Ok(()),
-            Some(_) => Err("still there".into()),
-        }
-    });
+    tb.wait_gone(
+        "the copy to go from east",
+        T,
+        "east",
+        &["get", "acnp", "antrea-mc-strict-namespace-isolation"],
+    );
 }
 
 #[test]

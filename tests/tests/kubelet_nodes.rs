@@ -464,13 +464,7 @@ fn a_crash_looping_agent_shows_in_kubectl_get_pods() {
 
 /// `cargo xtask testbed node stop|start` (the kubelet of a Node).
 fn node(action: &str, cluster: &str, name: &str) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["xtask", "testbed", "node", action, cluster, name])
-        .current_dir(mc_integration::repo_root())
-        .status()
-        .expect("cargo xtask");
-    assert!(status.success(), "testbed node {action} {cluster} {name}");
+    xtask(&["testbed", "node", action, cluster, name]);
 }
 
 #[test]
@@ -722,24 +716,6 @@ fn all_nodes(tb: &Testbed) -> Vec<(&'static str, String)> {
     all
 }
 
-/// A kubectl command of docs/operating.md ("Uninstalling"), run in `cluster` from the
-/// repository's root as the docs show it.
-fn documented(tb: &Testbed, cluster: &str, args: &[&str]) -> String {
-    let out = tb
-        .kubectl(cluster)
-        .args(args)
-        .current_dir(mc_integration::repo_root())
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{cluster}: kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The documented uninstall (docs/operating.md, "Uninstalling") in every cluster — leave the
 /// ClusterSet, delete the controllers with their webhooks and the agents (the manifests in north
 /// and east, `helm uninstall` in west), clean the Nodes with deploy/uninstall, delete the CRDs —
@@ -770,11 +746,11 @@ fn uninstalling_leaves_every_node_clean_and_reinstalling_works() {
     join::leave_all(&tb);
     // 2. Controllers with their webhooks, then the agents.
     for cluster in ["north", "east"] {
-        documented(&tb, cluster, &["delete", "-k", "deploy/member/"]);
+        tb.ok(cluster, &["delete", "-k", "deploy/member/"]);
     }
-    documented(&tb, "north", &["delete", "-k", "deploy/leader/"]);
+    tb.ok("north", &["delete", "-k", "deploy/leader/"]);
     for cluster in ["north", "east"] {
-        documented(&tb, cluster, &["delete", "-k", "deploy/agent/"]);
+        tb.ok(cluster, &["delete", "-k", "deploy/agent/"]);
     }
     let out = tb
         .helm("west")
@@ -787,8 +763,7 @@ fn uninstalling_leaves_every_node_clean_and_reinstalling_works() {
         String::from_utf8_lossy(&out.stderr)
     );
     for cluster in mc_integration::CLUSTERS {
-        documented(
-            &tb,
+        tb.ok(
             cluster,
             &[
                 "-n",
@@ -804,11 +779,10 @@ fn uninstalling_leaves_every_node_clean_and_reinstalling_works() {
     }
     // 3. Clean the Nodes.
     for cluster in mc_integration::CLUSTERS {
-        documented(&tb, cluster, &["apply", "-k", "deploy/uninstall/"]);
+        tb.ok(cluster, &["apply", "-k", "deploy/uninstall/"]);
     }
     for cluster in mc_integration::CLUSTERS {
-        documented(
-            &tb,
+        tb.ok(
             cluster,
             &[
                 "-n",
@@ -819,15 +793,14 @@ fn uninstalling_leaves_every_node_clean_and_reinstalling_works() {
                 "--timeout=300s",
             ],
         );
-        documented(&tb, cluster, &["delete", "-k", "deploy/uninstall/"]);
+        tb.ok(cluster, &["delete", "-k", "deploy/uninstall/"]);
     }
     // 4. CoreDNS's grant, the CRDs (with every object of theirs), and the gateway annotations.
     for cluster in mc_integration::CLUSTERS {
-        documented(&tb, cluster, &["delete", "-k", "deploy/coredns/"]);
-        documented(&tb, cluster, &["delete", "-f", "deploy/crds/"]);
-        documented(&tb, cluster, &["delete", "-f", "deploy/antrea-crds/"]);
-        documented(
-            &tb,
+        tb.ok(cluster, &["delete", "-k", "deploy/coredns/"]);
+        tb.ok(cluster, &["delete", "-f", "deploy/crds/"]);
+        tb.ok(cluster, &["delete", "-f", "deploy/antrea-crds/"]);
+        tb.ok(
             cluster,
             &[
                 "annotate",
@@ -991,13 +964,11 @@ fn leave_in(tb: &Testbed, from: &str) -> (serde_json::Value, serde_json::Value) 
     );
     let clusterset = tb.get_json("west", &["get", "clusterset", "-n", from, join::CLUSTERSET]);
     tb.delete("west", &["clusterset", "-n", from, join::CLUSTERSET]);
-    wait_for(
+    tb.wait_gone(
         "west's ClusterSet to go",
         Duration::from_secs(60),
-        || match tb.try_json("west", &["get", "clusterset", "-n", from, join::CLUSTERSET]) {
-            None => Ok(()),
-            Some(_) => Err("still there".to_owned()),
-        },
+        "west",
+        &["get", "clusterset", "-n", from, join::CLUSTERSET],
     );
     (secret, clusterset)
 }

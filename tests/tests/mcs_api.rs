@@ -119,13 +119,11 @@ fn service_imports_read_as_v1beta1_carry_the_services_traits_in_every_member() {
     }
     tb.delete("west", &["serviceexport", "-n", &ns.name, "web"]);
     for cluster in ["east", "west"] {
-        wait_for(
+        tb.wait_gone(
             &format!("the ServiceImport to go in {cluster}"),
             Duration::from_secs(20),
-            || match tb.try_json(cluster, &["get", "serviceimport", "-n", &ns.name, "web"]) {
-                None => Ok(()),
-                Some(_) => Err("still there".to_owned()),
-            },
+            cluster,
+            &["get", "serviceimport", "-n", &ns.name, "web"],
         );
     }
 }

@@ -287,13 +287,12 @@ fn service(
         .and_then(imported_port_keys)
         .filter(|keys| with_ports.iter().any(|(_, p)| port_keys(p) == *keys));
     let reference = imported.unwrap_or_else(|| port_keys(oldest));
-    let mut chosen: Option<&Vec<ServicePort>> = None;
-    let mut chosen_from: Option<&ResourceExport> = None;
-    for (re, ports) in &with_ports {
+    // The oldest export whose ports are the reference: its ports and traits are imported.
+    let mut chosen: Option<(&ResourceExport, &Vec<ServicePort>)> = None;
+    for &(re, ports) in &with_ports {
         let keys = port_keys(ports);
         if keys == reference {
-            chosen.get_or_insert(ports);
-            chosen_from.get_or_insert(re);
+            chosen.get_or_insert((re, ports));
             service_ok.insert((tuple.namespace.clone(), tuple.name.clone(), cluster_of(re)));
             out.verdicts.insert(re.name_any(), Verdict::Succeeded);
         } else {
@@ -310,8 +309,8 @@ fn service(
         }
     }
     let ports: Vec<Value> = chosen
-        .into_iter()
-        .flatten()
+        .iter()
+        .flat_map(|(_, ports)| ports.iter())
         .map(|p| {
             let mut port = json!({
                 "port": p.port,
@@ -325,8 +324,8 @@ fn service(
         .collect();
     let mut spec = json!({"ports": ports, "type": "ClusterSetIP"});
     // The MCS API's copies of the exported Service's traits, from the export whose ports won.
-    if let Some(from) = chosen_from
-        .and_then(|re| re.spec.service.as_ref())
+    if let Some(from) = chosen
+        .and_then(|(re, _)| re.spec.service.as_ref())
         .and_then(|s| s.service_spec.as_ref())
     {
         let traits = [
