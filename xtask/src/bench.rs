@@ -27,6 +27,8 @@ use kube::{
 use mc_agent::{bpffs::PinLayout, dataplane::DataplaneMaps};
 use mc_api::{
     clusterinfo::{ClusterInfo, ClusterInfoImport, ClusterInfoImportSpec, GatewayInfo},
+    exports::ResourceExport,
+    imports::ResourceImport,
     mcs::{ServiceExport, ServiceImport},
 };
 use mc_common::dataplane::PEER_REMOTE_GATEWAY;
@@ -115,6 +117,96 @@ async fn client(cluster: &str) -> anyhow::Result<Client> {
 
 /// Per Service: when east first held its ServiceImport, and its Endpoints.
 type Seen = Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>>;
+
+/// When each Service's object of one kind was first seen (by a watch of its own).
+type FirstSeen = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Watches `api` and records when each Service's object first appeared, keyed by what `key`
+/// makes of the object (`None`: not one of ours, or not complete yet).
+fn first_seen<K>(
+    api: Api<K>,
+    key: impl Fn(&K) -> Option<String> + Send + 'static,
+) -> (FirstSeen, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let seen: FirstSeen = Default::default();
+    let s = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, Default::default()).boxed();
+        while let Some(ev) = stream.next().await {
+            let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev else {
+                continue;
+            };
+            if let Some(k) = key(&o) {
+                s.lock()
+                    .expect("first seen")
+                    .entry(k)
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// The hops of one export, in order: the leader's two ResourceExports and two ResourceImports,
+/// then east's Service (with its ClusterIP); the ServiceImport and Endpoints are `Seen`.
+fn hop_watches(
+    north: &Client,
+    east: &Client,
+    ns: &str,
+) -> Vec<(&'static str, (FirstSeen, tokio::task::JoinHandle<()>))> {
+    let leader_ns = testbed::controllers::LEADER_NS;
+    let res: Api<ResourceExport> = Api::namespaced(north.clone(), leader_ns);
+    let ris: Api<ResourceImport> = Api::namespaced(north.clone(), leader_ns);
+    let svc: Api<Service> = Api::namespaced(east.clone(), ns);
+    let named = |prefix: String, suffix: &'static str| {
+        move |name: &str| {
+            name.strip_prefix(&prefix)
+                .and_then(|n| n.strip_suffix(suffix))
+                .map(str::to_owned)
+        }
+    };
+    let (re_svc, re_eps) = (
+        named(format!("test-cluster-west-{ns}-"), "-service"),
+        named(format!("test-cluster-west-{ns}-"), "-endpoints"),
+    );
+    let (ri_svc, ri_eps) = (
+        named(format!("{ns}-"), "-service"),
+        named(format!("{ns}-"), "-endpoints"),
+    );
+    vec![
+        (
+            "ResourceExport service",
+            first_seen(res.clone(), move |o| re_svc(&o.name_any())),
+        ),
+        (
+            "ResourceExport endpoints",
+            first_seen(res, move |o| re_eps(&o.name_any())),
+        ),
+        (
+            "ResourceImport service",
+            first_seen(ris.clone(), move |o| ri_svc(&o.name_any())),
+        ),
+        (
+            "ResourceImport endpoints",
+            first_seen(ris, move |o| ri_eps(&o.name_any())),
+        ),
+        (
+            "east Service with a ClusterIP",
+            first_seen(svc, |o| {
+                o.spec.as_ref()?.cluster_ip.as_ref()?;
+                o.name_any().strip_prefix("antrea-mc-").map(str::to_owned)
+            }),
+        ),
+        (
+            "east ServiceImport with an IP",
+            first_seen(Api::<ServiceImport>::namespaced(east.clone(), ns), |o| {
+                (!o.spec.ips.is_empty()).then(|| o.name_any())
+            }),
+        ),
+    ]
+}
 
 /// Services exported one at a time after each burst.
 const STEADY: usize = 100;
@@ -384,6 +476,8 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
                 }
             }
         });
+        // Each hop of an export, for the one-by-one phase: where its latency goes.
+        let hops = hop_watches(&north, &east, &ns);
         tokio::time::sleep(Duration::from_millis(500)).await;
 
         let clusters = [("west", &west), ("east", &east), ("north", &north)];
@@ -461,6 +555,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         );
         // At this scale, one more at a time.
         let mut steady = Vec::new();
+        let mut hop_times: Vec<Vec<Duration>> = vec![Vec::new(); hops.len()];
         for i in n..n + STEADY {
             let name = format!("svc-{i}");
             let t0 = Instant::now();
@@ -475,6 +570,11 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             loop {
                 if let Some(d) = imported(&seen, &one).first() {
                     steady.push(*d);
+                    for ((_, seen), took) in hops.iter().zip(&mut hop_times) {
+                        if let Some(at) = seen.0.lock().expect("hop").get(&name) {
+                            took.push(at.saturating_duration_since(t0));
+                        }
+                    }
                     break;
                 }
                 if t0.elapsed() > Duration::from_secs(60) {
@@ -487,6 +587,19 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         steady.sort();
         si_task.abort();
         ep_task.abort();
+        let hop_line: Vec<String> = hops
+            .iter()
+            .zip(&mut hop_times)
+            .map(|((hop, (_, task)), took)| {
+                task.abort();
+                took.sort();
+                format!(
+                    "{hop} {:.0?}/{:.0?}",
+                    percentile(took, 0.5),
+                    percentile(took, 0.99)
+                )
+            })
+            .collect();
         let mut sorted = latencies;
         sorted.sort();
         let rss: Vec<(String, u64, u64)> = CLUSTERS
@@ -508,7 +621,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             total,
             all_ready,
             rss,
-            cost,
+            (cost, hop_line),
         ));
         for c in [&west, &east, &north] {
             let api: Api<Namespace> = Api::all(c.clone());
@@ -534,8 +647,11 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "1-BY-1 p99"
     );
     let mut costs = Vec::new();
-    for (n, [p50, p99, s50, s99], total, all_ready, rss, cost) in rows {
-        costs.push(cost);
+    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops)) in rows {
+        costs.push(format!(
+            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}",
+            hops.join(", ")
+        ));
         let mem: Vec<String> = rss
             .iter()
             .map(|(k, now, peak)| format!("{k} {now} ({peak})"))
