@@ -1,5 +1,7 @@
 //! ResourceExport: what a member (or an admin, for ACNPs) exports into the leader's namespace.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{EndpointSubset, ServiceSpec};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -62,13 +64,54 @@ pub struct ServiceExport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
     pub service_spec: Option<Box<ServiceSpec>>,
+    /// The ServiceExport's `spec.exportedLabels` (MCS API; not in Antrea's payload).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_labels: BTreeMap<String, String>,
+    /// The ServiceExport's `spec.exportedAnnotations`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_annotations: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct EndpointsExport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::open_object_array")]
     pub subsets: Vec<EndpointSubset>,
+    /// In a ResourceImport only (Strait's leader): which cluster each run of `subsets` came
+    /// from, in order, so that members can say so (the MCS EndpointSlices' `source-cluster`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_subsets: Vec<ClusterSubsets>,
+}
+
+/// `count` consecutive subsets of a merged Endpoints import came from `clusterID`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterSubsets {
+    #[serde(rename = "clusterID")]
+    pub cluster_id: String,
+    pub count: u32,
+}
+
+impl EndpointsExport {
+    /// The subsets of each source cluster, in order; `None` when the import does not say
+    /// (an Antrea leader) or says something that does not add up.
+    pub fn by_cluster(&self) -> Option<Vec<(&str, &[EndpointSubset])>> {
+        if self.cluster_subsets.is_empty() {
+            return None;
+        }
+        let mut rest = self.subsets.as_slice();
+        let mut out = Vec::new();
+        for c in &self.cluster_subsets {
+            let n = usize::try_from(c.count).ok()?;
+            if n > rest.len() {
+                return None;
+            }
+            let (these, more) = rest.split_at(n);
+            out.push((c.cluster_id.as_str(), these));
+            rest = more;
+        }
+        rest.is_empty().then_some(out)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -101,32 +144,80 @@ pub struct ResourceExportStatus {
 }
 
 /// The leader's verdict on a ResourceExport: the contract between leader and member. The leader
-/// writes it as the export's one status condition ([`Verdict::condition`]); the member reads it
+/// writes it as the export's status conditions ([`Verdict::conditions`]); the member reads it
 /// back with [`Verdict::of`]. Nothing else matches these conditions' strings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Succeeded,
     Failure(String),
+    /// The export disagrees with another export of its Service (the MCS API's `Conflict`, which
+    /// every exporter of the Service reports): `accepted` when it is imported all the same (its
+    /// ports are the imported ones), refused otherwise. `reason` is one or more MCS reasons,
+    /// comma-joined (`PortConflict`, `LabelsConflict`...).
+    Conflict {
+        accepted: bool,
+        reason: String,
+        message: String,
+    },
 }
 
+/// The condition type of an export's conflict, beside the verdict's own condition.
+const CONFLICT: &str = "Conflict";
+
 impl Verdict {
-    /// `(type, status, reason, message)` of the condition (Antrea's: `Succeeded`/True, or
-    /// `Failure`/False with reason `ConvergeFailure`).
-    pub fn condition(&self) -> (&'static str, &'static str, &'static str, &str) {
+    /// `(type, status, reason, message)` of each condition: first Antrea's (`Succeeded`/True, or
+    /// `Failure`/False with reason `ConvergeFailure`), then, on a conflict, `Conflict`/True with
+    /// the MCS reason (a condition Antrea's members do not read).
+    pub fn conditions(&self) -> Vec<(&'static str, &'static str, &str, &str)> {
+        let succeeded = ("Succeeded", "True", "", "");
+        let failure = |message| ("Failure", "False", "ConvergeFailure", message);
         match self {
-            Verdict::Succeeded => ("Succeeded", "True", "", ""),
-            Verdict::Failure(message) => ("Failure", "False", "ConvergeFailure", message),
+            Verdict::Succeeded => vec![succeeded],
+            Verdict::Failure(message) => vec![failure(message.as_str())],
+            Verdict::Conflict {
+                accepted,
+                reason,
+                message,
+            } => vec![
+                if *accepted {
+                    succeeded
+                } else {
+                    failure(message.as_str())
+                },
+                (CONFLICT, "True", reason.as_str(), message.as_str()),
+            ],
         }
     }
 
     /// The verdict an export's status carries; `None` while the leader has given none.
     pub fn of(status: Option<&ResourceExportStatus>) -> Option<Verdict> {
-        let c = status?.conditions.first()?;
-        match (c.type_.as_deref(), c.status.as_deref()) {
-            (Some("Failure"), _) => Some(Verdict::Failure(c.message.clone().unwrap_or_default())),
-            (_, Some("True")) => Some(Verdict::Succeeded),
-            _ => None,
-        }
+        let conditions = &status?.conditions;
+        let c = conditions.first()?;
+        let accepted = match (c.type_.as_deref(), c.status.as_deref()) {
+            (Some("Failure"), _) => false,
+            (_, Some("True")) => true,
+            _ => return None,
+        };
+        let conflict = conditions
+            .iter()
+            .find(|c| c.type_.as_deref() == Some(CONFLICT) && c.status.as_deref() == Some("True"));
+        Some(match conflict {
+            Some(k) => Verdict::Conflict {
+                accepted,
+                reason: k.reason.clone().unwrap_or_default(),
+                message: k.message.clone().unwrap_or_default(),
+            },
+            None if accepted => Verdict::Succeeded,
+            None => Verdict::Failure(c.message.clone().unwrap_or_default()),
+        })
+    }
+
+    /// Whether the export is imported (its endpoints served).
+    pub fn accepted(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Succeeded | Verdict::Conflict { accepted: true, .. }
+        )
     }
 }
 
@@ -224,16 +315,29 @@ mod tests {
 
     #[test]
     fn a_verdict_reads_back_as_written() {
-        for v in [Verdict::Succeeded, Verdict::Failure("ports differ".into())] {
-            let (type_, status, reason, message) = v.condition();
+        let conflict = |accepted| Verdict::Conflict {
+            accepted,
+            reason: "PortConflict,LabelsConflict".into(),
+            message: "ports and labels differ".into(),
+        };
+        for v in [
+            Verdict::Succeeded,
+            Verdict::Failure("ports differ".into()),
+            conflict(true),
+            conflict(false),
+        ] {
             let written = ResourceExportStatus {
-                conditions: vec![Condition {
-                    type_: Some(type_.into()),
-                    status: Some(status.into()),
-                    reason: (!reason.is_empty()).then(|| reason.into()),
-                    message: (!message.is_empty()).then(|| message.into()),
-                    last_transition_time: None,
-                }],
+                conditions: v
+                    .conditions()
+                    .into_iter()
+                    .map(|(type_, status, reason, message)| Condition {
+                        type_: Some(type_.into()),
+                        status: Some(status.into()),
+                        reason: (!reason.is_empty()).then(|| reason.into()),
+                        message: (!message.is_empty()).then(|| message.into()),
+                        last_transition_time: None,
+                    })
+                    .collect(),
             };
             assert_eq!(Verdict::of(Some(&written)), Some(v));
         }

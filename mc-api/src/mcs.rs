@@ -3,6 +3,19 @@
 //! upstream's `v1beta1`. The CRDs serve both versions with one schema (conversion None: upstream's
 //! two versions are identical), so `v1alpha1` is all the Rust code uses.
 
+use std::collections::BTreeMap;
+
+/// The labels of MCS EndpointSlices (KEP-1645).
+pub mod labels {
+    /// The ServiceImport the slice belongs to.
+    pub const SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
+    /// The cluster ID of the cluster the endpoints are in.
+    pub const SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
+    /// Who manages a slice (the stock controller's value is `endpointslice-controller.k8s.io`).
+    pub const SLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+    pub const SLICE_MANAGER: &str = "strait-mc-controller.strait.io";
+}
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as MetaCondition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -16,7 +29,20 @@ pub struct ServiceExportStatus {
     pub conditions: Vec<MetaCondition>,
 }
 
-/// A ServiceExport has no fields of its own: its name and namespace are the Service's.
+/// What a ServiceExport may say besides its name (MCS API): labels and annotations for the
+/// ServiceImport. Antrea's ServiceExports have no spec; both shapes are valid.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceExportSpec {
+    /// Labels the ServiceImport carries in every cluster (of the oldest export, on a conflict).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_labels: BTreeMap<String, String>,
+    /// Annotations the ServiceImport carries, as `exportedLabels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exported_annotations: BTreeMap<String, String>,
+}
+
+/// A ServiceExport's name and namespace are the Service's; `spec` is optional.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "multicluster.x-k8s.io",
@@ -33,7 +59,10 @@ pub struct ServiceExportStatus {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-pub struct ServiceExportFields {}
+pub struct ServiceExportFields {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<ServiceExportSpec>,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -18,6 +18,10 @@ pub mod annotations {
     /// ServiceAccount to the announce's cluster ID from it.
     pub const ANNOUNCED_BY: &str = "multicluster.antrea.io/announced-by";
     pub const CREATED_BY_CLI: &str = "multicluster.antrea.io/created-by-antctl";
+    /// On a ServiceImport: the keys of the labels and annotations its exporter marked
+    /// (`labels=a,b;annotations=c`), always present, so that a key no longer marked is taken
+    /// off (a change of this annotation rewrites the object).
+    pub const EXPORTED_KEYS: &str = "multicluster.strait.io/exported-keys";
     /// On a MemberClusterAnnounce: the heartbeat (RFC 3339).
     pub const TOUCH_TS: &str = "touch-ts";
 }

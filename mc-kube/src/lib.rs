@@ -13,7 +13,7 @@ pub mod write;
 pub use driver::{Driver, RESYNC_SLICE, Reconciler};
 pub use metrics::Metrics;
 pub use watch::{Trigger, Watched, Work, watch_readiness};
-pub use write::{Op, StatusPacer, Writer, is_managed, managed_labels, run_all};
+pub use write::{Op, StatusPacer, Then, Writer, is_managed, managed_labels, run_all};
 
 /// A client from a kubeconfig file, or from the in-cluster configuration when there is none.
 pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<kube::Client> {

@@ -211,6 +211,15 @@ impl Writer {
         K: Resource + Serialize + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,
     {
+        self.apply_get(api, desired).await.map(|_| ())
+    }
+
+    /// [`Writer::apply`], returning the object as the API server stored it.
+    pub async fn apply_get<K>(&self, api: &Api<K>, desired: &K) -> kube::Result<K>
+    where
+        K: Resource + Serialize + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
         let name = desired.name_any();
         let kind = K::kind(&Default::default()).into_owned();
         let mut obj = serde_json::to_value(desired).unwrap_or(Value::Null);
@@ -233,10 +242,10 @@ impl Writer {
             )
             .await;
         self.metrics.write(&kind, "apply", result.is_ok());
-        result?;
+        let stored = result?;
         self.applied(desired);
         tracing::debug!(kind, name, "applied");
-        Ok(())
+        Ok(stored)
     }
 
     /// Remembers that `desired` was just written.
@@ -310,6 +319,59 @@ impl Writer {
             desired.name_any(),
             Box::pin(async move { w.apply(&api, &desired).await }),
         )
+    }
+
+    /// [`Writer::converge`], where `then` may give an applied object a follow-up: a write made
+    /// from the object as the API server stored it (a field it fills in, such as a Service's
+    /// ClusterIP), at once instead of on the next pass after the watch brings it.
+    pub fn converge_then<K>(
+        &self,
+        desired: Vec<K>,
+        stored: &[Arc<K>],
+        compare: Compare,
+        api: impl Fn(&str) -> Api<K>,
+        removable: impl Fn(&K) -> bool,
+        mut then: impl FnMut(&K) -> Option<Then<K>>,
+    ) -> Vec<(String, Op)>
+    where
+        K: Resource + Serialize + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
+    {
+        let id = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+        let mut ops = Vec::new();
+        let mut chained_ids = std::collections::HashSet::new();
+        let mut plain = Vec::new();
+        for obj in desired {
+            let Some(next) = then(&obj) else {
+                plain.push(obj);
+                continue;
+            };
+            let key = id(&obj);
+            let current = stored.iter().find(|o| id(o) == key).map(Arc::as_ref);
+            let needed = match compare {
+                Compare::Fields => self.needed(&obj, Some(current)),
+                Compare::ExactSpec => self.needed_exact_spec(&obj, Some(current)),
+            };
+            chained_ids.insert(key.clone());
+            if !needed {
+                continue;
+            }
+            let (w, api) = (self.clone(), api(&key.0));
+            ops.push((
+                key.1,
+                Box::pin(async move {
+                    let stored = w.apply_get(&api, &obj).await?;
+                    match next(stored) {
+                        Some(op) => op.await,
+                        None => Ok(()),
+                    }
+                }) as Op,
+            ));
+        }
+        ops.extend(self.converge(plain, stored, compare, api, |o| {
+            !chained_ids.contains(&id(o)) && removable(o)
+        }));
+        ops
     }
 
     /// The writes that make one kind's objects equal to `desired`: an apply for each desired
@@ -444,6 +506,9 @@ impl StatusPacer {
 
 /// One write for [`run_all`], boxed so that writes of different kinds share one list.
 pub type Op = std::pin::Pin<Box<dyn Future<Output = kube::Result<()>> + Send>>;
+
+/// A follow-up of an applied object (see [`Writer::converge_then`]).
+pub type Then<K> = Box<dyn FnOnce(K) -> Option<Op> + Send>;
 
 /// Runs futures with bounded concurrency, logging and counting failures; returns how many failed.
 pub async fn run_all<F>(what: &str, ops: Vec<(String, F)>) -> usize

@@ -451,7 +451,8 @@ fn invalid_exports_say_why_and_a_users_own_service_is_never_touched() {
     tb.apply("west", ns, "apiVersion: v1\nkind: Service\nmetadata: {name: headless}\nspec:\n  clusterIP: None\n  ports: [{port: 80}]\n");
     for (name, reason) in [
         ("ext", "ServiceTypeNotSupported"),
-        ("headless", "ServiceNoClusterIP"),
+        // Headless Services are exported (MCS API), once they have ready endpoints.
+        ("headless", "ServiceWithoutEndpoints"),
         ("missing", "ServiceNotFound"),
     ] {
         export(&tb, "west", ns, name);

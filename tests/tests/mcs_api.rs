@@ -92,6 +92,25 @@ fn service_imports_read_as_v1beta1_carry_the_services_traits_in_every_member() {
             &["get", "service", "-n", &ns.name, "antrea-mc-web"],
         );
         assert_eq!(svc["spec"]["sessionAffinity"], "ClientIP");
+        // The MCS EndpointSlice of the exporting cluster (its exported endpoint).
+        let slices = wait_for(
+            &format!("{cluster}: the MCS EndpointSlice of web"),
+            Duration::from_secs(30),
+            || {
+                let s = mcs_slices(&tb, cluster, &ns.name, "web");
+                if s.len() == 1 && s[0]["endpoints"][0]["addresses"][0].is_string() {
+                    Ok(s)
+                } else {
+                    Err(format!("{s:?}"))
+                }
+            },
+        );
+        let labels = &slices[0]["metadata"]["labels"];
+        assert_eq!(
+            labels["multicluster.kubernetes.io/source-cluster"],
+            join::id("west").as_str()
+        );
+        assert_eq!(slices[0]["addressType"], "IPv4");
     }
     // The ServiceExport written as v1beta1 is Valid, read through either version.
     for version in ["v1beta1", "v1alpha1"] {
@@ -124,6 +143,18 @@ fn service_imports_read_as_v1beta1_carry_the_services_traits_in_every_member() {
             Duration::from_secs(20),
             cluster,
             &["get", "serviceimport", "-n", &ns.name, "web"],
+        );
+        wait_for(
+            &format!("{cluster}: no MCS EndpointSlice"),
+            Duration::from_secs(20),
+            || {
+                let s = mcs_slices(&tb, cluster, &ns.name, "web");
+                if s.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{s:?}"))
+                }
+            },
         );
     }
 }
@@ -200,4 +231,353 @@ fn clusterset_local_names_answer_with_the_service_import_ip_and_reach_the_export
         hidden.is_empty(),
         "an unexported Service has no clusterset name: {hidden:?}"
     );
+}
+
+fn condition(obj: &serde_json::Value, type_: &str) -> Option<serde_json::Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Waits until the ServiceExport `<ns>/<name>` in `cluster` has condition `type_` with `status`
+/// and a reason containing `reason`; returns that condition.
+fn export_condition(
+    tb: &Testbed,
+    cluster: &str,
+    ns: &str,
+    name: &str,
+    (type_, status, reason): (&str, &str, &str),
+) -> serde_json::Value {
+    wait_for(
+        &format!("{cluster}: ServiceExport {ns}/{name} {type_}={status} ({reason})"),
+        Duration::from_secs(30),
+        || {
+            let se = tb.get_json(cluster, &["get", "serviceexport", "-n", ns, name]);
+            match condition(&se, type_) {
+                Some(c)
+                    if c["status"] == status
+                        && c["reason"].as_str().unwrap_or("").contains(reason) =>
+                {
+                    Ok(c)
+                }
+                _ => Err(se["status"].to_string()),
+            }
+        },
+    )
+}
+
+/// The MCS EndpointSlices of `<ns>/<service>` in `cluster` (label `multicluster.kubernetes.io/service-name`).
+fn mcs_slices(tb: &Testbed, cluster: &str, ns: &str, service: &str) -> Vec<serde_json::Value> {
+    let list = tb.get_json(
+        cluster,
+        &[
+            "get",
+            "endpointslices",
+            "-n",
+            ns,
+            "-l",
+            &format!("multicluster.kubernetes.io/service-name={service}"),
+        ],
+    );
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn exported_labels_and_annotations_reach_every_service_import_and_disagreeing_exporters_both_hear_of_it()
+ {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-labels");
+    let ns = ns.name.as_str();
+    pods::web(&tb, "west", ns, "web", None, 8080);
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web, labels: {only-the-service: x}, \
+                   annotations: {only-the-service: x}}\nspec:\n  selector: {app: web}\n  \
+                   ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n";
+    let export = |cluster: &str, tier: &str, note: &str| {
+        tb.apply(
+            cluster,
+            ns,
+            &format!(
+                "apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {{name: web}}\n\
+                 spec:\n  exportedLabels: {{tier: {tier}}}\n  exportedAnnotations: {{note: {note}}}\n"
+            ),
+        )
+    };
+    tb.apply("west", ns, service);
+    export("west", "front", "from-west");
+    let marked = |cluster: &str, tier: Option<&str>, note: Option<&str>| {
+        wait_for(
+            &format!("{cluster}: ServiceImport {ns}/web labelled tier={tier:?}, note={note:?}"),
+            Duration::from_secs(60),
+            || {
+                let si = tb
+                    .try_json(cluster, &["get", "serviceimport", "-n", ns, "web"])
+                    .ok_or("none")?;
+                let (labels, annotations) =
+                    (&si["metadata"]["labels"], &si["metadata"]["annotations"]);
+                if labels["tier"].as_str() == tier && annotations["note"].as_str() == note {
+                    Ok(si)
+                } else {
+                    Err(si["metadata"].to_string())
+                }
+            },
+        )
+    };
+    for cluster in ["east", "west"] {
+        let si = marked(cluster, Some("front"), Some("from-west"));
+        // Only what the ServiceExport marks: nothing of the Service's own.
+        assert!(
+            si["metadata"]["labels"]["only-the-service"].is_null(),
+            "{si}"
+        );
+        assert!(
+            si["metadata"]["annotations"]["only-the-service"].is_null(),
+            "{si}"
+        );
+    }
+    export_condition(&tb, "west", ns, "web", ("Conflict", "False", ""));
+
+    // East exports the same Service with other marks: both exporters report the conflict, and
+    // the oldest export's marks stay.
+    pods::web(&tb, "east", ns, "web", None, 8080);
+    tb.apply("east", ns, service);
+    export("east", "back", "from-east");
+    for cluster in ["west", "east"] {
+        let c = export_condition(
+            &tb,
+            cluster,
+            ns,
+            "web",
+            ("Conflict", "True", "LabelsConflict"),
+        );
+        assert!(
+            c["reason"]
+                .as_str()
+                .unwrap()
+                .contains("AnnotationsConflict"),
+            "{c}"
+        );
+        // A marks conflict refuses nobody: both clusters serve.
+        export_condition(&tb, cluster, ns, "web", ("Ready", "True", "Exported"));
+    }
+    for cluster in ["east", "west"] {
+        marked(cluster, Some("front"), Some("from-west"));
+    }
+    // East agrees again: the conflict is over on both.
+    export("east", "front", "from-west");
+    for cluster in ["west", "east"] {
+        export_condition(&tb, cluster, ns, "web", ("Conflict", "False", ""));
+    }
+    // A mark taken off the ServiceExports is taken off the ServiceImports.
+    for cluster in ["west", "east"] {
+        tb.apply(
+            cluster,
+            ns,
+            "apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {name: web}\n\
+             spec:\n  exportedAnnotations: {note: from-west}\n",
+        );
+    }
+    for cluster in ["east", "west"] {
+        marked(cluster, None, Some("from-west"));
+    }
+}
+
+/// A Pod `web-<i>` of a headless Service `web`: hostname and subdomain set, so that its
+/// EndpointSlice endpoint carries the hostname.
+fn headless_pod(tb: &Testbed, cluster: &str, ns: &str, i: usize) -> String {
+    let name = format!("web-{i}");
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
+        "spec": {
+            "hostname": name,
+            "subdomain": "web",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": pods::tools_image(),
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", format!(
+                    "mkdir -p /tmp/www && echo 'hello from {cluster}/{name}' > /tmp/www/index.html && \
+                     exec httpd -f -p 8080 -h /tmp/www"
+                )],
+            }],
+        },
+    });
+    tb.apply(cluster, ns, &pod.to_string());
+    pods::wait_ready(tb, cluster, ns, &name)
+}
+
+#[test]
+fn a_headless_export_is_imported_headless_with_mcs_endpoint_slices_and_per_pod_clusterset_names() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-headless");
+    let ns = ns.name.as_str();
+    let ips: Vec<String> = (0..2).map(|i| headless_pod(&tb, "west", ns, i)).collect();
+    tb.apply(
+        "west",
+        ns,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  clusterIP: None\n  \
+         selector: {app: web}\n  ports: [{name: http, port: 8080, protocol: TCP}]\n---\n\
+         apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {name: web}\n",
+    );
+    export_condition(&tb, "west", ns, "web", ("Valid", "True", ""));
+    let west_id = join::id("west");
+    for cluster in ["east", "west"] {
+        let si = wait_for(
+            &format!("{cluster}: a Headless ServiceImport {ns}/web"),
+            Duration::from_secs(60),
+            || {
+                let si = tb
+                    .try_json(
+                        cluster,
+                        &[
+                            "get",
+                            "serviceimports.v1beta1.multicluster.x-k8s.io",
+                            "-n",
+                            ns,
+                            "web",
+                        ],
+                    )
+                    .ok_or("none")?;
+                if si["spec"]["type"] == "Headless" {
+                    Ok(si)
+                } else {
+                    Err(si.to_string())
+                }
+            },
+        );
+        assert!(si["spec"]["ips"].is_null(), "no clusterset IP: {si}");
+        assert_eq!(si["spec"]["ipFamilies"], serde_json::json!(["IPv4"]));
+        assert!(
+            tb.try_json(cluster, &["get", "service", "-n", ns, "antrea-mc-web"])
+                .is_none(),
+            "{cluster}: a headless import has no antrea-mc Service"
+        );
+        // One MCS EndpointSlice from west with both Pods and their hostnames, not taken by
+        // kube-proxy (no kubernetes.io/service-name) nor by the stock controller.
+        let slices = wait_for(
+            &format!("{cluster}: the MCS EndpointSlice of {ns}/web"),
+            Duration::from_secs(60),
+            || {
+                let s = mcs_slices(&tb, cluster, ns, "web");
+                let n: usize = s
+                    .iter()
+                    .map(|s| s["endpoints"].as_array().map_or(0, Vec::len))
+                    .sum();
+                if n == 2 { Ok(s) } else { Err(format!("{s:?}")) }
+            },
+        );
+        assert_eq!(slices.len(), 1, "{slices:?}");
+        let slice = &slices[0];
+        let labels = &slice["metadata"]["labels"];
+        assert_eq!(
+            labels["multicluster.kubernetes.io/source-cluster"],
+            west_id.as_str()
+        );
+        assert!(labels["kubernetes.io/service-name"].is_null(), "{labels}");
+        assert_ne!(
+            labels["endpointslice.kubernetes.io/managed-by"],
+            "endpointslice-controller.k8s.io"
+        );
+        assert_eq!(slice["addressType"], "IPv4");
+        let mut got: Vec<(String, String)> = slice["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["hostname"].as_str().unwrap_or("").to_owned(),
+                    e["addresses"][0].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("web-0".to_owned(), ips[0].clone()),
+                ("web-1".to_owned(), ips[1].clone())
+            ]
+        );
+    }
+    // DNS in east: the Service's name answers both Pods, a Pod's name answers that Pod, and the
+    // Pod answers across the clusters.
+    pods::client(&tb, "east", ns, "client", None);
+    let lookup = |name: &str| {
+        let out = pods::exec(&tb, "east", ns, "client", &["nslookup", name]);
+        let mut a = answers(&String::from_utf8_lossy(&out.stdout));
+        a.sort();
+        a
+    };
+    let mut want = ips.clone();
+    want.sort();
+    let all = format!("web.{ns}.svc.clusterset.local");
+    wait_for(
+        &format!("{all} to answer both Pods"),
+        Duration::from_secs(60),
+        || {
+            let got = lookup(&all);
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
+    let one = format!("web-1.{west_id}.web.{ns}.svc.clusterset.local");
+    assert_eq!(lookup(&one), [ips[1].clone()]);
+    wait_for(
+        &format!("http://{one}:8080/ from east"),
+        Duration::from_secs(60),
+        || match pods::curl(&tb, "east", ns, "client", &format!("http://{one}:8080/")) {
+            Ok(body) if body == "hello from west/web-1" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+
+    // East exports a ClusterIP Service of the same name: headlessness differs, the first export
+    // stays (a Headless import) and both exporters report the conflict.
+    pods::web(&tb, "east", ns, "east-web", None, 8080);
+    tb.apply(
+        "east",
+        ns,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  selector: {app: east-web}\n  \
+         ports: [{name: http, port: 8080, protocol: TCP}]\n---\n\
+         apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {name: web}\n",
+    );
+    export_condition(&tb, "east", ns, "web", ("Conflict", "True", "TypeConflict"));
+    export_condition(&tb, "east", ns, "web", ("Ready", "False", ""));
+    export_condition(&tb, "west", ns, "web", ("Conflict", "True", "TypeConflict"));
+    export_condition(&tb, "west", ns, "web", ("Ready", "True", ""));
+    let si = tb.get_json("east", &["get", "serviceimport", "-n", ns, "web"]);
+    assert_eq!(si["spec"]["type"], "Headless");
+    tb.delete("east", &["serviceexport", "-n", ns, "web"]);
+
+    // Unexported: the ServiceImports and the MCS EndpointSlices go everywhere.
+    tb.delete("west", &["serviceexport", "-n", ns, "web"]);
+    for cluster in ["east", "west"] {
+        tb.wait_gone(
+            &format!("{cluster}: the ServiceImport"),
+            Duration::from_secs(20),
+            cluster,
+            &["get", "serviceimport", "-n", ns, "web"],
+        );
+        wait_for(
+            &format!("{cluster}: no MCS EndpointSlice"),
+            Duration::from_secs(20),
+            || {
+                let s = mcs_slices(&tb, cluster, ns, "web");
+                if s.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{s:?}"))
+                }
+            },
+        );
+    }
 }

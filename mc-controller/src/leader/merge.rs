@@ -2,9 +2,11 @@
 //! import, and a verdict per export. Pure: the same exports always give the same imports, so the
 //! leader can recompute everything after a restart or a missed event.
 //!
-//! Rules (reference §3.2.3): Service exports of one `<ns>/<name>` must agree on their ports. The
-//! ports already imported stay while some exporter still has them; otherwise the oldest exporter's
-//! win. An exporter that disagrees gets a Failure and contributes no endpoints. Endpoints are the
+//! Rules (reference §3.2.3): Service exports of one `<ns>/<name>` must agree on their ports (and,
+//! Strait's addition, on headlessness). The ports already imported stay while some exporter
+//! still has them; otherwise the oldest exporter's win. An exporter that disagrees gets a Failure
+//! and contributes no endpoints. Any disagreement (ports, headlessness, the copied traits, the
+//! exported labels and annotations) is also reported to every exporter as the MCS API's Conflict. Endpoints are the
 //! union over the clusters whose Service export succeeded (and whose endpoints are not withdrawn).
 //! A ClusterInfo is imported under the export's own name; an ACNP under `<name>-<kind>`.
 
@@ -13,10 +15,10 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::ServicePort;
+use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
 use kube::ResourceExt as _;
 use mc_api::{
-    exports::{EndpointsExport, Kind, ResourceExport},
+    exports::{ClusterSubsets, EndpointsExport, Kind, ResourceExport},
     imports::{ResourceImport, ResourceImportSpec, kinds as ri_kinds},
     names,
 };
@@ -63,13 +65,6 @@ fn describe(keys: &[PortKey]) -> String {
         })
         .collect();
     format!("[{}]", parts.join(", "))
-}
-
-/// The ports of an imported ServiceImport, as the RI stores them.
-fn imported_port_keys(ri: &ResourceImport) -> Option<Vec<PortKey>> {
-    let ports = ri.spec.service_import.as_ref()?.pointer("/spec/ports")?;
-    let ports: Vec<ServicePort> = serde_json::from_value(ports.clone()).ok()?;
-    Some(port_keys(&ports))
 }
 
 struct Tuple<'a> {
@@ -251,26 +246,109 @@ fn claim(
     false
 }
 
-/// The ServiceImport of a Service's exports (oldest first): the ports already imported while an
-/// exporter still has them, else the oldest exporter's. Each export gets its verdict; those
-/// whose ports agree are recorded in `service_ok`. None when no export has ports.
+/// What every exporter of a Service must agree on: headless or not, and the ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shape {
+    headless: bool,
+    ports: Vec<PortKey>,
+}
+
+impl Shape {
+    fn of(spec: &ServiceSpec) -> Option<Shape> {
+        Some(Shape {
+            headless: spec.cluster_ip.as_deref() == Some("None"),
+            ports: port_keys(spec.ports.as_ref()?),
+        })
+    }
+
+    /// The shape an existing ServiceImport in a ResourceImport carries.
+    fn imported(ri: &ResourceImport) -> Option<Shape> {
+        let si = ri.spec.service_import.as_ref()?;
+        let ports: Vec<ServicePort> =
+            serde_json::from_value(si.pointer("/spec/ports")?.clone()).ok()?;
+        Some(Shape {
+            headless: si.pointer("/spec/type").and_then(Value::as_str) == Some("Headless"),
+            ports: port_keys(&ports),
+        })
+    }
+
+    fn describe(&self) -> String {
+        let ports = describe(&self.ports);
+        if self.headless {
+            format!("headless with ports {ports}")
+        } else {
+            format!("ports {ports}")
+        }
+    }
+}
+
+/// One cluster's Service export: what it says about the Service.
+struct Exporter<'a> {
+    re: &'a ResourceExport,
+    spec: &'a ServiceSpec,
+    shape: Shape,
+    payload: &'a mc_api::exports::ServiceExport,
+}
+
+/// The MCS API's conflict reasons of `e` against the export whose Service is imported, in the
+/// API's order: shape first, then the copied traits, the exported labels and annotations.
+fn conflicts(e: &Exporter, chosen: &Exporter) -> Vec<&'static str> {
+    let (a, b) = (e.spec, chosen.spec);
+    [
+        (e.shape.ports != chosen.shape.ports, "PortConflict"),
+        (e.shape.headless != chosen.shape.headless, "TypeConflict"),
+        (
+            a.session_affinity.as_deref().unwrap_or("None")
+                != b.session_affinity.as_deref().unwrap_or("None"),
+            "SessionAffinityConflict",
+        ),
+        (
+            a.session_affinity_config != b.session_affinity_config,
+            "SessionAffinityConfigConflict",
+        ),
+        (
+            a.internal_traffic_policy != b.internal_traffic_policy,
+            "InternalTrafficPolicyConflict",
+        ),
+        (
+            a.traffic_distribution != b.traffic_distribution,
+            "TrafficDistributionConflict",
+        ),
+        (
+            e.payload.exported_labels != chosen.payload.exported_labels,
+            "LabelsConflict",
+        ),
+        (
+            e.payload.exported_annotations != chosen.payload.exported_annotations,
+            "AnnotationsConflict",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(differs, reason)| differs.then_some(reason))
+    .collect()
+}
+
+/// The ServiceImport of a Service's exports (oldest first). Exports must agree on their shape
+/// (headlessness and ports): the one already imported stays while an exporter still has it,
+/// else the oldest exporter's wins, and an export of another shape is refused (Antrea's rule)
+/// and contributes no endpoints. The traits, labels and annotations imported are those of the
+/// oldest export of the winning shape. When the exports disagree on anything, every exporter
+/// hears of it (the MCS API's `Conflict`, with its reasons). Those accepted are recorded in
+/// `service_ok`. None when no export has ports.
 fn service(
     tuple: &Tuple,
     imported: Option<&ResourceImport>,
     service_ok: &mut Accepted,
     out: &mut Merged,
 ) -> Option<Value> {
-    let with_ports: Vec<(&ResourceExport, &Vec<ServicePort>)> = tuple
+    let exporters: Vec<Exporter> = tuple
         .exports
         .iter()
         .filter_map(|re| {
-            let ports = re
-                .spec
-                .service
-                .as_ref()
-                .and_then(|s| s.service_spec.as_ref())
-                .and_then(|s| s.ports.as_ref());
-            if ports.is_none() {
+            let payload = re.spec.service.as_ref();
+            let spec = payload.and_then(|s| s.service_spec.as_deref());
+            let shape = spec.and_then(Shape::of);
+            if shape.is_none() {
                 out.verdicts.insert(
                     re.name_any(),
                     Verdict::Failure(
@@ -278,39 +356,75 @@ fn service(
                     ),
                 );
             }
-            Some((*re, ports?))
+            Some(Exporter {
+                re,
+                spec: spec?,
+                shape: shape?,
+                payload: payload?,
+            })
         })
         .collect();
-    let &(_, oldest) = with_ports.first()?;
-    let imported = imported
+    let oldest = exporters.first()?;
+    let reference = imported
         .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::SERVICE_IMPORT))
-        .and_then(imported_port_keys)
-        .filter(|keys| with_ports.iter().any(|(_, p)| port_keys(p) == *keys));
-    let reference = imported.unwrap_or_else(|| port_keys(oldest));
-    // The oldest export whose ports are the reference: its ports and traits are imported.
-    let mut chosen: Option<(&ResourceExport, &Vec<ServicePort>)> = None;
-    for &(re, ports) in &with_ports {
-        let keys = port_keys(ports);
-        if keys == reference {
-            chosen.get_or_insert((re, ports));
-            service_ok.insert((tuple.namespace.clone(), tuple.name.clone(), cluster_of(re)));
-            out.verdicts.insert(re.name_any(), Verdict::Succeeded);
-        } else {
-            out.verdicts.insert(
-                re.name_any(),
-                Verdict::Failure(format!(
-                    "ResourceExport can't be converged to ResourceImport: ports {} differ from the ports {} already exported for {}/{}",
-                    describe(&keys),
-                    describe(&reference),
-                    tuple.namespace,
-                    tuple.name
-                )),
-            );
+        .and_then(Shape::imported)
+        .filter(|shape| exporters.iter().any(|e| e.shape == *shape))
+        .unwrap_or_else(|| oldest.shape.clone());
+    // The oldest export of the reference shape: its ports and traits are imported.
+    let chosen = exporters
+        .iter()
+        .find(|e| e.shape == reference)
+        .expect("the reference shape is an exporter's");
+    let mut reasons: Vec<&'static str> = Vec::new();
+    for e in &exporters {
+        for r in conflicts(e, chosen) {
+            if !reasons.contains(&r) {
+                reasons.push(r);
+            }
         }
     }
+    let winner = cluster_of(chosen.re);
+    for e in &exporters {
+        let accepted = e.shape == reference;
+        if accepted {
+            service_ok.insert((
+                tuple.namespace.clone(),
+                tuple.name.clone(),
+                cluster_of(e.re),
+            ));
+        }
+        let message = if accepted {
+            format!(
+                "the exports of {}/{} disagree ({}); cluster {winner:?}'s, the oldest, are imported",
+                tuple.namespace,
+                tuple.name,
+                reasons.join(", ")
+            )
+        } else {
+            format!(
+                "ResourceExport can't be converged to ResourceImport: {} differ from the {} already exported for {}/{}",
+                e.shape.describe(),
+                reference.describe(),
+                tuple.namespace,
+                tuple.name
+            )
+        };
+        let verdict = match (accepted, reasons.is_empty()) {
+            (true, true) => Verdict::Succeeded,
+            (false, true) => Verdict::Failure(message),
+            (accepted, false) => Verdict::Conflict {
+                accepted,
+                reason: reasons.join(","),
+                message,
+            },
+        };
+        out.verdicts.insert(e.re.name_any(), verdict);
+    }
     let ports: Vec<Value> = chosen
+        .spec
+        .ports
         .iter()
-        .flat_map(|(_, ports)| ports.iter())
+        .flatten()
         .map(|p| {
             let mut port = json!({
                 "port": p.port,
@@ -322,28 +436,33 @@ fn service(
             port
         })
         .collect();
-    let mut spec = json!({"ports": ports, "type": "ClusterSetIP"});
-    // The MCS API's copies of the exported Service's traits, from the export whose ports won.
-    if let Some(from) = chosen
-        .and_then(|(re, _)| re.spec.service.as_ref())
-        .and_then(|s| s.service_spec.as_ref())
-    {
-        let traits = [
-            ("sessionAffinity", json!(from.session_affinity)),
-            ("sessionAffinityConfig", json!(from.session_affinity_config)),
-            ("internalTrafficPolicy", json!(from.internal_traffic_policy)),
-            ("trafficDistribution", json!(from.traffic_distribution)),
-        ];
-        for (key, value) in traits {
-            if !value.is_null() {
-                spec[key] = value;
-            }
+    let type_ = if reference.headless {
+        "Headless"
+    } else {
+        "ClusterSetIP"
+    };
+    let mut spec = json!({"ports": ports, "type": type_});
+    // The MCS API's copies of the exported Service's traits.
+    let from = chosen.spec;
+    let traits = [
+        ("sessionAffinity", json!(from.session_affinity)),
+        ("sessionAffinityConfig", json!(from.session_affinity_config)),
+        ("internalTrafficPolicy", json!(from.internal_traffic_policy)),
+        ("trafficDistribution", json!(from.traffic_distribution)),
+    ];
+    for (key, value) in traits {
+        if !value.is_null() {
+            spec[key] = value;
         }
     }
-    Some(json!({
-        "metadata": {"name": tuple.name, "namespace": tuple.namespace},
-        "spec": spec,
-    }))
+    let mut metadata = json!({"name": tuple.name, "namespace": tuple.namespace});
+    if !chosen.payload.exported_labels.is_empty() {
+        metadata["labels"] = json!(chosen.payload.exported_labels);
+    }
+    if !chosen.payload.exported_annotations.is_empty() {
+        metadata["annotations"] = json!(chosen.payload.exported_annotations);
+    }
+    Some(json!({"metadata": metadata, "spec": spec}))
 }
 
 /// The policy of an ACNP's exports: the oldest's; an export with another spec fails.
@@ -421,6 +540,13 @@ fn endpoints(
             namespace: Some(tuple.namespace.clone()),
             kind: Some(ri_kinds::ENDPOINTS.into()),
             endpoints: Some(EndpointsExport {
+                cluster_subsets: subsets
+                    .iter()
+                    .map(|(cluster, s)| ClusterSubsets {
+                        cluster_id: cluster.clone(),
+                        count: u32::try_from(s.len()).unwrap_or(u32::MAX),
+                    })
+                    .collect(),
                 subsets: subsets.into_values().flatten().collect(),
             }),
             ..Default::default()
@@ -502,6 +628,7 @@ mod tests {
                         ports: Some(ports),
                         ..Default::default()
                     })),
+                    ..Default::default()
                 }),
                 ..Default::default()
             },
@@ -522,6 +649,7 @@ mod tests {
                         }]),
                         ..Default::default()
                     }],
+                    ..Default::default()
                 }),
                 ..Default::default()
             },
@@ -610,14 +738,139 @@ mod tests {
         exports[2] = svc("east", 5, vec![port("http", 8080)]);
         let m = merge(NS, &exports, &[], &BTreeSet::new());
         assert_eq!(ips(&m), ["10.98.0.7"]);
-        assert!(
-            matches!(&m.verdicts["east-default-nginx-service"], Verdict::Failure(msg) if msg.contains("8080"))
-        );
+        // East is refused (Antrea's rule) and both exporters hear of the conflict (MCS API).
+        assert!(matches!(
+            &m.verdicts["east-default-nginx-service"],
+            Verdict::Conflict { accepted: false, reason, message }
+                if reason == "PortConflict" && message.contains("8080")
+        ));
         assert!(matches!(
             &m.verdicts["east-default-nginx-endpoints"],
             Verdict::Failure(_)
         ));
+        assert!(matches!(
+            &m.verdicts["west-default-nginx-service"],
+            Verdict::Conflict { accepted: true, reason, message }
+                if reason == "PortConflict" && message.contains("\"west\"")
+        ));
+    }
+
+    type Marks<'a> = &'a [(&'a str, &'a str)];
+
+    /// West's export with `labels`/`annotations` marked and the given headlessness.
+    fn marked(
+        cluster: &str,
+        age: i64,
+        headless: bool,
+        marks: (Marks, Marks),
+    ) -> Arc<ResourceExport> {
+        let mut re = (*svc(cluster, age, vec![port("http", 80)])).clone();
+        let payload = re.spec.service.as_mut().unwrap();
+        let map = |m: &[(&str, &str)]| -> BTreeMap<String, String> {
+            m.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+        };
+        payload.exported_labels = map(marks.0);
+        payload.exported_annotations = map(marks.1);
+        if headless {
+            payload.service_spec.as_mut().unwrap().cluster_ip = Some("None".into());
+        }
+        Arc::new(re)
+    }
+
+    #[test]
+    fn the_oldest_exports_marks_are_imported_and_disagreeing_marks_are_a_conflict_for_all() {
+        let west = marked("west", 0, false, (&[("tier", "front")], &[("note", "w")]));
+        let m = merge(NS, std::slice::from_ref(&west), &[], &BTreeSet::new());
+        let si = m.imports["default-nginx-service"]
+            .service_import
+            .clone()
+            .unwrap();
+        assert_eq!(si["metadata"]["labels"], json!({"tier": "front"}));
+        assert_eq!(si["metadata"]["annotations"], json!({"note": "w"}));
         assert_eq!(m.verdicts["west-default-nginx-service"], Verdict::Succeeded);
+
+        let east = marked("east", 5, false, (&[("tier", "back")], &[("note", "w")]));
+        let m = merge(NS, &[west.clone(), east], &[], &BTreeSet::new());
+        let si = m.imports["default-nginx-service"]
+            .service_import
+            .clone()
+            .unwrap();
+        assert_eq!(si["metadata"]["labels"], json!({"tier": "front"}));
+        for cluster in ["west", "east"] {
+            assert_eq!(
+                m.verdicts[&format!("{cluster}-default-nginx-service")],
+                Verdict::Conflict {
+                    accepted: true,
+                    reason: "LabelsConflict".into(),
+                    message: "the exports of default/nginx disagree (LabelsConflict); cluster \"west\"'s, the oldest, are imported".into(),
+                },
+                "{cluster}"
+            );
+        }
+        // Marks the same again: no conflict.
+        let east = marked("east", 5, false, (&[("tier", "front")], &[("note", "w")]));
+        let m = merge(NS, &[west, east], &[], &BTreeSet::new());
+        assert!(m.verdicts.values().all(|v| *v == Verdict::Succeeded));
+    }
+
+    #[test]
+    fn a_headless_export_is_imported_headless_and_headlessness_must_agree() {
+        let west = marked("west", 0, true, (&[], &[]));
+        let m = merge(NS, std::slice::from_ref(&west), &[], &BTreeSet::new());
+        let si = m.imports["default-nginx-service"]
+            .service_import
+            .clone()
+            .unwrap();
+        assert_eq!(si["spec"]["type"], "Headless");
+        let east = marked("east", 5, false, (&[], &[]));
+        let m = merge(NS, &[west, east], &[], &BTreeSet::new());
+        let si = m.imports["default-nginx-service"]
+            .service_import
+            .clone()
+            .unwrap();
+        assert_eq!(si["spec"]["type"], "Headless", "the oldest's");
+        assert!(matches!(
+            &m.verdicts["east-default-nginx-service"],
+            Verdict::Conflict { accepted: false, reason, .. } if reason == "TypeConflict"
+        ));
+        assert!(matches!(
+            &m.verdicts["west-default-nginx-service"],
+            Verdict::Conflict { accepted: true, reason, .. } if reason == "TypeConflict"
+        ));
+    }
+
+    #[test]
+    fn the_endpoints_import_says_which_cluster_each_subset_came_from() {
+        let exports = vec![
+            svc("west", 0, vec![port("http", 80)]),
+            eps("west", "10.98.0.7"),
+            svc("east", 5, vec![port("http", 80)]),
+            eps("east", "10.97.0.9"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let e = m.imports["default-nginx-endpoints"]
+            .endpoints
+            .clone()
+            .unwrap();
+        let by: Vec<(String, Vec<String>)> = e
+            .by_cluster()
+            .unwrap()
+            .into_iter()
+            .map(|(c, subsets)| {
+                let ips = subsets
+                    .iter()
+                    .flat_map(|s| s.addresses.iter().flatten().map(|a| a.ip.clone()))
+                    .collect();
+                (c.to_owned(), ips)
+            })
+            .collect();
+        assert_eq!(
+            by,
+            [
+                ("east".to_owned(), vec!["10.97.0.9".to_owned()]),
+                ("west".to_owned(), vec!["10.98.0.7".to_owned()])
+            ]
+        );
     }
 
     #[test]
@@ -641,9 +894,15 @@ mod tests {
         let m = merge(NS, &exports, &existing, &BTreeSet::new());
         assert!(matches!(
             m.verdicts["west-default-nginx-service"],
-            Verdict::Failure(_)
+            Verdict::Conflict {
+                accepted: false,
+                ..
+            }
         ));
-        assert_eq!(m.verdicts["east-default-nginx-service"], Verdict::Succeeded);
+        assert!(matches!(
+            m.verdicts["east-default-nginx-service"],
+            Verdict::Conflict { accepted: true, .. }
+        ));
         // The sole exporter may change its ports.
         let m = merge(NS, &exports[..1], &existing, &BTreeSet::new());
         assert_eq!(m.verdicts["west-default-nginx-service"], Verdict::Succeeded);

@@ -366,19 +366,27 @@ impl Leader {
             let Some(verdict) = merged.verdicts.get(&name) else {
                 continue;
             };
-            let (type_, status, reason, message) = verdict.condition();
-            let mut want = condition(type_, status, reason, message);
+            let mut want: Vec<_> = verdict
+                .conditions()
+                .into_iter()
+                .map(|(type_, status, reason, message)| condition(type_, status, reason, message))
+                .collect();
             let old = re.status.as_ref().map(|s| s.conditions.as_slice());
-            if old.and_then(|c| c.first()).is_some_and(|c| same(c, &want)) {
+            let unchanged = old.is_some_and(|old| {
+                old.len() == want.len() && old.iter().zip(&want).all(|(a, b)| same(a, b))
+            });
+            if unchanged {
                 continue;
             }
-            keep_transition_time(&mut want, old);
+            for c in &mut want {
+                keep_transition_time(c, old);
+            }
             let (w, api) = (self.writer.clone(), self.re_api.clone());
             statuses.push((
                 group_of_export(re),
                 name.clone(),
                 Box::pin(async move {
-                    w.patch_status(&api, &name, json!({"conditions": [want]}))
+                    w.patch_status(&api, &name, json!({"conditions": want}))
                         .await
                 }) as Op,
             ));

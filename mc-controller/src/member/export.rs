@@ -13,6 +13,7 @@ use mc_api::{
         Verdict, kinds,
     },
     gateway::Gateway,
+    mcs::ServiceExportSpec,
     names::{self, annotations, labels},
 };
 
@@ -55,26 +56,33 @@ fn is_ipv4(ip: &str) -> bool {
     ip.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
-/// The ready endpoints of a Service's IPv4 slices: per slice, its ready addresses (sorted) and
-/// its ports. A missing `ready` means ready (EndpointSlice API semantics).
-fn ready_endpoints(slices: &[&EndpointSlice]) -> Vec<(Vec<String>, Vec<EndpointPort>)> {
-    let mut ready: Vec<(Vec<String>, Vec<EndpointPort>)> = Vec::new();
+/// The ready endpoints of a Service's IPv4 slices: per slice, its ready addresses (sorted by IP,
+/// with the Pod's hostname where the slice gives one) and its ports. A missing `ready` means
+/// ready (EndpointSlice API semantics).
+fn ready_endpoints(slices: &[&EndpointSlice]) -> Vec<(Vec<EndpointAddress>, Vec<EndpointPort>)> {
+    let mut ready: Vec<(Vec<EndpointAddress>, Vec<EndpointPort>)> = Vec::new();
     for slice in slices {
         if slice.address_type != "IPv4" {
             continue;
         }
-        let mut ips: Vec<String> = slice
+        let mut addresses: Vec<EndpointAddress> = slice
             .endpoints
             .iter()
             .flatten()
             .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-            .flat_map(|e| e.addresses.iter().cloned())
+            .flat_map(|e| {
+                e.addresses.iter().map(|ip| EndpointAddress {
+                    ip: ip.clone(),
+                    hostname: e.hostname.clone(),
+                    ..Default::default()
+                })
+            })
             .collect();
-        if ips.is_empty() {
+        if addresses.is_empty() {
             continue;
         }
-        ips.sort();
-        ips.dedup();
+        addresses.sort_by(|a, b| a.ip.cmp(&b.ip));
+        addresses.dedup_by(|a, b| a.ip == b.ip);
         let ports = slice
             .ports
             .iter()
@@ -86,7 +94,7 @@ fn ready_endpoints(slices: &[&EndpointSlice]) -> Vec<(Vec<String>, Vec<EndpointP
                 app_protocol: p.app_protocol.clone(),
             })
             .collect();
-        ready.push((ips, ports));
+        ready.push((addresses, ports));
     }
     ready
 }
@@ -116,6 +124,8 @@ pub fn decide(
             "The Service is imported, not allowed to export",
         ));
     }
+    // A headless Service (MCS API): its Pods' addresses are exported, whatever the mode.
+    let headless = spec.cluster_ip.as_deref() == Some("None");
     let cluster_ips: Vec<String> = spec
         .cluster_ips
         .clone()
@@ -124,10 +134,10 @@ pub fn decide(
         .into_iter()
         .filter(|ip| is_ipv4(ip))
         .collect();
-    if cluster_ips.is_empty() {
+    if cluster_ips.is_empty() && !headless {
         return Err(invalid(
             "ServiceNoClusterIP",
-            "Service does not have a valid ClusterIP (headless Services are not exported)",
+            "Service does not have a valid ClusterIP",
         ));
     }
     let mut ready = ready_endpoints(slices);
@@ -138,7 +148,12 @@ pub fn decide(
         ));
     }
     let ports = spec.ports.clone().unwrap_or_default();
-    let subsets = match ip_type {
+    let mode = if headless {
+        EndpointIpType::PodIP
+    } else {
+        ip_type
+    };
+    let subsets = match mode {
         EndpointIpType::ClusterIP => vec![EndpointSubset {
             addresses: Some(
                 cluster_ips
@@ -163,28 +178,25 @@ pub fn decide(
             not_ready_addresses: None,
         }],
         EndpointIpType::PodIP => {
-            ready.sort_by(|a, b| a.0.cmp(&b.0));
+            ready.sort_by(|a, b| a.0.first().map(|a| &a.ip).cmp(&b.0.first().map(|b| &b.ip)));
             ready
                 .into_iter()
-                .map(|(ips, ports)| EndpointSubset {
-                    addresses: Some(
-                        ips.into_iter()
-                            .map(|ip| EndpointAddress {
-                                ip,
-                                ..Default::default()
-                            })
-                            .collect(),
-                    ),
+                .map(|(addresses, ports)| EndpointSubset {
+                    addresses: Some(addresses),
                     ports: Some(ports),
                     not_ready_addresses: None,
                 })
                 .collect()
         }
     };
+    let mut traits = traits(&spec);
+    if headless {
+        traits.cluster_ip = Some("None".into());
+    }
     Ok(Exported {
         ports,
         subsets,
-        traits: traits(&spec),
+        traits,
     })
 }
 
@@ -221,14 +233,17 @@ fn export_object(
     re
 }
 
-/// The Service and Endpoints ResourceExports of one exported Service.
+/// The Service and Endpoints ResourceExports of one exported Service; `marks` is the
+/// ServiceExport's spec (the labels and annotations it exports).
 pub fn exports_for(
     cluster_id: &str,
     leader_ns: &str,
     namespace: &str,
     name: &str,
     exported: &Exported,
+    marks: Option<&ServiceExportSpec>,
 ) -> [ResourceExport; 2] {
+    let marks = marks.cloned().unwrap_or_default();
     [
         export_object(
             cluster_id,
@@ -242,6 +257,8 @@ pub fn exports_for(
                         ports: Some(exported.ports.clone()),
                         ..exported.traits.clone()
                     })),
+                    exported_labels: marks.exported_labels,
+                    exported_annotations: marks.exported_annotations,
                 }),
                 ..Default::default()
             },
@@ -255,6 +272,7 @@ pub fn exports_for(
             ResourceExportSpec {
                 endpoints: Some(EndpointsExport {
                     subsets: exported.subsets.clone(),
+                    ..Default::default()
                 }),
                 ..Default::default()
             },
@@ -311,8 +329,8 @@ pub fn cluster_info_export(
 pub fn service_export_conditions(
     decision: &Result<Exported, Invalid>,
     verdict: Option<&Verdict>,
-) -> Vec<(&'static str, &'static str, &'static str, String)> {
-    let c = |t, s, r, m: &str| (t, s, r, m.to_owned());
+) -> Vec<(&'static str, &'static str, String, String)> {
+    let c = |t, s, r: &str, m: &str| (t, s, r.to_owned(), m.to_owned());
     let valid = c(
         "Valid",
         "True",
@@ -324,10 +342,29 @@ pub fn service_export_conditions(
             c("Valid", "False", inv.reason, &inv.message),
             c("Ready", "False", "Failed", "The ServiceExport is not valid"),
         ],
-        (Ok(_), Some(Verdict::Failure(message))) => vec![
+        (Ok(_), Some(Verdict::Failure(message))) => {
+            vec![valid, c("Ready", "False", "Failed", message)]
+        }
+        (
+            Ok(_),
+            Some(Verdict::Conflict {
+                accepted,
+                reason,
+                message,
+            }),
+        ) => vec![
             valid,
-            c("Ready", "False", "Failed", "The leader refused the export"),
-            c("Conflict", "True", "PortConflict", message),
+            if *accepted {
+                c(
+                    "Ready",
+                    "True",
+                    "Exported",
+                    "The Service is exported to the ClusterSet",
+                )
+            } else {
+                c("Ready", "False", "Failed", "The leader refused the export")
+            },
+            c("Conflict", "True", reason, message),
         ],
         (Ok(_), Some(Verdict::Succeeded)) => vec![
             valid,
@@ -423,7 +460,8 @@ mod tests {
         .unwrap();
         assert_eq!(ips(&e), ["10.98.0.20"]);
         assert_eq!(e.subsets[0].ports.as_ref().unwrap()[0].port, 80);
-        let [svc_re, eps_re] = exports_for("west", "antrea-multicluster", "default", "nginx", &e);
+        let [svc_re, eps_re] =
+            exports_for("west", "antrea-multicluster", "default", "nginx", &e, None);
         assert_eq!(
             svc_re.metadata.name.as_deref(),
             Some("west-default-nginx-service")
@@ -451,11 +489,29 @@ mod tests {
     }
 
     #[test]
+    fn a_headless_service_exports_its_pods_with_their_hostnames_in_either_mode() {
+        let mut s = slice(&[("10.244.1.6", None), ("10.244.1.5", Some(false))]);
+        s.endpoints.as_mut().unwrap()[0].hostname = Some("web-0".into());
+        for mode in [EndpointIpType::ClusterIP, EndpointIpType::PodIP] {
+            let e = decide(Some(&service("None")), &[&s], mode).unwrap();
+            assert_eq!(ips(&e), ["10.244.1.6"]);
+            let address = &e.subsets[0].addresses.as_ref().unwrap()[0];
+            assert_eq!(address.hostname.as_deref(), Some("web-0"));
+            assert_eq!(e.subsets[0].ports.as_ref().unwrap()[0].port, 8080);
+            // The leader tells a headless export by its clusterIP.
+            assert_eq!(e.traits.cluster_ip.as_deref(), Some("None"));
+        }
+        let e = decide(Some(&service("10.98.0.20")), &[&s], EndpointIpType::PodIP).unwrap();
+        assert_eq!(e.traits.cluster_ip, None);
+    }
+
+    #[test]
     fn invalid_services_say_why() {
         let ready = slice(&[("10.244.1.5", Some(true))]);
         let cases: Vec<(Option<Service>, Vec<&EndpointSlice>, &str)> = vec![
             (None, vec![&ready], "ServiceNotFound"),
-            (Some(service("None")), vec![&ready], "ServiceNoClusterIP"),
+            (Some(service("")), vec![&ready], "ServiceNoClusterIP"),
+            (Some(service("None")), vec![], "ServiceWithoutEndpoints"),
             (
                 Some(service("10.98.0.20")),
                 vec![],
@@ -490,9 +546,9 @@ mod tests {
 
     #[test]
     fn service_export_conditions_follow_the_decision_and_the_leaders_verdict() {
-        let types = |v: Vec<(&str, &str, &str, String)>| -> Vec<(String, String, String)> {
+        let types = |v: Vec<(&str, &str, String, String)>| -> Vec<(String, String, String)> {
             v.into_iter()
-                .map(|(t, s, r, _)| (t.to_owned(), s.to_owned(), r.to_owned()))
+                .map(|(t, s, r, _)| (t.to_owned(), s.to_owned(), r))
                 .collect()
         };
         let t = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
@@ -512,9 +568,31 @@ mod tests {
                 t("Conflict", "False", "NoConflicts")
             ]
         );
-        let refused = service_export_conditions(&ok, Some(&Verdict::Failure("ports".into())));
-        assert_eq!(refused[2].0, "Conflict");
-        assert_eq!((refused[2].1, refused[2].3.as_str()), ("True", "ports"));
+        // A refusal that is no conflict (a malformed export): not Ready, with the leader's word.
+        let refused = service_export_conditions(&ok, Some(&Verdict::Failure("no ports".into())));
+        assert_eq!(
+            types(refused.clone()),
+            [t("Valid", "True", "Succeed"), t("Ready", "False", "Failed")]
+        );
+        assert_eq!(refused[1].3, "no ports");
+        // A conflict is reported whether this cluster's export won (Ready) or lost (not Ready).
+        for (accepted, ready, why) in [(true, "True", "Exported"), (false, "False", "Failed")] {
+            let conflict = Verdict::Conflict {
+                accepted,
+                reason: "PortConflict,LabelsConflict".into(),
+                message: "ports differ".into(),
+            };
+            let conditions = service_export_conditions(&ok, Some(&conflict));
+            assert_eq!(
+                types(conditions.clone()),
+                [
+                    t("Valid", "True", "Succeed"),
+                    t("Ready", ready, why),
+                    t("Conflict", "True", "PortConflict,LabelsConflict")
+                ]
+            );
+            assert_eq!(conditions[2].3, "ports differ");
+        }
         let invalid = Err(invalid("ServiceNotFound", "Service does not exist"));
         assert_eq!(
             types(service_export_conditions(

@@ -44,7 +44,10 @@ impl Member {
             let decision =
                 export::decide(svc.as_deref(), &svc_slices, self.config.endpoint_ip_type);
             if let Ok(exported) = &decision {
-                for re in export::exports_for(&id.cluster_id, &id.leader_ns, &ns, &name, exported) {
+                let marks = se.spec.spec.as_ref();
+                for re in
+                    export::exports_for(&id.cluster_id, &id.leader_ns, &ns, &name, exported, marks)
+                {
                     desired.insert(re.name_any(), re);
                 }
             }
@@ -94,7 +97,7 @@ impl Member {
             let want: Vec<MetaCondition> =
                 export::service_export_conditions(&decision, verdict.as_ref())
                     .into_iter()
-                    .map(|(t, s, r, m)| meta_condition(t, s, r, &m, &old))
+                    .map(|(t, s, r, m)| meta_condition(t, s, &r, &m, &old))
                     .collect();
             if same_meta(&old, &want) {
                 continue;

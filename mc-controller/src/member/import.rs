@@ -1,5 +1,6 @@
 //! What a member makes of the leader's ResourceImports (reference §3.4.2), decided without I/O:
-//! Service + Endpoints `antrea-mc-<name>` and ServiceImport `<name>` per imported Service, a
+//! Service + Endpoints `antrea-mc-<name>` and ServiceImport `<name>` per imported Service (a
+//! headless one: only the ServiceImport), the MCS EndpointSlices of each source cluster, a
 //! ClusterInfoImport per remote cluster, ACNP `antrea-mc-<name>` per imported policy.
 //!
 //! The leader's Endpoints import is the union of every exporting cluster's endpoints, this
@@ -9,7 +10,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::{
+    core::v1::{EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec},
+    discovery::v1::{Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice},
+};
 use kube::{ResourceExt as _, api::ObjectMeta};
 use mc_api::{
     antrea::{ClusterNetworkPolicy, ClusterNetworkPolicySpec},
@@ -31,6 +35,8 @@ pub struct Local<'a> {
     pub services: &'a BTreeMap<(String, String), &'a Service>,
     /// ServiceImports by `(ns, name)`.
     pub service_imports: &'a BTreeMap<(String, String), &'a ServiceImport>,
+    /// EndpointSlices with the MCS service-name label (ours and anyone's) by `(ns, name)`.
+    pub mcs_slices: &'a BTreeMap<(String, String), &'a EndpointSlice>,
     /// ACNPs by name.
     pub acnps: &'a BTreeMap<String, &'a ClusterNetworkPolicy>,
     pub tiers: &'a BTreeSet<String>,
@@ -102,6 +108,11 @@ pub struct Plan {
     pub services: Vec<Service>,
     pub endpoints: Vec<Endpoints>,
     pub service_imports: Vec<ServiceImport>,
+    /// ServiceImports whose Service `(ns, antrea-mc-<name>)` has no ClusterIP yet: written with
+    /// it (in `spec.ips`) as soon as that Service's apply returns it.
+    pub awaiting_ip: BTreeMap<(String, String), ServiceImport>,
+    /// The MCS EndpointSlices: per imported Service, the endpoints of each source cluster.
+    pub mcs_slices: Vec<EndpointSlice>,
     pub cluster_infos: Vec<ClusterInfoImport>,
     pub acnps: Vec<ClusterNetworkPolicy>,
     /// ACNP imports that failed: (ResourceImport name, message), reported to the leader.
@@ -134,7 +145,17 @@ pub fn plan(imports: &[std::sync::Arc<ResourceImport>], local: &Local) -> Plan {
             Some(kinds::ENDPOINTS) => {
                 // Only alongside the Service it belongs to.
                 let service_ri = names::resource_import(&ns, &name, "Service");
-                if !by_name.contains_key(&service_ri) || !importable(&mut plan, local, &ns, &name) {
+                let Some(service_ri) = by_name.get(&service_ri) else {
+                    continue;
+                };
+                if !importable(&mut plan, local, &ns, &name) {
+                    continue;
+                }
+                if let Some(eps) = &ri.spec.endpoints {
+                    mcs_slices(&mut plan, local, &ns, &name, eps);
+                }
+                // A headless import is its Pods' addresses: no Service, no Endpoints.
+                if headless(service_ri) {
                     continue;
                 }
                 plan.endpoints.push(Endpoints {
@@ -193,6 +214,91 @@ fn importable(plan: &mut Plan, local: &Local, ns: &str, name: &str) -> bool {
     true
 }
 
+/// Whether a Service's ResourceImport is of a headless Service (MCS API).
+fn headless(ri: &ResourceImport) -> bool {
+    ri.spec
+        .service_import
+        .as_ref()
+        .and_then(|si| si.pointer("/spec/type"))
+        .and_then(serde_json::Value::as_str)
+        == Some("Headless")
+}
+
+/// The MCS EndpointSlices of one imported Service (MCS API, KEP-1645): per source cluster and
+/// subset, an IPv4 slice `<name>-<cluster>-<i>` labelled with the Service's name and the
+/// cluster, with the endpoints as the leader merged them (hostnames kept: DNS answers
+/// `<hostname>.<cluster>.<svc>.<ns>.svc.clusterset.local` from them). No
+/// `kubernetes.io/service-name` label: kube-proxy does not take them for a Service's.
+fn mcs_slices(
+    plan: &mut Plan,
+    local: &Local,
+    ns: &str,
+    name: &str,
+    eps: &mc_api::exports::EndpointsExport,
+) {
+    let Some(clusters) = eps.by_cluster() else {
+        return;
+    };
+    for (cluster, subsets) in clusters {
+        for (i, subset) in subsets.iter().enumerate() {
+            let slice_name = format!("{name}-{cluster}-{i}");
+            if let Some(existing) = local.mcs_slices.get(&(ns.to_owned(), slice_name.clone()))
+                && !is_managed(*existing)
+            {
+                plan.skipped.push(format!(
+                    "{ns}/{name}: EndpointSlice {ns}/{slice_name} exists and was not created by Strait"
+                ));
+                continue;
+            }
+            let endpoints: Vec<Endpoint> = subset
+                .addresses
+                .iter()
+                .flatten()
+                .filter(|a| a.ip.parse::<std::net::Ipv4Addr>().is_ok())
+                .map(|a| Endpoint {
+                    addresses: vec![a.ip.clone()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(true),
+                        ..Default::default()
+                    }),
+                    hostname: a.hostname.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            if endpoints.is_empty() {
+                continue;
+            }
+            let mut metadata = meta(&slice_name, Some(ns), None);
+            let labels = metadata.labels.get_or_insert_default();
+            for (k, v) in [
+                (mcs::labels::SERVICE_NAME, name),
+                (mcs::labels::SOURCE_CLUSTER, cluster),
+                (mcs::labels::SLICE_MANAGED_BY, mcs::labels::SLICE_MANAGER),
+            ] {
+                labels.insert(k.to_owned(), v.to_owned());
+            }
+            plan.mcs_slices.push(EndpointSlice {
+                metadata,
+                address_type: "IPv4".into(),
+                endpoints: Some(endpoints),
+                ports: Some(
+                    subset
+                        .ports
+                        .iter()
+                        .flatten()
+                        .map(|p| SlicePort {
+                            name: p.name.clone(),
+                            port: Some(p.port),
+                            protocol: p.protocol.clone(),
+                            app_protocol: p.app_protocol.clone(),
+                        })
+                        .collect(),
+                ),
+            });
+        }
+    }
+}
+
 fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &ResourceImport) {
     if !importable(plan, local, ns, name) {
         return;
@@ -211,6 +317,21 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
     let session_affinity = text("/spec/sessionAffinity");
     let session_affinity_config = field("/spec/sessionAffinityConfig");
     let target = names::imported(name);
+    if headless(ri) {
+        // Its DNS names answer the Pods' addresses (from the MCS EndpointSlices): no IP.
+        let si = ServiceImportSpec {
+            ports,
+            ips: Vec::new(),
+            ip_families: vec!["IPv4".into()],
+            type_: ServiceImportType::Headless,
+            session_affinity,
+            session_affinity_config,
+            internal_traffic_policy: text("/spec/internalTrafficPolicy"),
+            traffic_distribution: text("/spec/trafficDistribution"),
+        };
+        push_service_import(plan, local, ns, name, si, &field);
+        return;
+    }
     plan.services.push(Service {
         metadata: meta(&target, Some(ns), Some(annotations::IMPORTED_SERVICE)),
         spec: Some(ServiceSpec {
@@ -236,15 +357,43 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
         }),
         status: None,
     });
-    // The ServiceImport carries the imported Service's ClusterIP, known once it exists.
-    let Some(ip) = local
+    // The ServiceImport carries the imported Service's ClusterIP, known once it exists (until
+    // then it waits in `awaiting_ip`, written once the Service's apply returns).
+    let ip = local
         .services
-        .get(&(ns.to_owned(), target))
+        .get(&(ns.to_owned(), target.clone()))
         .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
-        .filter(|ip| ip != "None" && !ip.is_empty())
-    else {
-        return;
+        .filter(|ip| ip != "None" && !ip.is_empty());
+    let si = ServiceImportSpec {
+        ports,
+        ips: ip.clone().into_iter().collect(),
+        ip_families: vec!["IPv4".into()],
+        type_: ServiceImportType::ClusterSetIP,
+        session_affinity,
+        session_affinity_config,
+        internal_traffic_policy: text("/spec/internalTrafficPolicy"),
+        traffic_distribution: text("/spec/trafficDistribution"),
     };
+    let before = plan.service_imports.len();
+    push_service_import(plan, local, ns, name, si, &field);
+    if ip.is_none()
+        && plan.service_imports.len() > before
+        && let Some(si) = plan.service_imports.pop()
+    {
+        plan.awaiting_ip.insert((ns.to_owned(), target), si);
+    }
+}
+
+/// The ServiceImport `<ns>/<name>`, unless someone else's object has that name; `field` reads
+/// the leader's ServiceImport in the ResourceImport.
+fn push_service_import(
+    plan: &mut Plan,
+    local: &Local,
+    ns: &str,
+    name: &str,
+    spec: ServiceImportSpec,
+    field: &dyn Fn(&str) -> Option<serde_json::Value>,
+) {
     if let Some(existing) = local.service_imports.get(&(ns.to_owned(), name.to_owned()))
         && !is_managed(*existing)
     {
@@ -253,20 +402,29 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
         ));
         return;
     }
-    let mut si = ServiceImport::new(
-        name,
-        ServiceImportSpec {
-            ports,
-            ips: vec![ip],
-            ip_families: vec!["IPv4".into()],
-            type_: ServiceImportType::ClusterSetIP,
-            session_affinity,
-            session_affinity_config,
-            internal_traffic_policy: text("/spec/internalTrafficPolicy"),
-            traffic_distribution: text("/spec/trafficDistribution"),
-        },
-    );
+    let mut si = ServiceImport::new(name, spec);
     si.metadata = meta(name, Some(ns), None);
+    // The labels and annotations the exporting ServiceExport marked (MCS API); Strait's own
+    // labels win a clash.
+    let marks = |path: &str| -> BTreeMap<String, String> {
+        field(path)
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    };
+    let (marked_labels, mut marked_annotations) =
+        (marks("/metadata/labels"), marks("/metadata/annotations"));
+    let keys = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>().join(",");
+    let exported_keys = format!(
+        "labels={};annotations={}",
+        keys(&marked_labels),
+        keys(&marked_annotations)
+    );
+    let labels = si.metadata.labels.get_or_insert_default();
+    for (k, v) in marked_labels {
+        labels.entry(k).or_insert(v);
+    }
+    marked_annotations.insert(annotations::EXPORTED_KEYS.to_owned(), exported_keys);
+    si.metadata.annotations = Some(marked_annotations);
     plan.service_imports.push(si);
 }
 
@@ -416,6 +574,7 @@ mod tests {
             namespaces: &namespaces,
             services: &services,
             service_imports: &BTreeMap::new(),
+            mcs_slices: &BTreeMap::new(),
             acnps: &BTreeMap::new(),
             tiers: &tiers,
             own_prefixes: &[],
@@ -461,6 +620,155 @@ mod tests {
         assert!(p.acnp_failures.is_empty());
     }
 
+    /// A Service import (headless or not, with marks) and its Endpoints import from west (two
+    /// Pods with hostnames) and east.
+    fn web_imports(headless: bool) -> Vec<Arc<ResourceImport>> {
+        let subset = |ip: &str, host: Option<&str>| EndpointSubset {
+            addresses: Some(vec![k8s_openapi::api::core::v1::EndpointAddress {
+                ip: ip.into(),
+                hostname: host.map(str::to_owned),
+                ..Default::default()
+            }]),
+            ports: Some(vec![k8s_openapi::api::core::v1::EndpointPort {
+                name: Some("http".into()),
+                port: 8080,
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+            }]),
+            not_ready_addresses: None,
+        };
+        let count = |c: &str, n| mc_api::exports::ClusterSubsets {
+            cluster_id: c.into(),
+            count: n,
+        };
+        vec![
+            ri(
+                "default-web-service",
+                ResourceImportSpec {
+                    name: Some("web".into()),
+                    namespace: Some("default".into()),
+                    kind: Some("ServiceImport".into()),
+                    service_import: Some(json!({
+                        "metadata": {"labels": {"tier": "front"}, "annotations": {"note": "w"}},
+                        "spec": {
+                            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                            "type": if headless { "Headless" } else { "ClusterSetIP" },
+                        },
+                    })),
+                    ..Default::default()
+                },
+            ),
+            ri(
+                "default-web-endpoints",
+                ResourceImportSpec {
+                    name: Some("web".into()),
+                    namespace: Some("default".into()),
+                    kind: Some("Endpoints".into()),
+                    endpoints: Some(mc_api::exports::EndpointsExport {
+                        subsets: vec![
+                            subset("10.244.9.9", None),
+                            subset("10.245.1.5", Some("web-0")),
+                            subset("10.245.1.6", Some("web-1")),
+                        ],
+                        cluster_subsets: vec![count("east", 1), count("west", 2)],
+                    }),
+                    ..Default::default()
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_headless_import_is_a_service_import_and_mcs_endpoint_slices_per_cluster() {
+        let namespaces = BTreeSet::from(["default".to_owned()]);
+        let local = Local {
+            cluster_id: "north",
+            member_ns: "kube-system",
+            namespaces: &namespaces,
+            services: &BTreeMap::new(),
+            service_imports: &BTreeMap::new(),
+            mcs_slices: &BTreeMap::new(),
+            acnps: &BTreeMap::new(),
+            tiers: &BTreeSet::new(),
+            own_prefixes: &[],
+            own_endpoints: &BTreeMap::new(),
+        };
+        let p = plan(&web_imports(true), &local);
+        assert!(
+            p.services.is_empty() && p.endpoints.is_empty(),
+            "no antrea-mc objects"
+        );
+        assert!(p.awaiting_ip.is_empty());
+        let si = &p.service_imports[0];
+        assert_eq!(si.spec.type_, ServiceImportType::Headless);
+        assert!(si.spec.ips.is_empty());
+        assert_eq!(si.spec.ip_families, ["IPv4"]);
+        // The marks the leader imported, beside Strait's own label.
+        let labels = si.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["tier"], "front");
+        assert!(is_managed(si));
+        let annotations = si.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["note"], "w");
+        assert_eq!(
+            annotations[annotations::EXPORTED_KEYS],
+            "labels=tier;annotations=note"
+        );
+        // One slice per cluster and subset, named and labelled for the MCS API.
+        type Slice = (String, String, Vec<(String, Option<String>)>);
+        let slices: Vec<Slice> = p
+            .mcs_slices
+            .iter()
+            .map(|s| {
+                let l = s.metadata.labels.as_ref().unwrap();
+                assert_eq!(l[mcs::labels::SERVICE_NAME], "web");
+                assert_eq!(l[mcs::labels::SLICE_MANAGED_BY], mcs::labels::SLICE_MANAGER);
+                assert!(!l.contains_key("kubernetes.io/service-name"));
+                assert_eq!(s.address_type, "IPv4");
+                assert_eq!(s.ports.as_ref().unwrap()[0].port, Some(8080));
+                let eps = s
+                    .endpoints
+                    .iter()
+                    .flatten()
+                    .map(|e| (e.addresses[0].clone(), e.hostname.clone()))
+                    .collect();
+                (
+                    s.metadata.name.clone().unwrap(),
+                    l[mcs::labels::SOURCE_CLUSTER].clone(),
+                    eps,
+                )
+            })
+            .collect();
+        assert_eq!(
+            slices,
+            [
+                (
+                    "web-east-0".to_owned(),
+                    "east".to_owned(),
+                    vec![("10.244.9.9".to_owned(), None)]
+                ),
+                (
+                    "web-west-0".to_owned(),
+                    "west".to_owned(),
+                    vec![("10.245.1.5".to_owned(), Some("web-0".to_owned()))]
+                ),
+                (
+                    "web-west-1".to_owned(),
+                    "west".to_owned(),
+                    vec![("10.245.1.6".to_owned(), Some("web-1".to_owned()))]
+                ),
+            ]
+        );
+        // A ClusterSetIP import whose Service has no ClusterIP yet: its ServiceImport waits for
+        // the Service's apply.
+        let p = plan(&web_imports(false), &local);
+        assert_eq!(p.services.len(), 1);
+        assert!(p.service_imports.is_empty());
+        let waiting = &p.awaiting_ip[&("default".to_owned(), "antrea-mc-web".to_owned())];
+        assert_eq!(waiting.spec.type_, ServiceImportType::ClusterSetIP);
+        assert!(waiting.spec.ips.is_empty());
+        assert_eq!(p.mcs_slices.len(), 3);
+    }
+
     #[test]
     fn a_users_service_a_missing_namespace_or_tier_is_never_overwritten() {
         let namespaces = BTreeSet::from(["default".to_owned()]);
@@ -473,6 +781,7 @@ mod tests {
             namespaces: &namespaces,
             services: &services,
             service_imports: &BTreeMap::new(),
+            mcs_slices: &BTreeMap::new(),
             acnps: &BTreeMap::new(),
             tiers: &BTreeSet::new(),
             own_prefixes: &[],
@@ -638,6 +947,7 @@ mod tests {
                         subset(&["10.96.0.10"], ("http", 80)),
                         subset(&["10.97.0.20"], ("http", 80)),
                     ],
+                    ..Default::default()
                 }),
                 ..Default::default()
             },
@@ -656,6 +966,7 @@ mod tests {
             namespaces: &namespaces,
             services: &BTreeMap::new(),
             service_imports: &BTreeMap::new(),
+            mcs_slices: &BTreeMap::new(),
             acnps: &BTreeMap::new(),
             tiers: &BTreeSet::new(),
             own_prefixes: &own_prefixes,

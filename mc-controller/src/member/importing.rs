@@ -94,6 +94,16 @@ impl Member {
                 )
             })
             .collect();
+        let mcs_slices_v = self.local.mcs_slices.covered(work);
+        let mcs_slices: BTreeMap<(String, String), &EndpointSlice> = mcs_slices_v
+            .iter()
+            .map(|s| {
+                (
+                    (s.namespace().unwrap_or_default(), s.name_any()),
+                    s.as_ref(),
+                )
+            })
+            .collect();
         let acnps_ready = self.local.acnps.ready() && self.local.tiers.ready();
         let acnps_v = self.local.acnps.all();
         let acnps: BTreeMap<String, &ClusterNetworkPolicy> =
@@ -116,6 +126,7 @@ impl Member {
                 namespaces: &namespaces,
                 services: &services,
                 service_imports: &service_imports,
+                mcs_slices: &mcs_slices,
                 acnps: &acnps,
                 tiers: &tiers,
                 // Computed at the start of the pass (sync).
@@ -138,7 +149,25 @@ impl Member {
                 (ns_of(svc).to_owned(), name.to_owned())
             })
             .collect();
-        let mut ops = w.converge(
+        // A new imported Service's ServiceImport follows its apply, with the ClusterIP the API
+        // server allocated (one write sooner than waiting for the Service's watch event).
+        let mut awaiting = plan.awaiting_ip;
+        let then = |svc: &Service| -> Option<Then<Service>> {
+            let mut si = awaiting.remove(&(ns_of(svc).to_owned(), svc.name_any()))?;
+            let (w, api) = (
+                w.clone(),
+                Api::<ServiceImport>::namespaced(c.clone(), ns_of(svc)),
+            );
+            Some(Box::new(move |stored: Service| {
+                let ip = stored
+                    .spec?
+                    .cluster_ip
+                    .filter(|ip| ip != "None" && !ip.is_empty())?;
+                si.spec.ips = vec![ip];
+                Some(w.apply_op(&api, si).1)
+            }))
+        };
+        let mut ops = w.converge_then(
             plan.services,
             &services_v,
             Compare::Fields,
@@ -150,6 +179,7 @@ impl Member {
                         .contains_key(annotations::IMPORTED_SERVICE)
                     && !dying(ns_of(svc))
             },
+            then,
         );
         let endpoints_v = self.local.endpoints.covered(work);
         ops.extend(w.converge(
@@ -169,6 +199,13 @@ impl Member {
                     && !want_si.contains(&(ns_of(si).to_owned(), si.name_any()))
                     && !dying(ns_of(si))
             },
+        ));
+        ops.extend(w.converge(
+            plan.mcs_slices,
+            &mcs_slices_v,
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |s| is_managed(s) && !dying(ns_of(s)),
         ));
         ops.extend(w.converge(
             plan.cluster_infos,
@@ -285,6 +322,13 @@ impl Member {
         ops.extend(w.converge(
             vec![],
             &l.service_imports.all(),
+            Compare::Fields,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            is_managed,
+        ));
+        ops.extend(w.converge(
+            vec![],
+            &l.mcs_slices.all(),
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
             is_managed,

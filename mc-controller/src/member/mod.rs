@@ -54,7 +54,7 @@ use mc_api::{
     config::MultiClusterConfig,
     exports::{ResourceExport, Verdict, kinds as re_kinds},
     gateway::Gateway,
-    mcs::{ServiceExport, ServiceImport},
+    mcs::{self, ServiceExport, ServiceImport},
     names::{self, annotations, labels},
     net::Prefix,
 };
@@ -63,7 +63,7 @@ use serde_json::json;
 use crate::conditions::{condition, keep_transition_time, meta_condition, same_meta};
 use connection::{Beat, Connection, Identity};
 use mc_kube::{
-    Driver, Metrics, Op, Reconciler, StatusPacer, Trigger, Watched, Work, Writer, is_managed,
+    Driver, Metrics, Op, Reconciler, StatusPacer, Then, Trigger, Watched, Work, Writer, is_managed,
     run_all,
     watch::{KeysOf, WatchHealth},
     write::Compare,
@@ -157,6 +157,7 @@ impl Reconciler for Member {
             ("Namespaces", l.namespaces.health()),
             ("Services", l.services.health()),
             ("EndpointSlices", l.slices.health()),
+            ("MCS EndpointSlices", l.mcs_slices.health()),
             ("Endpoints", l.endpoints.health()),
             ("ServiceExports", l.service_exports.health()),
             ("ServiceImports", l.service_imports.health()),
@@ -179,6 +180,7 @@ impl Reconciler for Member {
         let mut keys: BTreeSet<String> = [
             l.services.keys(),
             l.slices.keys(),
+            l.mcs_slices.keys(),
             l.endpoints.keys(),
             l.service_exports.keys(),
             l.service_imports.keys(),

@@ -11,6 +11,8 @@ pub(super) struct LocalStores {
     pub(super) namespaces: Watched<Namespace>,
     pub(super) services: Watched<Service>,
     pub(super) slices: Watched<EndpointSlice>,
+    /// MCS EndpointSlices (ours, and any another implementation wrote).
+    pub(super) mcs_slices: Watched<EndpointSlice>,
     pub(super) endpoints: Watched<Endpoints>,
     pub(super) service_exports: Watched<ServiceExport>,
     pub(super) service_imports: Watched<ServiceImport>,
@@ -57,6 +59,20 @@ impl LocalStores {
                 trim_slice,
                 |s| {
                     let svc = s.labels().get("kubernetes.io/service-name")?;
+                    Some(vec![service_key(
+                        s.metadata.namespace.as_deref().unwrap_or_default(),
+                        svc,
+                    )])
+                },
+            ),
+            mcs_slices: Watched::keyed(
+                Api::all(c.clone()),
+                watcher::Config::default().labels(mcs::labels::SERVICE_NAME),
+                t.clone(),
+                "EndpointSlice",
+                |_| {},
+                |s| {
+                    let svc = s.labels().get(mcs::labels::SERVICE_NAME)?;
                     Some(vec![service_key(
                         s.metadata.namespace.as_deref().unwrap_or_default(),
                         svc,
@@ -319,6 +335,7 @@ mod tests {
             "default",
             "nginx",
             &export::Exported::default(),
+            None,
         );
         assert_eq!(own_export_key(&svc_re).as_deref(), Some(key.as_str()));
         assert_eq!(own_export_key(&eps_re).as_deref(), Some(key.as_str()));
