@@ -338,39 +338,47 @@ impl Writer {
         K::DynamicType: Default,
     {
         let id = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+        let by_id: HashMap<(String, String), &K> =
+            stored.iter().map(|o| (id(o), o.as_ref())).collect();
+        let wanted: std::collections::HashSet<(String, String)> = desired.iter().map(id).collect();
         let mut ops = Vec::new();
-        let mut chained_ids = std::collections::HashSet::new();
-        let mut plain = Vec::new();
         for obj in desired {
-            let Some(next) = then(&obj) else {
-                plain.push(obj);
-                continue;
-            };
             let key = id(&obj);
-            let current = stored.iter().find(|o| id(o) == key).map(Arc::as_ref);
+            let current = Some(by_id.get(&key).copied());
             let needed = match compare {
-                Compare::Fields => self.needed(&obj, Some(current)),
-                Compare::ExactSpec => self.needed_exact_spec(&obj, Some(current)),
+                Compare::Fields => self.needed(&obj, current),
+                Compare::ExactSpec => self.needed_exact_spec(&obj, current),
             };
-            chained_ids.insert(key.clone());
             if !needed {
                 continue;
             }
-            let (w, api) = (self.clone(), api(&key.0));
-            ops.push((
-                key.1,
-                Box::pin(async move {
-                    let stored = w.apply_get(&api, &obj).await?;
-                    match next(stored) {
-                        Some(op) => op.await,
-                        None => Ok(()),
-                    }
-                }) as Op,
-            ));
+            let api = api(&key.0);
+            match then(&obj) {
+                None => ops.push(self.apply_op(&api, obj)),
+                Some(next) => {
+                    let w = self.clone();
+                    ops.push((
+                        key.1,
+                        Box::pin(async move {
+                            let stored = w.apply_get(&api, &obj).await?;
+                            match next(stored) {
+                                Some(op) => op.await,
+                                None => Ok(()),
+                            }
+                        }) as Op,
+                    ));
+                }
+            }
         }
-        ops.extend(self.converge(plain, stored, compare, api, |o| {
-            !chained_ids.contains(&id(o)) && removable(o)
-        }));
+        for obj in stored {
+            let (ns, name) = id(obj);
+            if !wanted.contains(&(ns.clone(), name.clone()))
+                && obj.meta().deletion_timestamp.is_none()
+                && removable(obj)
+            {
+                ops.push(self.delete_op(&api(&ns), &ns, &name));
+            }
+        }
         ops
     }
 
@@ -391,38 +399,7 @@ impl Writer {
         K: Resource + Serialize + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default,
     {
-        let id = |o: &K| {
-            let m = o.meta();
-            (
-                m.namespace.clone().unwrap_or_default(),
-                m.name.clone().unwrap_or_default(),
-            )
-        };
-        let by_id: HashMap<(String, String), &K> =
-            stored.iter().map(|o| (id(o), o.as_ref())).collect();
-        let wanted: std::collections::HashSet<(String, String)> = desired.iter().map(id).collect();
-        let mut ops = Vec::new();
-        for obj in desired {
-            let (ns, _) = id(&obj);
-            let current = Some(by_id.get(&id(&obj)).copied());
-            let needed = match compare {
-                Compare::Fields => self.needed(&obj, current),
-                Compare::ExactSpec => self.needed_exact_spec(&obj, current),
-            };
-            if needed {
-                ops.push(self.apply_op(&api(&ns), obj));
-            }
-        }
-        for obj in stored {
-            let (ns, name) = id(obj);
-            if !wanted.contains(&(ns.clone(), name.clone()))
-                && obj.meta().deletion_timestamp.is_none()
-                && removable(obj)
-            {
-                ops.push(self.delete_op(&api(&ns), &ns, &name));
-            }
-        }
-        ops
+        self.converge_then(desired, stored, compare, api, removable, |_| None)
     }
 
     /// A merge patch of the status subresource.

@@ -24,8 +24,22 @@ fn export_web(tb: &Testbed, ns: &str) {
 }
 
 fn service_import(tb: &Testbed, cluster: &str, ns: &str, version: &str) -> serde_json::Value {
+    service_import_where(tb, cluster, ns, version, "with an IP", |si| {
+        si["spec"]["ips"][0].is_string()
+    })
+}
+
+/// Waits until ServiceImport `<ns>/web`, read through `version`, is what `ok` says (`what`).
+fn service_import_where(
+    tb: &Testbed,
+    cluster: &str,
+    ns: &str,
+    version: &str,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     wait_for(
-        &format!("ServiceImport {ns}/web ({version}) with an IP in {cluster}"),
+        &format!("ServiceImport {ns}/web ({version}) {what} in {cluster}"),
         Duration::from_secs(60),
         || {
             let si = tb
@@ -40,11 +54,7 @@ fn service_import(tb: &Testbed, cluster: &str, ns: &str, version: &str) -> serde
                     ],
                 )
                 .ok_or("none")?;
-            if si["spec"]["ips"][0].is_string() {
-                Ok(si)
-            } else {
-                Err(si.to_string())
-            }
+            if ok(&si) { Ok(si) } else { Err(si.to_string()) }
         },
     )
 }
@@ -308,22 +318,11 @@ fn exported_labels_and_annotations_reach_every_service_import_and_disagreeing_ex
     tb.apply("west", ns, service);
     export("west", "front", "from-west");
     let marked = |cluster: &str, tier: Option<&str>, note: Option<&str>| {
-        wait_for(
-            &format!("{cluster}: ServiceImport {ns}/web labelled tier={tier:?}, note={note:?}"),
-            Duration::from_secs(60),
-            || {
-                let si = tb
-                    .try_json(cluster, &["get", "serviceimport", "-n", ns, "web"])
-                    .ok_or("none")?;
-                let (labels, annotations) =
-                    (&si["metadata"]["labels"], &si["metadata"]["annotations"]);
-                if labels["tier"].as_str() == tier && annotations["note"].as_str() == note {
-                    Ok(si)
-                } else {
-                    Err(si["metadata"].to_string())
-                }
-            },
-        )
+        let what = format!("labelled tier={tier:?}, note={note:?}");
+        service_import_where(&tb, cluster, ns, "v1beta1", &what, |si| {
+            si["metadata"]["labels"]["tier"].as_str() == tier
+                && si["metadata"]["annotations"]["note"].as_str() == note
+        })
     };
     for cluster in ["east", "west"] {
         let si = marked(cluster, Some("front"), Some("from-west"));
@@ -428,29 +427,9 @@ fn a_headless_export_is_imported_headless_with_mcs_endpoint_slices_and_per_pod_c
     export_condition(&tb, "west", ns, "web", ("Valid", "True", ""));
     let west_id = join::id("west");
     for cluster in ["east", "west"] {
-        let si = wait_for(
-            &format!("{cluster}: a Headless ServiceImport {ns}/web"),
-            Duration::from_secs(60),
-            || {
-                let si = tb
-                    .try_json(
-                        cluster,
-                        &[
-                            "get",
-                            "serviceimports.v1beta1.multicluster.x-k8s.io",
-                            "-n",
-                            ns,
-                            "web",
-                        ],
-                    )
-                    .ok_or("none")?;
-                if si["spec"]["type"] == "Headless" {
-                    Ok(si)
-                } else {
-                    Err(si.to_string())
-                }
-            },
-        );
+        let si = service_import_where(&tb, cluster, ns, "v1beta1", "Headless", |si| {
+            si["spec"]["type"] == "Headless"
+        });
         assert!(si["spec"]["ips"].is_null(), "no clusterset IP: {si}");
         assert_eq!(si["spec"]["ipFamilies"], serde_json::json!(["IPv4"]));
         assert!(

@@ -70,7 +70,7 @@ impl LocalStores {
                 watcher::Config::default().labels(mcs::labels::SERVICE_NAME),
                 t.clone(),
                 "EndpointSlice",
-                |_| {},
+                trim_mcs_slice,
                 |s| {
                     let svc = s.labels().get(mcs::labels::SERVICE_NAME)?;
                     Some(vec![service_key(
@@ -256,6 +256,32 @@ pub(super) fn trim_slice(slice: &mut EndpointSlice) {
                     ..Default::default()
                 }
             }),
+            ..Default::default()
+        };
+    }
+}
+
+/// What the member compares of an MCS EndpointSlice with the one it wants (it writes them all):
+/// its labels, address type, ports and each endpoint's addresses, readiness and hostname. A
+/// member holds one per imported Service and source cluster.
+pub(super) fn trim_mcs_slice(slice: &mut EndpointSlice) {
+    let m = &mut slice.metadata;
+    (
+        m.annotations,
+        m.owner_references,
+        m.creation_timestamp,
+        m.generation,
+    ) = (None, None, None, None);
+    for e in slice.endpoints.iter_mut().flatten() {
+        *e = k8s_openapi::api::discovery::v1::Endpoint {
+            addresses: std::mem::take(&mut e.addresses),
+            conditions: e.conditions.as_ref().map(|c| {
+                k8s_openapi::api::discovery::v1::EndpointConditions {
+                    ready: c.ready,
+                    ..Default::default()
+                }
+            }),
+            hostname: e.hostname.take(),
             ..Default::default()
         };
     }
