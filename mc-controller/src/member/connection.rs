@@ -152,13 +152,21 @@ fn describe(e: &kube::Error, id: &Identity) -> String {
     }
 }
 
-/// What a member reads of a ResourceImport: of its embedded ServiceImport only the `spec`. The
+/// What a member reads of a ResourceImport: of its embedded ServiceImport only the `spec` and the
+/// exported labels and annotations. The
 /// embedded object is a JSON tree, where every map costs over 600 bytes; its metadata repeats the
 /// import's own name and namespace.
 fn trim_import(ri: &mut ResourceImport) {
     if let Some(si) = ri.spec.service_import.as_mut() {
         let spec = si.get_mut("spec").map(serde_json::Value::take);
-        *si = serde_json::json!({ "spec": spec });
+        let mut kept = serde_json::json!({ "spec": spec });
+        // The exported labels and annotations (MCS API), when there are any.
+        for key in ["labels", "annotations"] {
+            if let Some(marks) = si.pointer_mut(&format!("/metadata/{key}")) {
+                kept["metadata"][key] = marks.take();
+            }
+        }
+        *si = kept;
     }
 }
 

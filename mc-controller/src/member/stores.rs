@@ -244,9 +244,15 @@ pub(super) fn trim_service(svc: &mut Service) {
 }
 
 /// What the member reads of an EndpointSlice: its address type, ports and each endpoint's
-/// addresses and readiness (the Service it belongs to is its label).
+/// addresses, readiness and hostname (the Service it belongs to is its label).
 pub(super) fn trim_slice(slice: &mut EndpointSlice) {
     slice.metadata.owner_references = None;
+    trim_endpoints(slice);
+}
+
+/// Each endpoint's addresses, readiness and hostname (a headless Service's Pods are exported
+/// with their hostnames).
+fn trim_endpoints(slice: &mut EndpointSlice) {
     for e in slice.endpoints.iter_mut().flatten() {
         *e = k8s_openapi::api::discovery::v1::Endpoint {
             addresses: std::mem::take(&mut e.addresses),
@@ -256,6 +262,7 @@ pub(super) fn trim_slice(slice: &mut EndpointSlice) {
                     ..Default::default()
                 }
             }),
+            hostname: e.hostname.take(),
             ..Default::default()
         };
     }
@@ -272,19 +279,7 @@ pub(super) fn trim_mcs_slice(slice: &mut EndpointSlice) {
         m.creation_timestamp,
         m.generation,
     ) = (None, None, None, None);
-    for e in slice.endpoints.iter_mut().flatten() {
-        *e = k8s_openapi::api::discovery::v1::Endpoint {
-            addresses: std::mem::take(&mut e.addresses),
-            conditions: e.conditions.as_ref().map(|c| {
-                k8s_openapi::api::discovery::v1::EndpointConditions {
-                    ready: c.ready,
-                    ..Default::default()
-                }
-            }),
-            hostname: e.hostname.take(),
-            ..Default::default()
-        };
-    }
+    trim_endpoints(slice);
 }
 
 /// What the member reads of a Node: annotations, addresses, the Ready condition and the Pod
