@@ -385,6 +385,20 @@ fn exports_from_two_clusters_merge_and_a_port_conflict_is_refused_until_fixed() 
         conflict["message"].as_str().unwrap().contains("8080"),
         "{conflict}"
     );
+    // The MCS API: the exporter whose ports are imported hears of the conflict too, and serves.
+    wait_for("west's ServiceExport to show the conflict", T, || {
+        let se = tb.get_json("west", &["get", "serviceexport", "-n", ns, "web"]);
+        match (condition(&se, "Conflict"), condition(&se, "Ready")) {
+            (Some(c), Some(r))
+                if c["status"] == "True"
+                    && c["reason"] == "PortConflict"
+                    && r["status"] == "True" =>
+            {
+                Ok(())
+            }
+            _ => Err(se["status"].to_string()),
+        }
+    });
     assert_eq!(
         endpoint_ips(&tb, "west", ns, "antrea-mc-web").unwrap(),
         ["10.244.2.5"],

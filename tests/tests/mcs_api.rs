@@ -560,3 +560,83 @@ fn a_headless_export_is_imported_headless_with_mcs_endpoint_slices_and_per_pod_c
         );
     }
 }
+
+#[test]
+fn differently_named_ports_are_the_union_served_each_by_its_exporter_and_a_clashing_name_stays_the_oldest()
+ {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-ports");
+    let ns = ns.name.as_str();
+    let service = |cluster: &str, port_name: &str, port: u16| {
+        tb.apply(
+            cluster,
+            ns,
+            &format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: web}}\nspec:\n  selector: {{app: web}}\n  \
+                 ports: [{{name: {port_name}, port: {port}, targetPort: 8080, protocol: TCP}}]\n---\n\
+                 apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {{name: web}}\n"
+            ),
+        )
+    };
+    for cluster in ["west", "east"] {
+        pods::web(&tb, cluster, ns, "web", None, 8080);
+        pods::client(&tb, cluster, ns, "client", None);
+    }
+    service("west", "a", 80);
+    service_import(&tb, "east", ns, "v1beta1");
+    service("east", "b", 81);
+    let ports = |si: &serde_json::Value| si["spec"]["ports"].to_string();
+    let union = serde_json::json!([
+        {"name": "a", "port": 80, "protocol": "TCP"},
+        {"name": "b", "port": 81, "protocol": "TCP"}
+    ])
+    .to_string();
+    for cluster in ["east", "west"] {
+        service_import_where(&tb, cluster, ns, "v1beta1", "with both ports", |si| {
+            ports(si) == union
+        });
+        export_condition(
+            &tb,
+            cluster,
+            ns,
+            "web",
+            ("Conflict", "True", "PortConflict"),
+        );
+        export_condition(&tb, cluster, ns, "web", ("Ready", "True", ""));
+    }
+    // Each port reaches only the cluster that exposes it, from either cluster.
+    let name = format!("web.{ns}.svc.clusterset.local");
+    let only = |client_cluster: &str, port: u16, want: &str| {
+        let url = format!("http://{name}:{port}/");
+        wait_for(
+            &format!("{url} from {client_cluster} to answer {want:?}"),
+            Duration::from_secs(60),
+            || match pods::curl(&tb, client_cluster, ns, "client", &url) {
+                Ok(body) if body == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+        for _ in 0..8 {
+            let body = pods::curl(&tb, client_cluster, ns, "client", &url);
+            assert_eq!(body.as_deref(), Ok(want), "{url} from {client_cluster}");
+        }
+    };
+    for client in ["east", "west"] {
+        only(client, 80, "hello from west/web");
+        only(client, 81, "hello from east/web");
+    }
+    // East renames its port to west's name on another number: the name stays west's, east
+    // serves nothing and is refused; port 80 still reaches only west.
+    service("east", "a", 82);
+    export_condition(&tb, "east", ns, "web", ("Ready", "False", ""));
+    export_condition(&tb, "east", ns, "web", ("Conflict", "True", "PortConflict"));
+    export_condition(&tb, "west", ns, "web", ("Conflict", "True", "PortConflict"));
+    let west_only = serde_json::json!([{"name": "a", "port": 80, "protocol": "TCP"}]).to_string();
+    service_import_where(&tb, "east", ns, "v1beta1", "with west's port only", |si| {
+        ports(si) == west_only
+    });
+    for client in ["east", "west"] {
+        only(client, 80, "hello from west/web");
+    }
+}

@@ -15,7 +15,7 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{EndpointPort, EndpointSubset, ServicePort, ServiceSpec};
 use kube::ResourceExt as _;
 use mc_api::{
     exports::{ClusterSubsets, EndpointsExport, Kind, ResourceExport},
@@ -102,8 +102,9 @@ fn by_age(a: &&ResourceExport, b: &&ResourceExport) -> std::cmp::Ordering {
 
 /// `(kind, namespace, name)` of the source object: the exports merged together.
 type GroupKey = (Kind, String, String);
-/// `(namespace, name, cluster)` of a cluster's Service export the leader accepted.
-type Accepted = BTreeSet<(String, String, String)>;
+/// `(namespace, name, cluster)` of a cluster's Service export the leader accepted, with the
+/// names of the ports it serves.
+type Accepted = BTreeMap<(String, String, String), BTreeSet<String>>;
 
 pub fn merge(
     leader_namespace: &str,
@@ -126,7 +127,7 @@ pub fn merge(
     // Which tuple claimed which import name: `-` joins are ambiguous (ns `a-b`/name `c` and
     // ns `a`/name `b-c` give the same name); the first tuple keeps it.
     let mut claimed: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let mut service_ok: Accepted = BTreeSet::new();
+    let mut service_ok: Accepted = BTreeMap::new();
     let mut serviced: BTreeSet<(String, String)> = BTreeSet::new();
     for ((kind, _, _), tuple) in groups.iter_mut() {
         tuple.exports.sort_by(by_age);
@@ -328,12 +329,17 @@ fn conflicts(e: &Exporter, chosen: &Exporter) -> Vec<&'static str> {
     .collect()
 }
 
-/// The ServiceImport of a Service's exports (oldest first). Exports must agree on their shape
-/// (headlessness and ports): the one already imported stays while an exporter still has it,
-/// else the oldest exporter's wins, and an export of another shape is refused (Antrea's rule)
-/// and contributes no endpoints. The traits, labels and annotations imported are those of the
-/// oldest export of the winning shape. When the exports disagree on anything, every exporter
-/// hears of it (the MCS API's `Conflict`, with its reasons). Those accepted are recorded in
+/// The ServiceImport of a Service's exports (oldest first), by the MCS API's rules:
+/// - headlessness: the one already imported stays while an exporter still has it, else the
+///   oldest's; an export of the other kind is refused (`TypeConflict`);
+/// - ports, per name: a name is claimed by the port (number, protocol) already imported while an
+///   exporter still has it, else by the oldest exporter's; an export serves the names whose port
+///   it has (the import's ports are the union of the claimed ones), and one that serves none is
+///   refused. Ports that differ in any way are a `PortConflict`;
+/// - the traits, labels and annotations imported are the oldest accepted export's.
+///
+/// When the exports disagree on anything, every exporter hears of it (the MCS API's
+/// `Conflict`, with its reasons). The accepted ones, with the port names each serves, go to
 /// `service_ok`. None when no export has ports.
 fn service(
     tuple: &Tuple,
@@ -365,40 +371,79 @@ fn service(
         })
         .collect();
     let oldest = exporters.first()?;
-    let reference = imported
+    let imported = imported
         .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::SERVICE_IMPORT))
-        .and_then(Shape::imported)
-        .filter(|shape| exporters.iter().any(|e| e.shape == *shape))
-        .unwrap_or_else(|| oldest.shape.clone());
-    // The oldest export of the reference shape: its ports and traits are imported.
-    let chosen = exporters
-        .iter()
-        .find(|e| e.shape == reference)
-        .expect("the reference shape is an exporter's");
+        .and_then(Shape::imported);
+    let headless = imported
+        .as_ref()
+        .map(|s| s.headless)
+        .filter(|h| exporters.iter().any(|e| e.shape.headless == *h))
+        .unwrap_or(oldest.shape.headless);
+    // Port names claimed, in the order the import lists them: the imported ports first while an
+    // exporter of the kept kind still has them, then each exporter's, oldest first.
+    let mut claimed: Vec<PortKey> = Vec::new();
+    let alike = || exporters.iter().filter(|e| e.shape.headless == headless);
+    for key in imported.iter().flat_map(|s| &s.ports) {
+        if alike().any(|e| e.shape.ports.contains(key)) {
+            claimed.push(key.clone());
+        }
+    }
+    for e in alike() {
+        for key in &e.shape.ports {
+            if !claimed.iter().any(|c| c.0 == key.0) {
+                claimed.push(key.clone());
+            }
+        }
+    }
+    // What each exporter serves: the claimed ports it has.
+    let serves = |e: &Exporter| -> BTreeSet<String> {
+        if e.shape.headless != headless {
+            return BTreeSet::new();
+        }
+        e.shape
+            .ports
+            .iter()
+            .filter(|k| claimed.contains(k))
+            .map(|k| k.0.clone())
+            .collect()
+    };
+    // Accepted: of the kept kind, serving a port (or exporting none: a headless Service may
+    // have no ports).
+    let accepts = |e: &Exporter| {
+        e.shape.headless == headless && (e.shape.ports.is_empty() || !serves(e).is_empty())
+    };
+    let chosen = exporters.iter().find(|e| accepts(e))?;
+    let mut union = claimed.clone();
+    union.sort();
     let mut reasons: Vec<&'static str> = Vec::new();
     for e in &exporters {
-        for r in conflicts(e, chosen) {
+        let mut differs = conflicts(e, chosen);
+        differs.retain(|r| *r != "PortConflict");
+        if e.shape.ports != union {
+            differs.insert(0, "PortConflict");
+        }
+        for r in differs {
             if !reasons.contains(&r) {
                 reasons.push(r);
             }
         }
     }
+    reasons.sort_by_key(|r| CONFLICT_ORDER.iter().position(|o| o == r));
     let winner = cluster_of(chosen.re);
+    let reference = Shape {
+        headless,
+        ports: union,
+    };
     for e in &exporters {
-        let accepted = e.shape == reference;
-        if accepted {
-            service_ok.insert((
-                tuple.namespace.clone(),
-                tuple.name.clone(),
-                cluster_of(e.re),
-            ));
-        }
+        let served = serves(e);
+        let accepted = accepts(e);
         let message = if accepted {
             format!(
-                "the exports of {}/{} disagree ({}); cluster {winner:?}'s, the oldest, are imported",
+                "the exports of {}/{} disagree ({}); the import has {} and the traits, labels and annotations of cluster {winner:?}, the oldest export",
                 tuple.namespace,
                 tuple.name,
-                reasons.join(", ")
+                reasons.join(", "),
+                reference.describe()
             )
         } else {
             format!(
@@ -409,6 +454,16 @@ fn service(
                 tuple.name
             )
         };
+        if accepted {
+            service_ok.insert(
+                (
+                    tuple.namespace.clone(),
+                    tuple.name.clone(),
+                    cluster_of(e.re),
+                ),
+                served,
+            );
+        }
         let verdict = match (accepted, reasons.is_empty()) {
             (true, true) => Verdict::Succeeded,
             (false, true) => Verdict::Failure(message),
@@ -420,27 +475,17 @@ fn service(
         };
         out.verdicts.insert(e.re.name_any(), verdict);
     }
-    let ports: Vec<Value> = chosen
-        .spec
-        .ports
+    let ports: Vec<Value> = claimed
         .iter()
-        .flatten()
-        .map(|p| {
-            let mut port = json!({
-                "port": p.port,
-                "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-            });
-            if let Some(n) = p.name.as_ref().filter(|n| !n.is_empty()) {
-                port["name"] = json!(n);
+        .map(|(name, port, protocol)| {
+            let mut p = json!({"port": port, "protocol": protocol});
+            if !name.is_empty() {
+                p["name"] = json!(name);
             }
-            port
+            p
         })
         .collect();
-    let type_ = if reference.headless {
-        "Headless"
-    } else {
-        "ClusterSetIP"
-    };
+    let type_ = if headless { "Headless" } else { "ClusterSetIP" };
     let mut spec = json!({"ports": ports, "type": type_});
     // The MCS API's copies of the exported Service's traits.
     let from = chosen.spec;
@@ -464,6 +509,18 @@ fn service(
     }
     Some(json!({"metadata": metadata, "spec": spec}))
 }
+
+/// The MCS API's order of conflict reasons.
+const CONFLICT_ORDER: [&str; 8] = [
+    "PortConflict",
+    "TypeConflict",
+    "SessionAffinityConflict",
+    "SessionAffinityConfigConflict",
+    "InternalTrafficPolicyConflict",
+    "TrafficDistributionConflict",
+    "LabelsConflict",
+    "AnnotationsConflict",
+];
 
 /// The policy of an ACNP's exports: the oldest's; an export with another spec fails.
 fn acnp(tuple: &Tuple, out: &mut Merged) -> Option<Value> {
@@ -505,25 +562,19 @@ fn endpoints(
     let mut subsets = BTreeMap::new();
     for re in &tuple.exports {
         let cluster = cluster_of(re);
-        let verdict = match &re.spec.endpoints {
-            None => Verdict::Failure("an Endpoints export needs spec.endpoints".into()),
-            Some(_)
-                if !service_ok.contains(&(
-                    tuple.namespace.clone(),
-                    tuple.name.clone(),
-                    cluster.clone(),
-                )) =>
-            {
-                Verdict::Failure(format!(
-                    "the Service export of cluster {cluster:?} for {}/{} has not converged",
-                    tuple.namespace, tuple.name
-                ))
-            }
-            Some(eps) => {
+        let served =
+            service_ok.get(&(tuple.namespace.clone(), tuple.name.clone(), cluster.clone()));
+        let verdict = match (&re.spec.endpoints, served) {
+            (None, _) => Verdict::Failure("an Endpoints export needs spec.endpoints".into()),
+            (Some(_), None) => Verdict::Failure(format!(
+                "the Service export of cluster {cluster:?} for {}/{} has not converged",
+                tuple.namespace, tuple.name
+            )),
+            (Some(eps), Some(served)) => {
                 if !withdrawn.contains(&cluster) {
                     subsets
                         .entry(cluster)
-                        .or_insert_with(|| eps.subsets.clone());
+                        .or_insert_with(|| serving(&eps.subsets, served));
                 }
                 Verdict::Succeeded
             }
@@ -552,6 +603,30 @@ fn endpoints(
             ..Default::default()
         },
     );
+}
+
+/// A cluster's endpoint subsets with only the ports it serves (by name): traffic to a port
+/// another cluster's export claimed never reaches it.
+fn serving(subsets: &[EndpointSubset], served: &BTreeSet<String>) -> Vec<EndpointSubset> {
+    subsets
+        .iter()
+        .filter_map(|s| {
+            if s.ports.as_ref().is_none_or(Vec::is_empty) {
+                return Some(s.clone());
+            }
+            let ports: Vec<EndpointPort> = s
+                .ports
+                .iter()
+                .flatten()
+                .filter(|p| served.contains(p.name.as_deref().unwrap_or_default()))
+                .cloned()
+                .collect();
+            (!ports.is_empty()).then(|| EndpointSubset {
+                ports: Some(ports),
+                ..s.clone()
+            })
+        })
+        .collect()
 }
 
 fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
@@ -802,7 +877,7 @@ mod tests {
                 Verdict::Conflict {
                     accepted: true,
                     reason: "LabelsConflict".into(),
-                    message: "the exports of default/nginx disagree (LabelsConflict); cluster \"west\"'s, the oldest, are imported".into(),
+                    message: "the exports of default/nginx disagree (LabelsConflict); the import has ports [http:80/TCP] and the traits, labels and annotations of cluster \"west\", the oldest export".into(),
                 },
                 "{cluster}"
             );
@@ -811,6 +886,138 @@ mod tests {
         let east = marked("east", 5, false, (&[("tier", "front")], &[("note", "w")]));
         let m = merge(NS, &[west, east], &[], &BTreeSet::new());
         assert!(m.verdicts.values().all(|v| *v == Verdict::Succeeded));
+    }
+
+    /// The import's ports as `name:port/protocol`, and each cluster's endpoint ports.
+    fn ports_of(m: &Merged) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+        let si = m.imports["default-nginx-service"]
+            .service_import
+            .clone()
+            .unwrap();
+        let ports = si["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}:{}/{}",
+                    p["name"].as_str().unwrap_or(""),
+                    p["port"],
+                    p["protocol"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let eps = m.imports["default-nginx-endpoints"]
+            .endpoints
+            .clone()
+            .unwrap();
+        let by = eps
+            .by_cluster()
+            .unwrap()
+            .into_iter()
+            .map(|(c, subsets)| {
+                let names = subsets
+                    .iter()
+                    .flat_map(|s| s.ports.iter().flatten())
+                    .map(|p| format!("{}:{}", p.name.as_deref().unwrap_or(""), p.port))
+                    .collect();
+                (c.to_owned(), names)
+            })
+            .collect();
+        (ports, by)
+    }
+
+    /// An Endpoints export of `cluster` whose one subset carries `ports`.
+    fn eps_ports(cluster: &str, ip: &str, ports: &[(&str, i32)]) -> Arc<ResourceExport> {
+        let mut re = (*eps(cluster, ip)).clone();
+        re.spec.endpoints.as_mut().unwrap().subsets[0].ports = Some(
+            ports
+                .iter()
+                .map(|(n, p)| EndpointPort {
+                    name: Some((*n).into()),
+                    port: *p,
+                    protocol: Some("TCP".into()),
+                    app_protocol: None,
+                })
+                .collect(),
+        );
+        Arc::new(re)
+    }
+
+    #[test]
+    fn differently_named_ports_are_the_union_and_each_is_served_only_by_its_exporters() {
+        let exports = vec![
+            svc("west", 0, vec![port("tcp", 42)]),
+            eps_ports("west", "10.98.0.7", &[("tcp", 42)]),
+            svc("east", 5, vec![port("tcp2", 4242)]),
+            eps_ports("east", "10.97.0.9", &[("tcp2", 4242)]),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let (ports, by) = ports_of(&m);
+        assert_eq!(ports, ["tcp:42/TCP", "tcp2:4242/TCP"]);
+        assert_eq!(
+            by,
+            [
+                ("east".to_owned(), vec!["tcp2:4242".to_owned()]),
+                ("west".to_owned(), vec!["tcp:42".to_owned()])
+            ]
+        );
+        for cluster in ["west", "east"] {
+            assert!(
+                matches!(
+                    &m.verdicts[&format!("{cluster}-default-nginx-service")],
+                    Verdict::Conflict { accepted: true, reason, .. } if reason == "PortConflict"
+                ),
+                "{cluster}: {:?}",
+                m.verdicts
+            );
+        }
+    }
+
+    #[test]
+    fn a_clashing_port_name_stays_the_oldest_exports_and_is_not_served_by_the_other() {
+        // East has the same name on another port, and a port of its own: it serves only that one.
+        let exports = vec![
+            svc("west", 0, vec![port("tcp", 42), port("udp", 43)]),
+            eps_ports("west", "10.98.0.7", &[("tcp", 42), ("udp", 43)]),
+            svc("east", 5, vec![port("tcp", 4242), port("extra", 50)]),
+            eps_ports("east", "10.97.0.9", &[("tcp", 42), ("extra", 50)]),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let (ports, by) = ports_of(&m);
+        assert_eq!(ports, ["tcp:42/TCP", "udp:43/TCP", "extra:50/TCP"]);
+        assert_eq!(
+            by,
+            [
+                ("east".to_owned(), vec!["extra:50".to_owned()]),
+                (
+                    "west".to_owned(),
+                    vec!["tcp:42".to_owned(), "udp:43".to_owned()]
+                )
+            ]
+        );
+        // East with only the clashing port serves nothing: refused, its endpoints not merged.
+        let exports = vec![
+            exports[0].clone(),
+            exports[1].clone(),
+            svc("east", 5, vec![port("tcp", 4242)]),
+            eps_ports("east", "10.97.0.9", &[("tcp", 42)]),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let (ports, by) = ports_of(&m);
+        assert_eq!(ports, ["tcp:42/TCP", "udp:43/TCP"]);
+        assert_eq!(by.len(), 1);
+        assert!(matches!(
+            &m.verdicts["east-default-nginx-service"],
+            Verdict::Conflict {
+                accepted: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &m.verdicts["west-default-nginx-service"],
+            Verdict::Conflict { accepted: true, .. }
+        ));
     }
 
     #[test]

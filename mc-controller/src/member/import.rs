@@ -75,6 +75,8 @@ pub fn serveable_subsets(
             || own.is_some_and(|o| o.addresses.contains(ip))
     };
     let mut contributes = false;
+    // The names of the ports this cluster serves (the leader keeps only those in its subsets).
+    let mut served: BTreeSet<String> = BTreeSet::new();
     let mut out = Vec::new();
     for subset in merged {
         let mut keep = |list: &Option<Vec<_>>| {
@@ -83,7 +85,16 @@ pub fn serveable_subsets(
                 .flatten()
                 .cloned()
                 .partition(|a: &k8s_openapi::api::core::v1::EndpointAddress| is_own(&a.ip));
-            contributes |= !mine.is_empty();
+            if !mine.is_empty() {
+                contributes = true;
+                served.extend(
+                    subset
+                        .ports
+                        .iter()
+                        .flatten()
+                        .map(|p| p.name.clone().unwrap_or_default()),
+                );
+            }
             theirs
         };
         let addresses = keep(&subset.addresses);
@@ -98,7 +109,21 @@ pub fn serveable_subsets(
         });
     }
     if contributes && let Some(own) = own {
-        out.extend(own.ready.iter().cloned());
+        for subset in &own.ready {
+            let ports: Vec<_> = subset
+                .ports
+                .iter()
+                .flatten()
+                .filter(|p| served.contains(p.name.as_deref().unwrap_or_default()))
+                .cloned()
+                .collect();
+            if !ports.is_empty() {
+                out.push(EndpointSubset {
+                    ports: Some(ports),
+                    ..subset.clone()
+                });
+            }
+        }
     }
     out
 }
@@ -862,6 +887,52 @@ mod tests {
                 ("10.97.0.20".to_owned(), 80),
                 ("10.244.1.5".to_owned(), 8080),
                 ("10.244.1.6".to_owned(), 8080)
+            ]
+        );
+    }
+
+    #[test]
+    fn local_pods_serve_only_the_ports_the_leader_kept_for_this_cluster() {
+        // This cluster exported ports `tcp` and `tcp2`; another export claimed `tcp`, so the
+        // leader kept only `tcp2` in this cluster's subset.
+        let merged = [
+            subset(&["10.96.0.10"], ("tcp2", 4242)),
+            subset(&["10.97.0.20"], ("tcp", 42)),
+        ];
+        let mut ready = subset(&["10.244.1.5"], ("tcp", 42));
+        ready
+            .ports
+            .as_mut()
+            .unwrap()
+            .push(k8s_openapi::api::core::v1::EndpointPort {
+                name: Some("tcp2".into()),
+                port: 42,
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+            });
+        let own = OwnEndpoints {
+            addresses: BTreeSet::from(["10.96.0.10".to_owned()]),
+            ready: vec![ready],
+        };
+        let out = serveable_subsets(&merged, &prefixes(&["10.96.0.0/16"]), Some(&own));
+        let names: Vec<(String, Vec<String>)> = out
+            .iter()
+            .map(|s| {
+                (
+                    s.addresses.as_ref().unwrap()[0].ip.clone(),
+                    s.ports
+                        .iter()
+                        .flatten()
+                        .map(|p| p.name.clone().unwrap_or_default())
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("10.97.0.20".to_owned(), vec!["tcp".to_owned()]),
+                ("10.244.1.5".to_owned(), vec!["tcp2".to_owned()])
             ]
         );
     }
