@@ -387,6 +387,73 @@ pub mod join {
         wait_ready(tb);
     }
 
+    /// North joins as a member of its own ClusterSet (the dual-role cluster), with the guide's
+    /// access objects; waits until the leader counts three members. [`DualRole`] undoes it.
+    pub fn north_as_member(tb: &Testbed) -> DualRole<'_> {
+        grant_access(tb, "north");
+        tb.apply(
+            "north",
+            MEMBER_NS,
+            &format!(
+                "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {CLUSTERSET}\n  namespace: {MEMBER_NS}\nspec:\n  clusterID: {}\n  leaders:\n    - clusterID: {}\n      secret: \"member-north-access-token\"\n      server: \"{}\"\n  namespace: {LEADER_NS}\n",
+                id("north"),
+                id("north"),
+                tb.leader_server,
+            ),
+        );
+        wait_for(
+            "north's member Ready",
+            Duration::from_secs(60),
+            || match leader_counts(tb) {
+                Some((3, 3)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+        DualRole(tb)
+    }
+
+    /// North's membership of [`north_as_member`]: dropping it makes north leave and removes
+    /// its access objects (the next test that makes north a member makes its own token).
+    pub struct DualRole<'a>(&'a Testbed);
+
+    impl DualRole<'_> {
+        /// North leaves; waits until the leader counts two members again.
+        pub fn leave(self) {
+            drop(self);
+        }
+    }
+
+    impl Drop for DualRole<'_> {
+        fn drop(&mut self) {
+            let tb = self.0;
+            tb.delete("north", &["clusterset", "--all", "-n", MEMBER_NS]);
+            let gone = (0..200).any(|_| {
+                let two = leader_counts(tb) == Some((2, 2));
+                if !two {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                two
+            });
+            if !gone && !std::thread::panicking() {
+                panic!("north's member did not leave: {:?}", leader_counts(tb));
+            }
+            tb.delete(
+                "north",
+                &[
+                    "-n",
+                    LEADER_NS,
+                    "serviceaccount/member-north-access-sa",
+                    "secret/member-north-access-token",
+                    "rolebinding/member-north-access-rolebinding",
+                ],
+            );
+            tb.delete(
+                "north",
+                &["-n", MEMBER_NS, "secret/member-north-access-token"],
+            );
+        }
+    }
+
     /// Members leave (their announces go), then the leader's ClusterSet and claims go.
     pub fn leave_all(tb: &Testbed) {
         for m in MEMBERS {

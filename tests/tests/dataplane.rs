@@ -1142,26 +1142,8 @@ impl Drop for Reconfigured {
     }
 }
 
-/// The guide's member access objects for north (`join::grant_access`), in the leader and in
-/// north's member namespace: the next test that makes north a member makes its own token.
-fn remove_north_access(tb: &Testbed) {
-    tb.delete(
-        "north",
-        &[
-            "-n",
-            join::LEADER_NS,
-            "serviceaccount/member-north-access-sa",
-            "secret/member-north-access-token",
-            "rolebinding/member-north-access-rolebinding",
-        ],
-    );
-    tb.delete(
-        "north",
-        &["-n", join::MEMBER_NS, "secret/member-north-access-token"],
-    );
-}
-
-/// Removes the test's Pods, Services and exports from every cluster, and north's member join.
+/// Removes the test's Pods, Services and exports from every cluster (north's member join is
+/// undone by its `join::DualRole`).
 struct MultiExporterCleanup<'a>(&'a Testbed);
 
 impl Drop for MultiExporterCleanup<'_> {
@@ -1178,8 +1160,6 @@ impl Drop for MultiExporterCleanup<'_> {
                 ],
             );
         }
-        tb.delete("north", &["clusterset", "--all", "-n", join::MEMBER_NS]);
-        remove_north_access(tb);
         for (cluster, pod) in [
             ("east", "both-e"),
             ("west", "both-w"),
@@ -1264,26 +1244,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
     );
 
     // North as leader and member at once, importing a Service it exports too.
-    join::grant_access(&tb, "north");
-    tb.apply(
-        "north",
-        join::MEMBER_NS,
-        &format!(
-            "apiVersion: multicluster.crd.antrea.io/v1alpha2\nkind: ClusterSet\nmetadata:\n  name: {}\n  namespace: {}\nspec:\n  clusterID: {}\n  leaders:\n    - clusterID: {}\n      secret: \"member-north-access-token\"\n      server: \"{}\"\n  namespace: {}\n",
-            join::CLUSTERSET,
-            join::MEMBER_NS,
-            join::id("north"),
-            join::id("north"),
-            tb.leader_server,
-            join::LEADER_NS
-        ),
-    );
-    wait_for("north's member Ready", T, || {
-        match join::leader_counts(&tb) {
-            Some((3, 3)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    let north = join::north_as_member(&tb);
     export_web(&tb, "north", "node-b", "both-n", "both-web");
     xtask(&["testbed", "pod", "add", "north", "node-b", "both-client-nb"]);
     let north_pod = pod_ip(&tb, "north", "both-n");
@@ -1303,16 +1264,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
             "service/both-web",
         ],
     );
-    tb.delete("north", &["clusterset", "--all", "-n", join::MEMBER_NS]);
-    wait_for(
-        "north's member gone from the leader",
-        T,
-        || match join::leader_counts(&tb) {
-            Some((2, 2)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    remove_north_access(&tb);
+    north.leave();
     wait_endpoints(
         &tb,
         "east",

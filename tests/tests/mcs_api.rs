@@ -640,3 +640,56 @@ fn differently_named_ports_are_the_union_served_each_by_its_exporter_and_a_clash
         only(client, 80, "hello from west/web");
     }
 }
+
+#[test]
+fn the_dual_role_leader_exports_a_headless_service_with_marks_that_every_member_imports() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let north = join::north_as_member(&tb);
+    let ns = SameNamespace::new(&tb, "mcs-north");
+    let ns = ns.name.as_str();
+    let ip = headless_pod(&tb, "north", ns, 0);
+    tb.apply(
+        "north",
+        ns,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  clusterIP: None\n  \
+         selector: {app: web}\n  ports: [{name: http, port: 8080, protocol: TCP}]\n---\n\
+         apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {name: web}\n\
+         spec:\n  exportedLabels: {from: north}\n",
+    );
+    let north_id = join::id("north");
+    for cluster in ["north", "east", "west"] {
+        let si = service_import_where(&tb, cluster, ns, "v1beta1", "Headless, marked", |si| {
+            si["spec"]["type"] == "Headless" && si["metadata"]["labels"]["from"] == "north"
+        });
+        assert!(si["spec"]["ips"].is_null(), "{si}");
+        let slices = wait_for(
+            &format!("{cluster}: north's MCS EndpointSlice"),
+            Duration::from_secs(60),
+            || {
+                let s = mcs_slices(&tb, cluster, ns, "web");
+                match s.as_slice() {
+                    [one] if one["endpoints"][0]["addresses"][0] == ip.as_str() => Ok(s.clone()),
+                    _ => Err(format!("{s:?}")),
+                }
+            },
+        );
+        let slice = &slices[0];
+        assert_eq!(
+            slice["metadata"]["labels"]["multicluster.kubernetes.io/source-cluster"],
+            north_id.as_str()
+        );
+        assert_eq!(slice["endpoints"][0]["hostname"], "web-0");
+    }
+    export_condition(&tb, "north", ns, "web", ("Ready", "True", "Exported"));
+    tb.delete("north", &["serviceexport", "-n", ns, "web"]);
+    for cluster in ["north", "east", "west"] {
+        tb.wait_gone(
+            &format!("{cluster}: the ServiceImport"),
+            Duration::from_secs(20),
+            cluster,
+            &["get", "serviceimport", "-n", ns, "web"],
+        );
+    }
+    north.leave();
+}
