@@ -27,6 +27,8 @@ apt_pkgs=(
   # containers (crun refuses hybrid cgroup layouts); the standard CNI plugins; busybox and socat
   # for the test images.
   buildah runc containernetworking-plugins busybox-static socat
+  # The look-alikes of the MCS API conformance suite's images (BIND nslookup, OpenBSD nc).
+  dash bind9-dnsutils netcat-openbsd
 )
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -84,6 +84,28 @@ pub struct EndpointsExport {
     pub cluster_subsets: Vec<ClusterSubsets>,
 }
 
+/// `subset` with only its ports named in `names` (an unnamed port is `""`); `None` when none is
+/// left. A subset without ports is kept as it is. Traffic to a Service port goes only to endpoint
+/// ports of its name, so this is how a port reaches only the clusters that serve it.
+pub fn with_ports_named(
+    subset: &EndpointSubset,
+    names: &std::collections::BTreeSet<String>,
+) -> Option<EndpointSubset> {
+    let all = subset.ports.as_deref().unwrap_or_default();
+    if all.is_empty() {
+        return Some(subset.clone());
+    }
+    let ports: Vec<_> = all
+        .iter()
+        .filter(|p| names.contains(p.name.as_deref().unwrap_or_default()))
+        .cloned()
+        .collect();
+    (!ports.is_empty()).then(|| EndpointSubset {
+        ports: Some(ports),
+        ..subset.clone()
+    })
+}
+
 /// `count` consecutive subsets of a merged Endpoints import came from `clusterID`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterSubsets {

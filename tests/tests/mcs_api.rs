@@ -383,31 +383,42 @@ fn exported_labels_and_annotations_reach_every_service_import_and_disagreeing_ex
     }
 }
 
-/// A Pod `web-<i>` of a headless Service `web`: hostname and subdomain set, so that its
-/// EndpointSlice endpoint carries the hostname.
-fn headless_pod(tb: &Testbed, cluster: &str, ns: &str, i: usize) -> String {
-    let name = format!("web-{i}");
-    let pod = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
+/// A StatefulSet `web` (of the headless Service `web`) of `replicas` Pods `web-<i>` answering
+/// HTTP on 8080 with `hello from <cluster>/web-<i>`; waits until they are Ready and returns
+/// their IPs in order. The StatefulSet controller gives each Pod its hostname, which its
+/// EndpointSlice endpoint carries.
+fn stateful_web(tb: &Testbed, cluster: &str, ns: &str, replicas: usize) -> Vec<String> {
+    let set = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": ns},
         "spec": {
-            "hostname": name,
-            "subdomain": "web",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": pods::tools_image(),
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", format!(
-                    "mkdir -p /tmp/www && echo 'hello from {cluster}/{name}' > /tmp/www/index.html && \
-                     exec httpd -f -p 8080 -h /tmp/www"
-                )],
-            }],
+            "serviceName": "web",
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "main",
+                        "image": pods::tools_image(),
+                        "imagePullPolicy": "Never",
+                        "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "command": ["/bin/sh", "-c", format!(
+                            "mkdir -p /tmp/www && echo \"hello from {cluster}/$POD\" > /tmp/www/index.html && \
+                             exec httpd -f -p 8080 -h /tmp/www"
+                        )],
+                    }],
+                },
+            },
         },
     });
-    tb.apply(cluster, ns, &pod.to_string());
-    pods::wait_ready(tb, cluster, ns, &name)
+    tb.apply(cluster, ns, &set.to_string());
+    (0..replicas)
+        .map(|i| pods::wait_ready(tb, cluster, ns, &format!("web-{i}")))
+        .collect()
 }
 
 #[test]
@@ -416,7 +427,7 @@ fn a_headless_export_is_imported_headless_with_mcs_endpoint_slices_and_per_pod_c
     join::ensure_joined(&tb);
     let ns = SameNamespace::new(&tb, "mcs-headless");
     let ns = ns.name.as_str();
-    let ips: Vec<String> = (0..2).map(|i| headless_pod(&tb, "west", ns, i)).collect();
+    let ips = stateful_web(&tb, "west", ns, 2);
     tb.apply(
         "west",
         ns,
@@ -648,7 +659,7 @@ fn the_dual_role_leader_exports_a_headless_service_with_marks_that_every_member_
     let north = join::north_as_member(&tb);
     let ns = SameNamespace::new(&tb, "mcs-north");
     let ns = ns.name.as_str();
-    let ip = headless_pod(&tb, "north", ns, 0);
+    let ip = stateful_web(&tb, "north", ns, 1).remove(0);
     tb.apply(
         "north",
         ns,

@@ -33,7 +33,8 @@ pub enum ImageCommand {
         /// What builds them: buildah also writes target/images/<name>.oci.tar.
         #[arg(long, value_enum, default_value_t = Tool::Buildah)]
         tool: Tool,
-        /// Only these images (mc-controller, mc-agent, test-pause, test-coredns, test-tools).
+        /// Only these images (mc-controller, mc-agent, test-pause, test-coredns, test-tools,
+        /// test-mcs-socat, test-mcs-netshoot).
         names: Vec<String>,
         /// Another build of the named shipped images: its binaries report this as their version
         /// (`STRAIT_BUILD_ID`), and it is tagged `v<ID>` ('+' becomes '-') and written to
@@ -86,6 +87,16 @@ pub fn images() -> anyhow::Result<Vec<Image>> {
         Image {
             name: "test-tools",
             reference: format!("{TEST_REGISTRY}/tools:{tag}"),
+        },
+        // The two images the MCS API conformance suite names (it cannot pull them here): the
+        // same commands, from this machine's Debian packages, under the suite's names.
+        Image {
+            name: "test-mcs-socat",
+            reference: "docker.io/alpine/socat:1.7.4.4".to_owned(),
+        },
+        Image {
+            name: "test-mcs-netshoot",
+            reference: "docker.io/nicolaka/netshoot:v0.15".to_owned(),
         },
     ])
 }
@@ -315,6 +326,25 @@ fn stage(name: &str, rootfs: &Path, env: &[(&str, &str)]) -> anyhow::Result<()> 
             install(rootfs, &host_tool("socat")?, "/usr/bin/socat")?;
             let server = build_target("xtask", "strait-test-server", false)?;
             install(rootfs, &server, crate::testbed::TEST_SERVER)?;
+            std::fs::create_dir_all(rootfs.join("tmp"))?;
+        }
+        "test-mcs-socat" | "test-mcs-netshoot" => {
+            // What the suite's Pods run: `sh -c` scripts with grep, awk, tail and tr, socat
+            // listening, BIND's nslookup (the suite parses its output) and OpenBSD nc.
+            install(rootfs, &host_tool("dash")?, "/bin/sh")?;
+            let busybox = host_tool("busybox")?;
+            install(rootfs, &busybox, "/bin/busybox")?;
+            for applet in [
+                "grep", "egrep", "awk", "tail", "tr", "echo", "cat", "sleep", "head", "sed", "ls",
+                "env", "ps",
+            ] {
+                std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet))?;
+            }
+            install(rootfs, &host_tool("socat")?, "/usr/bin/socat")?;
+            install(rootfs, &host_tool("nslookup")?, "/usr/bin/nslookup")?;
+            install(rootfs, &host_tool("nc.openbsd")?, "/usr/bin/nc")?;
+            std::fs::create_dir_all(rootfs.join("etc"))?;
+            std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
             std::fs::create_dir_all(rootfs.join("tmp"))?;
         }
         other => bail!("no recipe for the image {other}"),

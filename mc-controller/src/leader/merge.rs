@@ -15,10 +15,10 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::{EndpointPort, EndpointSubset, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{EndpointSubset, ServicePort, ServiceSpec};
 use kube::ResourceExt as _;
 use mc_api::{
-    exports::{ClusterSubsets, EndpointsExport, Kind, ResourceExport},
+    exports::{ClusterSubsets, EndpointsExport, Kind, ResourceExport, with_ports_named},
     imports::{ResourceImport, ResourceImportSpec, kinds as ri_kinds},
     names,
 };
@@ -610,22 +610,7 @@ fn endpoints(
 fn serving(subsets: &[EndpointSubset], served: &BTreeSet<String>) -> Vec<EndpointSubset> {
     subsets
         .iter()
-        .filter_map(|s| {
-            if s.ports.as_ref().is_none_or(Vec::is_empty) {
-                return Some(s.clone());
-            }
-            let ports: Vec<EndpointPort> = s
-                .ports
-                .iter()
-                .flatten()
-                .filter(|p| served.contains(p.name.as_deref().unwrap_or_default()))
-                .cloned()
-                .collect();
-            (!ports.is_empty()).then(|| EndpointSubset {
-                ports: Some(ports),
-                ..s.clone()
-            })
-        })
+        .filter_map(|s| with_ports_named(s, served))
         .collect()
 }
 
@@ -655,7 +640,7 @@ fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{EndpointAddress, EndpointSubset, ServiceSpec},
+        api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, ServiceSpec},
         apimachinery::pkg::apis::meta::v1::Time,
         jiff::Timestamp,
     };

@@ -109,21 +109,11 @@ pub fn serveable_subsets(
         });
     }
     if contributes && let Some(own) = own {
-        for subset in &own.ready {
-            let ports: Vec<_> = subset
-                .ports
+        out.extend(
+            own.ready
                 .iter()
-                .flatten()
-                .filter(|p| served.contains(p.name.as_deref().unwrap_or_default()))
-                .cloned()
-                .collect();
-            if !ports.is_empty() {
-                out.push(EndpointSubset {
-                    ports: Some(ports),
-                    ..subset.clone()
-                });
-            }
-        }
+                .filter_map(|s| mc_api::exports::with_ports_named(s, &served)),
+        );
     }
     out
 }
