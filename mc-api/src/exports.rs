@@ -233,14 +233,6 @@ impl Verdict {
             None => Verdict::Failure(c.message.clone().unwrap_or_default()),
         })
     }
-
-    /// Whether the export is imported (its endpoints served).
-    pub fn accepted(&self) -> bool {
-        matches!(
-            self,
-            Verdict::Succeeded | Verdict::Conflict { accepted: true, .. }
-        )
-    }
 }
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

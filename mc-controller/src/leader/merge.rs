@@ -291,42 +291,33 @@ struct Exporter<'a> {
     payload: &'a mc_api::exports::ServiceExport,
 }
 
-/// The MCS API's conflict reasons of `e` against the export whose Service is imported, in the
-/// API's order: shape first, then the copied traits, the exported labels and annotations.
-fn conflicts(e: &Exporter, chosen: &Exporter) -> Vec<&'static str> {
+/// The MCS API's conflict reasons, in its order.
+const CONFLICT_REASONS: [&str; 8] = [
+    "PortConflict",
+    "TypeConflict",
+    "SessionAffinityConflict",
+    "SessionAffinityConfigConflict",
+    "InternalTrafficPolicyConflict",
+    "TrafficDistributionConflict",
+    "LabelsConflict",
+    "AnnotationsConflict",
+];
+
+/// Which of [`CONFLICT_REASONS`] `e` gives, against the import: its ports (`union`), its kind
+/// (`headless`), and the traits and marks of the export imported (`chosen`).
+fn conflicts(e: &Exporter, union: &[PortKey], headless: bool, chosen: &Exporter) -> [bool; 8] {
     let (a, b) = (e.spec, chosen.spec);
     [
-        (e.shape.ports != chosen.shape.ports, "PortConflict"),
-        (e.shape.headless != chosen.shape.headless, "TypeConflict"),
-        (
-            a.session_affinity.as_deref().unwrap_or("None")
-                != b.session_affinity.as_deref().unwrap_or("None"),
-            "SessionAffinityConflict",
-        ),
-        (
-            a.session_affinity_config != b.session_affinity_config,
-            "SessionAffinityConfigConflict",
-        ),
-        (
-            a.internal_traffic_policy != b.internal_traffic_policy,
-            "InternalTrafficPolicyConflict",
-        ),
-        (
-            a.traffic_distribution != b.traffic_distribution,
-            "TrafficDistributionConflict",
-        ),
-        (
-            e.payload.exported_labels != chosen.payload.exported_labels,
-            "LabelsConflict",
-        ),
-        (
-            e.payload.exported_annotations != chosen.payload.exported_annotations,
-            "AnnotationsConflict",
-        ),
+        e.shape.ports != union,
+        e.shape.headless != headless,
+        a.session_affinity.as_deref().unwrap_or("None")
+            != b.session_affinity.as_deref().unwrap_or("None"),
+        a.session_affinity_config != b.session_affinity_config,
+        a.internal_traffic_policy != b.internal_traffic_policy,
+        a.traffic_distribution != b.traffic_distribution,
+        e.payload.exported_labels != chosen.payload.exported_labels,
+        e.payload.exported_annotations != chosen.payload.exported_annotations,
     ]
-    .into_iter()
-    .filter_map(|(differs, reason)| differs.then_some(reason))
-    .collect()
 }
 
 /// The ServiceImport of a Service's exports (oldest first), by the MCS API's rules:
@@ -415,20 +406,17 @@ fn service(
     let chosen = exporters.iter().find(|e| accepts(e))?;
     let mut union = claimed.clone();
     union.sort();
-    let mut reasons: Vec<&'static str> = Vec::new();
+    let mut found = [false; 8];
     for e in &exporters {
-        let mut differs = conflicts(e, chosen);
-        differs.retain(|r| *r != "PortConflict");
-        if e.shape.ports != union {
-            differs.insert(0, "PortConflict");
-        }
-        for r in differs {
-            if !reasons.contains(&r) {
-                reasons.push(r);
-            }
+        for (any, differs) in found.iter_mut().zip(conflicts(e, &union, headless, chosen)) {
+            *any |= differs;
         }
     }
-    reasons.sort_by_key(|r| CONFLICT_ORDER.iter().position(|o| o == r));
+    let reasons: Vec<&str> = CONFLICT_REASONS
+        .iter()
+        .zip(found)
+        .filter_map(|(r, f)| f.then_some(*r))
+        .collect();
     let winner = cluster_of(chosen.re);
     let reference = Shape {
         headless,
@@ -509,18 +497,6 @@ fn service(
     }
     Some(json!({"metadata": metadata, "spec": spec}))
 }
-
-/// The MCS API's order of conflict reasons.
-const CONFLICT_ORDER: [&str; 8] = [
-    "PortConflict",
-    "TypeConflict",
-    "SessionAffinityConflict",
-    "SessionAffinityConfigConflict",
-    "InternalTrafficPolicyConflict",
-    "TrafficDistributionConflict",
-    "LabelsConflict",
-    "AnnotationsConflict",
-];
 
 /// The policy of an ACNP's exports: the oldest's; an export with another spec fails.
 fn acnp(tuple: &Tuple, out: &mut Merged) -> Option<Value> {

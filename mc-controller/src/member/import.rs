@@ -325,102 +325,96 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
             .and_then(|si| si.pointer(path))
             .cloned()
     };
-    let ports: Vec<mcs::ServicePort> = field("/spec/ports")
-        .and_then(|p| serde_json::from_value(p).ok())
-        .unwrap_or_default();
     let text = |path: &str| field(path).and_then(|v| v.as_str().map(str::to_owned));
-    let session_affinity = text("/spec/sessionAffinity");
-    let session_affinity_config = field("/spec/sessionAffinityConfig");
-    let target = names::imported(name);
-    if headless(ri) {
-        // Its DNS names answer the Pods' addresses (from the MCS EndpointSlices): no IP.
-        let si = ServiceImportSpec {
-            ports,
-            ips: Vec::new(),
-            ip_families: vec!["IPv4".into()],
-            type_: ServiceImportType::Headless,
-            session_affinity,
-            session_affinity_config,
-            internal_traffic_policy: text("/spec/internalTrafficPolicy"),
-            traffic_distribution: text("/spec/trafficDistribution"),
-        };
-        push_service_import(plan, local, ns, name, si, &field);
-        return;
-    }
-    plan.services.push(Service {
-        metadata: meta(&target, Some(ns), Some(annotations::IMPORTED_SERVICE)),
-        spec: Some(ServiceSpec {
-            type_: Some("ClusterIP".into()),
-            ports: Some(
-                ports
-                    .iter()
-                    .map(|p| ServicePort {
-                        name: p.name.clone(),
-                        port: p.port,
-                        protocol: p.protocol.clone(),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            // kube-proxy keeps a client on one endpoint across the clusters as it would on one
-            // of the Service's own.
-            session_affinity: session_affinity.clone(),
-            session_affinity_config: session_affinity_config
-                .clone()
-                .and_then(|c| serde_json::from_value(c).ok()),
-            ..Default::default()
-        }),
-        status: None,
-    });
-    // The ServiceImport carries the imported Service's ClusterIP, known once it exists (until
-    // then it waits in `awaiting_ip`, written once the Service's apply returns).
-    let ip = local
-        .services
-        .get(&(ns.to_owned(), target.clone()))
-        .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
-        .filter(|ip| ip != "None" && !ip.is_empty());
-    let si = ServiceImportSpec {
-        ports,
-        ips: ip.clone().into_iter().collect(),
+    let headless = headless(ri);
+    let mut spec = ServiceImportSpec {
+        ports: field("/spec/ports")
+            .and_then(|p| serde_json::from_value(p).ok())
+            .unwrap_or_default(),
+        ips: Vec::new(),
         ip_families: vec!["IPv4".into()],
-        type_: ServiceImportType::ClusterSetIP,
-        session_affinity,
-        session_affinity_config,
+        type_: if headless {
+            ServiceImportType::Headless
+        } else {
+            ServiceImportType::ClusterSetIP
+        },
+        session_affinity: text("/spec/sessionAffinity"),
+        session_affinity_config: field("/spec/sessionAffinityConfig"),
         internal_traffic_policy: text("/spec/internalTrafficPolicy"),
         traffic_distribution: text("/spec/trafficDistribution"),
     };
-    let before = plan.service_imports.len();
-    push_service_import(plan, local, ns, name, si, &field);
-    if ip.is_none()
-        && plan.service_imports.len() > before
-        && let Some(si) = plan.service_imports.pop()
-    {
+    let target = names::imported(name);
+    if !headless {
+        plan.services.push(Service {
+            metadata: meta(&target, Some(ns), Some(annotations::IMPORTED_SERVICE)),
+            spec: Some(ServiceSpec {
+                type_: Some("ClusterIP".into()),
+                ports: Some(
+                    spec.ports
+                        .iter()
+                        .map(|p| ServicePort {
+                            name: p.name.clone(),
+                            port: p.port,
+                            protocol: p.protocol.clone(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                // kube-proxy keeps a client on one endpoint across the clusters as it would on
+                // one of the Service's own.
+                session_affinity: spec.session_affinity.clone(),
+                session_affinity_config: spec
+                    .session_affinity_config
+                    .clone()
+                    .and_then(|c| serde_json::from_value(c).ok()),
+                ..Default::default()
+            }),
+            status: None,
+        });
+        // The ServiceImport carries the imported Service's ClusterIP, known once it exists.
+        spec.ips = local
+            .services
+            .get(&(ns.to_owned(), target.clone()))
+            .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
+            .filter(|ip| ip != "None" && !ip.is_empty())
+            .into_iter()
+            .collect();
+    }
+    // A headless import's DNS names answer the Pods' addresses (the MCS EndpointSlices): no IP.
+    let waits = !headless && spec.ips.is_empty();
+    let Some(si) = service_import_object(plan, local, ns, name, spec, &field) else {
+        return;
+    };
+    if waits {
+        // Written once the Service's apply returns its ClusterIP.
         plan.awaiting_ip.insert((ns.to_owned(), target), si);
+    } else {
+        plan.service_imports.push(si);
     }
 }
 
-/// The ServiceImport `<ns>/<name>`, unless someone else's object has that name; `field` reads
-/// the leader's ServiceImport in the ResourceImport.
-fn push_service_import(
+/// The ServiceImport `<ns>/<name>` with the labels and annotations the exporting ServiceExport
+/// marked; `None` when someone else's object has that name. `field` reads the leader's
+/// ServiceImport in the ResourceImport.
+fn service_import_object(
     plan: &mut Plan,
     local: &Local,
     ns: &str,
     name: &str,
     spec: ServiceImportSpec,
     field: &dyn Fn(&str) -> Option<serde_json::Value>,
-) {
+) -> Option<ServiceImport> {
     if let Some(existing) = local.service_imports.get(&(ns.to_owned(), name.to_owned()))
         && !is_managed(*existing)
     {
         plan.skipped.push(format!(
             "{ns}/{name}: ServiceImport {ns}/{name} exists and was not created by Strait"
         ));
-        return;
+        return None;
     }
     let mut si = ServiceImport::new(name, spec);
     si.metadata = meta(name, Some(ns), None);
-    // The labels and annotations the exporting ServiceExport marked (MCS API); Strait's own
-    // labels win a clash.
+    // The marks (MCS API); Strait's own labels win a clash.
     let marks = |path: &str| -> BTreeMap<String, String> {
         field(path)
             .and_then(|v| serde_json::from_value(v).ok())
@@ -440,7 +434,7 @@ fn push_service_import(
     }
     marked_annotations.insert(annotations::EXPORTED_KEYS.to_owned(), exported_keys);
     si.metadata.annotations = Some(marked_annotations);
-    plan.service_imports.push(si);
+    Some(si)
 }
 
 fn acnp(plan: &mut Plan, local: &Local, ri_name: &str, name: &str, ri: &ResourceImport) {

@@ -75,35 +75,11 @@ impl Member {
         };
         let dying = |ns: &str| terminating.contains(ns);
         let services_v = self.local.services.covered(work);
-        let services: BTreeMap<(String, String), &Service> = services_v
-            .iter()
-            .map(|s| {
-                (
-                    (s.namespace().unwrap_or_default(), s.name_any()),
-                    s.as_ref(),
-                )
-            })
-            .collect();
+        let services = by_ns_name(&services_v);
         let sis_v = self.local.service_imports.covered(work);
-        let service_imports: BTreeMap<(String, String), &ServiceImport> = sis_v
-            .iter()
-            .map(|s| {
-                (
-                    (s.namespace().unwrap_or_default(), s.name_any()),
-                    s.as_ref(),
-                )
-            })
-            .collect();
+        let service_imports = by_ns_name(&sis_v);
         let mcs_slices_v = self.local.mcs_slices.covered(work);
-        let mcs_slices: BTreeMap<(String, String), &EndpointSlice> = mcs_slices_v
-            .iter()
-            .map(|s| {
-                (
-                    (s.namespace().unwrap_or_default(), s.name_any()),
-                    s.as_ref(),
-                )
-            })
-            .collect();
+        let mcs_slices = by_ns_name(&mcs_slices_v);
         let acnps_ready = self.local.acnps.ready() && self.local.tiers.ready();
         let acnps_v = self.local.acnps.all();
         let acnps: BTreeMap<String, &ClusterNetworkPolicy> =
@@ -358,4 +334,17 @@ impl Member {
         }
         run_all("cleanup", ops).await
     }
+}
+
+/// Objects by `(namespace, name)`.
+fn by_ns_name<K: Resource>(objects: &[Arc<K>]) -> BTreeMap<(String, String), &K> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                (o.namespace().unwrap_or_default(), o.name_any()),
+                o.as_ref(),
+            )
+        })
+        .collect()
 }
