@@ -15,10 +15,17 @@ pub use metrics::Metrics;
 pub use watch::{Trigger, Watched, Work, watch_readiness};
 pub use write::{Op, StatusPacer, Then, Writer, is_managed, managed_labels, run_all};
 
+/// A request that gets no byte for this long fails: an API server gone without closing the
+/// connection, or one that took a request and never answered it (kube's default is 295 s).
+/// Watches end sooner by themselves
+/// (`WATCH_TIMEOUT_SECS`), so an idle watch is never cut by it.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const _: () = assert!((watch::WATCH_TIMEOUT_SECS as u64) < READ_TIMEOUT.as_secs());
+
 /// A client from a kubeconfig file, or from the in-cluster configuration when there is none.
 pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<kube::Client> {
     use anyhow::Context as _;
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -28,6 +35,7 @@ pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<k
             .await
             .context("no --kubeconfig and no in-cluster configuration")?,
     };
+    config.read_timeout = Some(READ_TIMEOUT);
     Ok(kube::Client::try_from(config)?)
 }
 

@@ -165,7 +165,7 @@ fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
 
 /// How long one watch request lasts before the API server ends it and the watcher resumes from
 /// where it was (no relist, no error). It must stay below the client's read timeout (30 s on
-/// the connection to the leader): an idle watch cut by that timeout is an error, and kube's
+/// every connection, `READ_TIMEOUT`): an idle watch cut by that timeout is an error, and kube's
 /// backoff after errors that never stop grows to 30 s, an import delayed by as much. kube also
 /// gives up on a watch that stays silent 5 s past this, so a connection to an API server that
 /// went away without closing it is noticed within 30 s, not 5 min. (It applies to every watch,

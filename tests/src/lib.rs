@@ -306,7 +306,9 @@ pub mod join {
         let secret = format!("member-{member}-access-token");
         let data = wait_for(
             &format!("the token of {secret} in north"),
-            Duration::from_secs(30),
+            // kube-controller-manager's token controller fills it: within a second usually,
+            // but more than 30 s late right after north's API server was restarted.
+            Duration::from_secs(120),
             || {
                 let s = tb
                     .try_json("north", &["get", "secret", "-n", LEADER_NS, &secret])

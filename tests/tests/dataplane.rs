@@ -1010,9 +1010,72 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
     cluster_ip(tb, cluster, "default", &imported)
 }
 
-/// 24 HTTP requests from a Pod to `ip:80`: every one must be answered. Returns the clusters
-/// that answered, with how many answers each.
-fn every_request_answered(cluster: &str, client: &str, ip: &str) -> BTreeMap<String, usize> {
+/// Waits until every cluster of `clusters` has a Gateway, holds the ClusterInfoImport of every
+/// other, and each of its Nodes routes the others' Service CIDRs (its agent acted on them): the
+/// path between the clusters exists. A cluster that just joined has it only seconds after the
+/// leader counts it (and longer after its API server restarted: an agent's watch saw a new
+/// Gateway 24 s late then).
+fn gateways_know_each_other(tb: &Testbed, clusters: &[&str]) {
+    for c in clusters {
+        let cidrs = wait_for(&format!("{c}'s Gateway and ClusterInfoImports"), T, || {
+            let gateways = tb.get_json(c, &["get", "gateway", "-n", join::MEMBER_NS]);
+            if gateways["items"].as_array().is_none_or(Vec::is_empty) {
+                return Err("no Gateway".to_owned());
+            }
+            let list = tb.get_json(c, &["get", "clusterinfoimport", "-n", join::MEMBER_NS]);
+            let known: Vec<&str> = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|i| i["spec"]["gatewayInfos"][0]["gatewayIP"].is_string())
+                .filter_map(|i| i["spec"]["clusterID"].as_str())
+                .collect();
+            let missing: Vec<&&str> = clusters
+                .iter()
+                .filter(|o| *o != c && !known.contains(&join::id(o).as_str()))
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!("knows {known:?}, not {missing:?}"));
+            }
+            Ok(list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["spec"]["serviceCIDR"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>())
+        });
+        for node in ["node-a", "node-b"] {
+            wait_for(&format!("{c}/{node} routing {cidrs:?}"), 2 * T, || {
+                let netns = format!("strait-{c}-{node}");
+                let unrouted: Vec<&String> = cidrs
+                    .iter()
+                    .filter(|cidr| {
+                        let out = Command::new("ip")
+                            .args(["-n", &netns, "route", "show", cidr.as_str()])
+                            .output()
+                            .expect("ip route");
+                        out.stdout.is_empty()
+                    })
+                    .collect();
+                if unrouted.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("no route to {unrouted:?}"))
+                }
+            });
+        }
+    }
+}
+
+/// 24 HTTP requests from a Pod to `ip:80`, the ClusterIP of `antrea-mc-both-web`: every one must
+/// be answered. Returns the clusters that answered, with how many answers each. When some fail,
+/// the message says what each of the Service's endpoints answers when asked directly.
+fn every_request_answered(
+    tb: &Testbed,
+    cluster: &str,
+    client: &str,
+    ip: &str,
+) -> BTreeMap<String, usize> {
     let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
     let answers = in_pod(cluster, client, move || {
         (0..24).map(|_| http_body(addr)).collect::<Vec<_>>()
@@ -1034,13 +1097,56 @@ fn every_request_answered(cluster: &str, client: &str, ip: &str) -> BTreeMap<Str
     }
     assert!(
         failed.is_empty(),
-        "{cluster}/{client} -> {ip}: {} of 24 requests failed ({failed:?}); answered: {by_cluster:?}",
-        failed.len()
+        "{cluster}/{client} -> {ip}: {} of 24 requests failed ({failed:?}); answered: {by_cluster:?}; \
+         each endpoint asked directly: {:?}",
+        failed.len(),
+        endpoints_asked_directly(tb, cluster, client)
     );
     by_cluster
 }
 
+/// Each TCP endpoint of `antrea-mc-both-web` in `cluster`, asked twice from `client`, with its
+/// answers: tells a kube-proxy that lags behind its Endpoints from a path that fails.
+fn endpoints_asked_directly(
+    tb: &Testbed,
+    cluster: &str,
+    client: &str,
+) -> Vec<(String, Vec<String>)> {
+    let Some(e) = tb.try_json(
+        cluster,
+        &["get", "endpoints", "-n", "default", "antrea-mc-both-web"],
+    ) else {
+        return vec![("no Endpoints".into(), vec![])];
+    };
+    let mut addrs = Vec::new();
+    for s in e["subsets"].as_array().into_iter().flatten() {
+        let tcp = s["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["protocol"].as_str().unwrap_or("TCP") == "TCP")
+            .and_then(|p| p["port"].as_u64());
+        for a in s["addresses"].as_array().into_iter().flatten() {
+            if let (Some(ip), Some(port)) = (a["ip"].as_str(), tcp)
+                && let Ok(addr) = format!("{ip}:{port}").parse::<SocketAddr>()
+            {
+                addrs.push(addr);
+            }
+        }
+    }
+    in_pod(cluster, client, move || {
+        addrs
+            .into_iter()
+            .map(|a| {
+                let answers = (0..2).map(|_| http_body(a).unwrap_or_else(|e| e)).collect();
+                (a.to_string(), answers)
+            })
+            .collect()
+    })
+}
+
 fn answered_by(
+    tb: &Testbed,
     cluster: &str,
     clients: &[&str],
     ip: &str,
@@ -1048,7 +1154,7 @@ fn answered_by(
 ) -> BTreeMap<String, usize> {
     let mut all = BTreeMap::new();
     for client in clients {
-        let by = every_request_answered(cluster, client, ip);
+        let by = every_request_answered(tb, cluster, client, ip);
         let from: Vec<&str> = by.keys().map(String::as_str).collect();
         assert_eq!(
             from, expected,
@@ -1067,7 +1173,7 @@ fn answered_by(
 fn served(tb: &Testbed, cluster: &str, clients: &[&str], endpoints: &[&String], by: &[&str]) {
     let endpoints: Vec<String> = endpoints.iter().map(|e| (*e).clone()).collect();
     let ip = wait_endpoints(tb, cluster, "both-web", &endpoints);
-    answered_by(cluster, clients, &ip, by);
+    answered_by(tb, cluster, clients, &ip, by);
 }
 
 /// Controllers restarted with another MultiClusterConfig; the original ones come back on drop.
@@ -1245,6 +1351,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
 
     // North as leader and member at once, importing a Service it exports too.
     let north = join::north_as_member(&tb);
+    gateways_know_each_other(&tb, &["east", "north", "west"]);
     export_web(&tb, "north", "node-b", "both-n", "both-web");
     xtask(&["testbed", "pod", "add", "north", "node-b", "both-client-nb"]);
     let north_pod = pod_ip(&tb, "north", "both-n");

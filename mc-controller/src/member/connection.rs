@@ -120,19 +120,14 @@ async fn client_for(id: &Identity) -> anyhow::Result<Client> {
     };
     let mut config =
         Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    config.read_timeout = Some(LEADER_READ_TIMEOUT);
+    // A leader gone without closing the connection is noticed as on the local client.
+    config.read_timeout = Some(mc_kube::READ_TIMEOUT);
     // The timeout counts from the request, not from when its pooled connection went idle (which
     // would fail a request on a connection idle for 30 s before any answer could come).
     config.reset_reader_on_write = true;
     config.connect_timeout = Some(Duration::from_secs(5));
     Ok(Client::try_from(config)?)
 }
-
-/// A request to the leader that gets no byte for this long fails (a leader gone without closing
-/// the connection). Watches end sooner by themselves (`WATCH_TIMEOUT_SECS`), so an idle watch is
-/// never cut by it.
-const LEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-const _: () = assert!((mc_kube::watch::WATCH_TIMEOUT_SECS as u64) < LEADER_READ_TIMEOUT.as_secs());
 
 fn describe(e: &kube::Error, id: &Identity) -> String {
     match e {
