@@ -176,13 +176,53 @@ impl Member {
                     && !dying(ns_of(si))
             },
         ));
-        ops.extend(w.converge(
-            plan.mcs_slices,
-            &mcs_slices_v,
+        // The MCS EndpointSlices of a ClusterSetIP import are not on the way from an export to
+        // its import (clients reach its ServiceImport's IP; DNS answers that IP): while this
+        // pass writes Services, Endpoints or ServiceImports they wait (at most
+        // `SLICES_DEFER`), so a burst of exports is imported as fast as before they existed.
+        // A headless import's slices are its endpoints: never held back.
+        let slices_due = self.slices.due(!ops.is_empty());
+        let (mcs_slices, stored_slices) = if slices_due {
+            (plan.mcs_slices, mcs_slices_v)
+        } else {
+            let service_of = |s: &EndpointSlice| {
+                (
+                    ns_of(s).to_owned(),
+                    s.labels()
+                        .get(mcs::labels::SERVICE_NAME)
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            };
+            let stored_by_name = by_ns_name(&mcs_slices_v);
+            let mut held: BTreeSet<(String, String)> = BTreeSet::new();
+            for s in &plan.mcs_slices {
+                let service = service_of(s);
+                let stored = stored_by_name.get(&(ns_of(s).to_owned(), s.name_any()));
+                if want_si.contains(&service) && w.needed(s, Some(stored.copied())) {
+                    held.insert(service);
+                }
+            }
+            for (ns, name) in &held {
+                self.pending.add(stores::service_key(ns, name));
+            }
+            let keep = |s: &EndpointSlice| !held.contains(&service_of(s));
+            (
+                plan.mcs_slices.into_iter().filter(|s| keep(s)).collect(),
+                mcs_slices_v.into_iter().filter(|s| keep(s)).collect(),
+            )
+        };
+        let slice_ops = w.converge(
+            mcs_slices,
+            &stored_slices,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
             |s| is_managed(s) && !dying(ns_of(s)),
-        ));
+        );
+        if slices_due && !slice_ops.is_empty() {
+            self.slices.written();
+        }
+        ops.extend(slice_ops);
         ops.extend(w.converge(
             plan.cluster_infos,
             &self.local.cluster_infos.all(),

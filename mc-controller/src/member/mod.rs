@@ -91,6 +91,9 @@ struct Member {
     /// ACNP failures already reported to the leader, and when.
     reported: HashMap<(String, String), Instant>,
     statuses: StatusPacer,
+    /// MCS EndpointSlices of ClusterSetIP imports wait while imports are written (at most
+    /// `SLICES_DEFER`).
+    slices: StatusPacer,
     /// Messages already logged (skipped imports, gateway problems), so a pass every 2 s does not
     /// repeat them.
     logged: BTreeSet<String>,
@@ -102,6 +105,9 @@ struct Member {
 
 /// Everything is recomputed at least this often, whatever the watches said.
 pub const FULL_RESYNC: Duration = Duration::from_secs(30);
+
+/// The longest a ClusterSetIP import's MCS EndpointSlices wait behind other imports' writes.
+const SLICES_DEFER: Duration = Duration::from_secs(30);
 
 /// How long a member keeps trying to remove its announce and exports from a leader it left.
 const LEAVE_RETRY: Duration = Duration::from_secs(120);
@@ -130,6 +136,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         leaving: None,
         reported: HashMap::new(),
         statuses: StatusPacer::default(),
+        slices: StatusPacer::holding(SLICES_DEFER),
         logged: BTreeSet::new(),
         pending: Work::default(),
         prefixes_seen: Vec::new(),
