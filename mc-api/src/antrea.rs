@@ -43,10 +43,58 @@ pub struct ClusterNetworkPolicySpec {
     #[schemars(schema_with = "crate::schema::open_object_array")]
     pub applied_to: Vec<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::schema::open_object_array")]
+    #[schemars(schema_with = "crate::schema::policy_rules")]
     pub ingress: Vec<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::policy_rules")]
+    pub egress: Vec<serde_json::Value>,
+}
+
+/// An Antrea-native NetworkPolicy (namespaced): the same spec as a ClusterNetworkPolicy, its
+/// rules selecting within its namespace.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "crd.antrea.io",
+    version = "v1beta1",
+    kind = "NetworkPolicy",
+    plural = "networkpolicies",
+    namespaced,
+    shortname = "annp",
+    shortname = "anp",
+    status = "ClusterNetworkPolicyStatus",
+    printcolumn(name = "Tier", type_ = "string", json_path = ".spec.tier"),
+    printcolumn(name = "Priority", type_ = "number", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Desired Nodes",
+        type_ = "number",
+        json_path = ".status.desiredNodesRealized"
+    ),
+    printcolumn(
+        name = "Current Nodes",
+        type_ = "number",
+        json_path = ".status.currentNodesRealized"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// 1.0 to 10000.0; lower is evaluated first.
+    #[schemars(range(min = 1.0, max = 10000.0))]
+    pub priority: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::open_object_array")]
+    pub applied_to: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::policy_rules")]
+    pub ingress: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::policy_rules")]
     pub egress: Vec<serde_json::Value>,
 }
 
@@ -84,4 +132,55 @@ pub struct TierSpec {
     pub priority: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+/// The Tiers Antrea's controller creates in every cluster (name, priority, description): a
+/// policy names one of them in `spec.tier` (`application` when it names none).
+pub const DEFAULT_TIERS: [(&str, i32, &str); 6] = [
+    (
+        "emergency",
+        50,
+        "[READ-ONLY]: System generated Emergency Tier",
+    ),
+    (
+        "securityops",
+        100,
+        "[READ-ONLY]: System generated SecurityOps Tier",
+    ),
+    (
+        "networkops",
+        150,
+        "[READ-ONLY]: System generated NetworkOps Tier",
+    ),
+    (
+        "platform",
+        200,
+        "[READ-ONLY]: System generated Platform Tier",
+    ),
+    (
+        "application",
+        250,
+        "[READ-ONLY]: System generated default Application Tier",
+    ),
+    (
+        "baseline",
+        253,
+        "[READ-ONLY]: System generated Baseline Tier",
+    ),
+];
+
+/// The default Tiers as objects.
+pub fn default_tiers() -> Vec<Tier> {
+    DEFAULT_TIERS
+        .iter()
+        .map(|(name, priority, description)| {
+            Tier::new(
+                name,
+                TierSpec {
+                    priority: *priority,
+                    description: Some((*description).to_owned()),
+                },
+            )
+        })
+        .collect()
 }

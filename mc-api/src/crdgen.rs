@@ -42,12 +42,13 @@ pub fn ours() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// The `crd.antrea.io` subset, for clusters without Antrea. Antrea serves these kinds in
-/// v1beta1 (storage) and still in v1alpha1 (the guides' ACNP examples use it); the schemas are
-/// the same, so conversion strategy None is exact.
+/// The `crd.antrea.io` subset, for clusters without Antrea. Antrea 2.x serves these kinds in
+/// v1beta1 only; Strait serves v1alpha1 too, the version the guides' ACNP example uses (Antrea
+/// 1.x served it). The schemas are the same, so conversion strategy None is exact.
 pub fn antrea() -> Vec<CustomResourceDefinition> {
     vec![
         also_served_as(antrea::ClusterNetworkPolicy::crd(), "v1alpha1"),
+        also_served_as(antrea::NetworkPolicy::crd(), "v1alpha1"),
         also_served_as(antrea::Tier::crd(), "v1alpha1"),
     ]
 }

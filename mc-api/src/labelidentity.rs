@@ -1,5 +1,8 @@
 //! LabelIdentity (cluster-scoped): a normalized label and its 24-bit ClusterSet-wide ID.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,4 +29,205 @@ pub struct LabelIdentitySpec {
     pub label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<u32>,
+}
+
+/// The ID no label has (`0xffffff`): what a VNI says when the sender does not know the source's
+/// identity, and what a gateway makes of a VNI it does not trust.
+pub const UNKNOWN_ID: u32 = 0x00ff_ffff;
+/// The largest ID the leader gives out.
+pub const MAX_ID: u32 = UNKNOWN_ID - 1;
+
+/// A Pod's normalized label, as Antrea writes it: `ns:<namespace labels>&pod:<Pod labels>`, each
+/// set as `k=v` pairs with the keys sorted, joined by commas (the Namespace's labels include its
+/// `kubernetes.io/metadata.name`).
+pub fn normalized_label(
+    namespace_labels: &BTreeMap<String, String>,
+    pod_labels: &BTreeMap<String, String>,
+) -> String {
+    fn set(labels: &BTreeMap<String, String>) -> String {
+        labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+    format!("ns:{}&pod:{}", set(namespace_labels), set(pod_labels))
+}
+
+/// The first 16 hex digits of the SHA-1 of a normalized label: the name of its ResourceImport
+/// and LabelIdentity, and the suffix of each member's ResourceExport `<clusterID>-<hash>`.
+pub fn label_hash(normalized: &str) -> String {
+    use sha1::Digest as _;
+    let digest = sha1::Sha1::digest(normalized.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The leader's 24-bit label IDs. Unlike Antrea, which reuses a freed ID at once, a freed ID is
+/// held back for `hold` before it names another label: a packet still in flight, or a member
+/// that has not yet seen the release, must not give an old Pod's traffic a new label's rights.
+/// Fresh IDs are taken first; a held ID is reused only when none is left.
+pub struct IdAllocator {
+    by_label: BTreeMap<String, u32>,
+    used: BTreeSet<u32>,
+    /// The next never-used ID.
+    next: u32,
+    /// Freed IDs, oldest first, with when they were freed.
+    held: VecDeque<(u32, Instant)>,
+    hold: Duration,
+}
+
+/// Why an ID could not be given.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// Every ID is in use or still held back.
+    Exhausted,
+}
+
+impl IdAllocator {
+    pub fn new(hold: Duration) -> Self {
+        Self {
+            by_label: BTreeMap::new(),
+            used: BTreeSet::new(),
+            next: 1,
+            held: VecDeque::new(),
+            hold,
+        }
+    }
+
+    /// The allocator of a restarted leader: the IDs its ResourceImports hold (label, ID) stay
+    /// what they are. An ID given twice, or out of range, is left out (its label gets a new one).
+    /// Every ID below the highest kept that no import holds may have been freed just before the
+    /// restart: it is held back from `now`.
+    pub fn restored(
+        hold: Duration,
+        kept: impl IntoIterator<Item = (String, u32)>,
+        now: Instant,
+    ) -> Self {
+        let mut a = Self::new(hold);
+        for (label, id) in kept {
+            if !(1..=MAX_ID).contains(&id)
+                || a.used.contains(&id)
+                || a.by_label.contains_key(&label)
+            {
+                continue;
+            }
+            a.used.insert(id);
+            a.by_label.insert(label, id);
+        }
+        a.next = a.used.last().map_or(1, |m| m + 1);
+        a.held = (1..a.next)
+            .filter(|id| !a.used.contains(id))
+            .map(|id| (id, now))
+            .collect();
+        a
+    }
+
+    /// The ID of `label`, given now if it has none.
+    pub fn id(&mut self, label: &str, now: Instant) -> Result<u32, AllocError> {
+        if let Some(id) = self.by_label.get(label) {
+            return Ok(*id);
+        }
+        let id = if self.next <= MAX_ID {
+            self.next += 1;
+            self.next - 1
+        } else {
+            match self.held.front() {
+                Some((id, freed)) if now.duration_since(*freed) >= self.hold => {
+                    let id = *id;
+                    self.held.pop_front();
+                    id
+                }
+                _ => return Err(AllocError::Exhausted),
+            }
+        };
+        self.used.insert(id);
+        self.by_label.insert(label.to_owned(), id);
+        Ok(id)
+    }
+
+    /// `label` is gone from every cluster: its ID is held back from `now`.
+    pub fn release(&mut self, label: &str, now: Instant) {
+        if let Some(id) = self.by_label.remove(label) {
+            self.used.remove(&id);
+            self.held.push_back((id, now));
+        }
+    }
+
+    /// The labels and their IDs.
+    pub fn assigned(&self) -> &BTreeMap<String, u32> {
+        &self.by_label
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_pods_label_is_normalized_as_antrea_writes_it() {
+        let ns = labels(&[("kubernetes.io/metadata.name", "web"), ("env", "prod")]);
+        let pod = labels(&[("app", "db"), ("tier", "back")]);
+        assert_eq!(
+            normalized_label(&ns, &pod),
+            "ns:env=prod,kubernetes.io/metadata.name=web&pod:app=db,tier=back"
+        );
+        assert_eq!(
+            normalized_label(&ns, &labels(&[])),
+            "ns:env=prod,kubernetes.io/metadata.name=web&pod:"
+        );
+        // SHA-1("ns:a=b&pod:c=d"), first 8 bytes.
+        let h = label_hash("ns:a=b&pod:c=d");
+        assert_eq!(h.len(), 16);
+        assert!(
+            h.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(h, label_hash("ns:a=b&pod:c=e"));
+    }
+
+    #[test]
+    fn ids_are_stable_fresh_first_and_a_freed_one_is_held_back() {
+        let t0 = Instant::now();
+        let hold = Duration::from_secs(600);
+        let mut a = IdAllocator::new(hold);
+        assert_eq!(a.id("x", t0), Ok(1));
+        assert_eq!(a.id("y", t0), Ok(2));
+        assert_eq!(a.id("x", t0), Ok(1));
+        a.release("x", t0);
+        // Not reused while fresh IDs remain, however long ago it was freed.
+        assert_eq!(a.id("z", t0 + 2 * hold), Ok(3));
+        // With no fresh ID left, a held ID is reused only once its hold is over.
+        a.next = MAX_ID + 1;
+        assert_eq!(a.id("w", t0 + hold / 2), Err(AllocError::Exhausted));
+        assert_eq!(a.id("w", t0 + hold), Ok(1));
+        assert_eq!(a.assigned().get("w"), Some(&1));
+    }
+
+    #[test]
+    fn a_restarted_leader_keeps_every_id_and_holds_back_the_gaps() {
+        let t0 = Instant::now();
+        let hold = Duration::from_secs(600);
+        let kept = [
+            ("a".to_owned(), 5),
+            ("b".to_owned(), 2),
+            ("c".to_owned(), 5),          // an ID given twice: c gets a new one
+            ("d".to_owned(), UNKNOWN_ID), // out of range
+        ];
+        let mut a = IdAllocator::restored(hold, kept, t0);
+        assert_eq!(a.id("a", t0), Ok(5));
+        assert_eq!(a.id("b", t0), Ok(2));
+        assert_eq!(a.id("c", t0), Ok(6));
+        assert_eq!(a.id("d", t0), Ok(7));
+        // 1, 3 and 4 may have been freed just before the restart: held back from it.
+        a.next = MAX_ID + 1;
+        assert_eq!(a.id("e", t0 + hold / 2), Err(AllocError::Exhausted));
+        assert_eq!(a.id("e", t0 + hold), Ok(1));
+    }
 }

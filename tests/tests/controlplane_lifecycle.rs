@@ -325,9 +325,13 @@ fn the_gateway_is_elected_fails_over_and_its_clusterinfo_reaches_the_other_membe
 fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
-    tb.apply("east", "default", "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: securityops}\nspec: {priority: 50}\n");
-    tb.delete("west", &["tier", "securityops"]);
-    let export = std::fs::read_to_string(fixture("guides/000-L500-resourceexport.yaml")).unwrap();
+    // The guide's export, in a Tier only east has (every member has the default securityops).
+    tb.apply("east", "default", "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: east-only}\nspec: {priority: 60}\n");
+    tb.delete("west", &["tier", "east-only", "--ignore-not-found"]);
+    let export = std::fs::read_to_string(fixture("guides/000-L500-resourceexport.yaml"))
+        .unwrap()
+        .replace("tier: securityops", "tier: east-only");
+    assert!(export.contains("tier: east-only"));
     tb.apply("north", LEADER_NS, &export);
     let acnp = wait_for("antrea-mc-strict-namespace-isolation in east", T, || {
         tb.try_json(
@@ -340,7 +344,7 @@ fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader()
         acnp["metadata"]["annotations"]["multicluster.antrea.io/imported-acnp"],
         "true"
     );
-    assert_eq!(acnp["spec"]["tier"], "securityops");
+    assert_eq!(acnp["spec"]["tier"], "east-only");
     assert_eq!(acnp["spec"]["ingress"][1]["action"], "Drop");
     let event = wait_for("an ACNPImportFailed Event naming west", T, || {
         let events = tb.get_json(
@@ -376,7 +380,7 @@ fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader()
         event["message"]
             .as_str()
             .unwrap()
-            .contains("Tier securityops does not exist")
+            .contains("Tier east-only does not exist")
     );
     assert!(
         tb.try_json(
@@ -401,6 +405,7 @@ fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader()
         "east",
         &["get", "acnp", "antrea-mc-strict-namespace-isolation"],
     );
+    tb.delete("east", &["tier", "east-only"]);
 }
 
 #[test]

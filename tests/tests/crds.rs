@@ -93,6 +93,18 @@ const COLUMN_CASES: &[(&str, &str, &[&str])] = &[
         &["NAME", "AGE"],
     ),
     (
+        "annp",
+        "apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: cols-annp}\nspec:\n  tier: application\n  priority: 5\n  appliedTo:\n  - podSelector: {}\n  ingress:\n  - action: Allow\n    from:\n    - podSelector: {}\n  - action: Drop\n",
+        &[
+            "NAME",
+            "TIER",
+            "PRIORITY",
+            "DESIRED NODES",
+            "CURRENT NODES",
+            "AGE",
+        ],
+    ),
+    (
         "serviceimport",
         "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: nginx}\nspec:\n  type: ClusterSetIP\n  ips: [\"10.19.57.62\"]\n  ports:\n  - port: 80\n    protocol: TCP\n",
         &["NAME", "TYPE", "IP", "AGE"],
@@ -175,6 +187,25 @@ fn malformed_objects_are_refused_with_the_field_named() {
             "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: Gateway\nmetadata: {name: node-y}\ngatewayIP: 10.0.0.1\ninternalIP: 10.0.0.300\n",
             &["internalIP"],
         ),
+        (
+            "an ACNP rule whose action is Deny (the guide's example; Antrea refuses it too)",
+            "apiVersion: crd.antrea.io/v1alpha1\nkind: ClusterNetworkPolicy\nmetadata: {name: deny-rule}\nspec:\n  priority: 1\n  appliedTo:\n  - podSelector: {}\n  ingress:\n  - action: Deny\n    from:\n    - podSelector: {}\n",
+            &[
+                "spec.ingress[0].action",
+                "Unsupported value: \"Deny\"",
+                "\"Allow\", \"Drop\", \"Reject\", \"Pass\"",
+            ],
+        ),
+        (
+            "an Antrea NetworkPolicy egress rule whose action is Deny",
+            "apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: deny-rule}\nspec:\n  priority: 1\n  appliedTo:\n  - podSelector: {}\n  egress:\n  - action: Allow\n  - action: Deny\n",
+            &["spec.egress[1].action", "Unsupported value: \"Deny\""],
+        ),
+        (
+            "an Antrea NetworkPolicy rule without an action",
+            "apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: no-action}\nspec:\n  priority: 1\n  appliedTo:\n  - podSelector: {}\n  ingress:\n  - from:\n    - podSelector: {}\n",
+            &["spec.ingress[0].action", "Required"],
+        ),
     ];
     for (what, yaml, must_name) in cases {
         let message = tb.refused("north", &ns.name, yaml);
@@ -182,6 +213,40 @@ fn malformed_objects_are_refused_with_the_field_named() {
             assert!(
                 message.contains(needle),
                 "{what}: the API server's message must name {needle:?}; it said: {message}"
+            );
+        }
+    }
+}
+
+/// Antrea's default Tiers are in every member (its controller writes them where absent), with
+/// Antrea's priorities, so that a policy naming one of them is accepted and imported.
+#[test]
+fn antreas_default_tiers_are_in_every_member() {
+    let tb = Testbed::from_env();
+    // Antrea's own values (pkg/controller/networkpolicy/tier.go).
+    let tiers = [
+        ("emergency", 50, "Emergency Tier"),
+        ("securityops", 100, "SecurityOps Tier"),
+        ("networkops", 150, "NetworkOps Tier"),
+        ("platform", 200, "Platform Tier"),
+        ("application", 250, "default Application Tier"),
+        ("baseline", 253, "Baseline Tier"),
+    ];
+    for cluster in mc_integration::join::MEMBERS {
+        for (name, priority, description) in tiers {
+            let tier = mc_integration::wait_for(
+                &format!("Tier {name} in {cluster}"),
+                std::time::Duration::from_secs(60),
+                || {
+                    tb.try_json(cluster, &["get", "tier", name])
+                        .ok_or_else(|| "absent".to_owned())
+                },
+            );
+            assert_eq!(tier["spec"]["priority"], priority, "{cluster}: {tier}");
+            assert_eq!(
+                tier["spec"]["description"],
+                format!("[READ-ONLY]: System generated {description}"),
+                "{cluster}: {tier}"
             );
         }
     }

@@ -1,5 +1,5 @@
-//! The member's own cluster beyond exports and imports: its Service CIDR and Pod CIDRs, and the
-//! Gateway it elects among the annotated Nodes.
+//! The member's own cluster beyond exports and imports: its Service CIDR and Pod CIDRs, the
+//! Gateway it elects among the annotated Nodes, and Antrea's default Tiers.
 
 use super::*;
 
@@ -136,5 +136,34 @@ impl Member {
             .chain(self.pod_cidrs())
             .filter_map(|c| Prefix::parse(&c).ok())
             .collect()
+    }
+}
+
+/// Antrea's default Tiers (`mc_api::antrea::DEFAULT_TIERS`), created where absent, as Antrea's
+/// controller does at its start; one that exists (Antrea's, an operator's) is left as it is.
+/// Retried for a while when the API server is not there yet; nothing to do without the Tier CRD.
+pub async fn ensure_default_tiers(client: Client) {
+    let api: Api<Tier> = Api::all(client);
+    for attempt in 1..=20 {
+        let mut failed = false;
+        for tier in mc_api::antrea::default_tiers() {
+            let name = tier.name_any();
+            match api.create(&PostParams::default(), &tier).await {
+                Ok(_) => tracing::info!(tier = name, "created a default Tier"),
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    tracing::info!("no Tier CRD in this cluster: no default Tiers written");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(tier = name, attempt, error = %e, "creating a default Tier");
+                    failed = true;
+                }
+            }
+        }
+        if !failed {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
     }
 }

@@ -106,8 +106,10 @@ struct Member {
 /// Everything is recomputed at least this often, whatever the watches said.
 pub const FULL_RESYNC: Duration = Duration::from_secs(30);
 
-/// The longest a ClusterSetIP import's MCS EndpointSlices wait behind other imports' writes.
+/// The longest a ClusterSetIP import's MCS EndpointSlices wait behind a burst of other imports'
+/// writes, and how many writes in one pass are a burst.
 const SLICES_DEFER: Duration = Duration::from_secs(30);
+const SLICES_BURST: usize = 16;
 
 /// How long a member keeps trying to remove its announce and exports from a leader it left.
 const LEAVE_RETRY: Duration = Duration::from_secs(120);
@@ -142,6 +144,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         prefixes_seen: Vec::new(),
     };
     tracing::info!(namespace = member.ns, "member controller started");
+    tokio::spawn(cluster::ensure_default_tiers(client.clone()));
     let driver = Driver {
         domain: "member",
         trigger,
