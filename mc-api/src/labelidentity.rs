@@ -69,10 +69,10 @@ pub fn label_hash(normalized: &str) -> String {
 pub struct IdAllocator {
     by_label: BTreeMap<String, u32>,
     used: BTreeSet<u32>,
-    /// The next never-used ID.
+    /// The next never-issued ID.
     next: u32,
-    /// Freed IDs, oldest first, with when they were freed.
-    held: VecDeque<(u32, Instant)>,
+    /// Freed IDs, oldest first: ranges `first..=last` freed at the same time.
+    held: VecDeque<(u32, u32, Instant)>,
     hold: Duration,
 }
 
@@ -95,12 +95,14 @@ impl IdAllocator {
     }
 
     /// The allocator of a restarted leader: the IDs its ResourceImports hold (label, ID) stay
-    /// what they are. An ID given twice, or out of range, is left out (its label gets a new one).
-    /// Every ID below the highest kept that no import holds may have been freed just before the
-    /// restart: it is held back from `now`.
+    /// what they are; an ID given twice or out of range is left out (its label gets a new one).
+    /// `issued_up_to` is the highest ID the leader ever issued, as it recorded it (0 when it
+    /// did not). Every ID up to it (or up to the highest kept) that no import holds may have
+    /// been freed just before the restart: it is held back from `now`.
     pub fn restored(
         hold: Duration,
         kept: impl IntoIterator<Item = (String, u32)>,
+        issued_up_to: u32,
         now: Instant,
     ) -> Self {
         let mut a = Self::new(hold);
@@ -114,12 +116,27 @@ impl IdAllocator {
             a.used.insert(id);
             a.by_label.insert(label, id);
         }
-        a.next = a.used.last().map_or(1, |m| m + 1);
-        a.held = (1..a.next)
-            .filter(|id| !a.used.contains(id))
-            .map(|id| (id, now))
-            .collect();
+        let top = a
+            .used
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(issued_up_to.min(MAX_ID));
+        a.next = top + 1;
+        // The gaps between kept IDs, as ranges (a few, however large the ID space).
+        let mut first = 1;
+        for &id in a.used.iter().chain([top + 1].iter()) {
+            if id > first {
+                a.held.push_back((first, id - 1, now));
+            }
+            first = id + 1;
+        }
         a
+    }
+
+    /// The highest ID issued so far (to be recorded for [`IdAllocator::restored`]).
+    pub fn issued_up_to(&self) -> u32 {
+        self.next - 1
     }
 
     /// The ID of `label`, given now if it has none.
@@ -131,10 +148,14 @@ impl IdAllocator {
             self.next += 1;
             self.next - 1
         } else {
-            match self.held.front() {
-                Some((id, freed)) if now.duration_since(*freed) >= self.hold => {
-                    let id = *id;
-                    self.held.pop_front();
+            match self.held.front_mut() {
+                Some((first, last, freed)) if now.duration_since(*freed) >= self.hold => {
+                    let id = *first;
+                    if first == last {
+                        self.held.pop_front();
+                    } else {
+                        *first += 1;
+                    }
                     id
                 }
                 _ => return Err(AllocError::Exhausted),
@@ -149,7 +170,7 @@ impl IdAllocator {
     pub fn release(&mut self, label: &str, now: Instant) {
         if let Some(id) = self.by_label.remove(label) {
             self.used.remove(&id);
-            self.held.push_back((id, now));
+            self.held.push_back((id, id, now));
         }
     }
 
@@ -182,14 +203,15 @@ mod tests {
             normalized_label(&ns, &labels(&[])),
             "ns:env=prod,kubernetes.io/metadata.name=web&pod:"
         );
-        // SHA-1("ns:a=b&pod:c=d"), first 8 bytes.
-        let h = label_hash("ns:a=b&pod:c=d");
-        assert_eq!(h.len(), 16);
-        assert!(
-            h.chars()
-                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-        );
-        assert_ne!(h, label_hash("ns:a=b&pod:c=e"));
+        // `printf %s 'ns:a=b&pod:c=d' | sha1sum`: 1e5106b3b89537a1750aab83...
+        assert_eq!(label_hash("ns:a=b&pod:c=d"), "1e5106b3b89537a1");
+    }
+
+    /// An allocator that has issued every ID but the last `left`.
+    fn nearly_full(hold: Duration, left: u32) -> IdAllocator {
+        let mut a = IdAllocator::new(hold);
+        a.next = MAX_ID + 1 - left;
+        a
     }
 
     #[test]
@@ -203,15 +225,20 @@ mod tests {
         a.release("x", t0);
         // Not reused while fresh IDs remain, however long ago it was freed.
         assert_eq!(a.id("z", t0 + 2 * hold), Ok(3));
-        // With no fresh ID left, a held ID is reused only once its hold is over.
-        a.next = MAX_ID + 1;
-        assert_eq!(a.id("w", t0 + hold / 2), Err(AllocError::Exhausted));
-        assert_eq!(a.id("w", t0 + hold), Ok(1));
-        assert_eq!(a.assigned().get("w"), Some(&1));
+        assert_eq!(a.issued_up_to(), 3);
+
+        // The last fresh ID is MAX_ID; then a held ID, only once its hold is over.
+        let mut a = nearly_full(hold, 1);
+        assert_eq!(a.id("p", t0), Ok(MAX_ID));
+        assert_eq!(a.id("q", t0), Err(AllocError::Exhausted));
+        a.release("p", t0);
+        assert_eq!(a.id("q", t0 + hold / 2), Err(AllocError::Exhausted));
+        assert_eq!(a.id("q", t0 + hold), Ok(MAX_ID));
+        assert_ne!(MAX_ID, UNKNOWN_ID);
     }
 
     #[test]
-    fn a_restarted_leader_keeps_every_id_and_holds_back_the_gaps() {
+    fn a_restarted_leader_keeps_every_id_and_holds_back_the_rest_of_what_it_issued() {
         let t0 = Instant::now();
         let hold = Duration::from_secs(600);
         let kept = [
@@ -220,14 +247,26 @@ mod tests {
             ("c".to_owned(), 5),          // an ID given twice: c gets a new one
             ("d".to_owned(), UNKNOWN_ID), // out of range
         ];
-        let mut a = IdAllocator::restored(hold, kept, t0);
+        // It had issued up to 7: 6 and 7 may have been freed just before the restart.
+        let mut a = IdAllocator::restored(hold, kept, 7, t0);
         assert_eq!(a.id("a", t0), Ok(5));
         assert_eq!(a.id("b", t0), Ok(2));
-        assert_eq!(a.id("c", t0), Ok(6));
-        assert_eq!(a.id("d", t0), Ok(7));
-        // 1, 3 and 4 may have been freed just before the restart: held back from it.
+        assert_eq!(a.id("c", t0), Ok(8));
+        assert_eq!(a.id("d", t0), Ok(9));
+        assert_eq!(
+            a.held.iter().map(|(f, l, _)| (*f, *l)).collect::<Vec<_>>(),
+            [(1, 1), (3, 4), (6, 7)]
+        );
+        // With no fresh ID left, the held ones come back in order once their hold is over.
         a.next = MAX_ID + 1;
         assert_eq!(a.id("e", t0 + hold / 2), Err(AllocError::Exhausted));
-        assert_eq!(a.id("e", t0 + hold), Ok(1));
+        for (label, id) in [("e", 1), ("f", 3), ("g", 4), ("h", 6), ("i", 7)] {
+            assert_eq!(a.id(label, t0 + hold), Ok(id));
+        }
+        assert_eq!(a.id("j", t0 + hold), Err(AllocError::Exhausted));
+        // A corrupt record near the top costs a few ranges, not 16 million entries.
+        let a = IdAllocator::restored(hold, [("z".to_owned(), MAX_ID)], 0, t0);
+        assert_eq!(a.held.len(), 1);
+        assert_eq!(a.issued_up_to(), MAX_ID);
     }
 }

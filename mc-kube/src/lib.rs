@@ -16,8 +16,8 @@ pub use watch::{Trigger, Watched, Work, watch_readiness};
 pub use write::{Op, StatusPacer, Then, Writer, is_managed, managed_labels, run_all};
 
 /// A request that gets no byte for this long fails: an API server gone without closing the
-/// connection, or one that took a request and never answered it (kube's default is 295 s).
-/// Watches end sooner by themselves
+/// connection, or one that took a request and never answered it (kube sets no read timeout by
+/// default). Watches end sooner by themselves
 /// (`WATCH_TIMEOUT_SECS`), so an idle watch is never cut by it.
 pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 const _: () = assert!((watch::WATCH_TIMEOUT_SECS as u64) < READ_TIMEOUT.as_secs());
@@ -35,8 +35,16 @@ pub async fn client(kubeconfig: Option<&std::path::PathBuf>) -> anyhow::Result<k
             .await
             .context("no --kubeconfig and no in-cluster configuration")?,
     };
-    config.read_timeout = Some(READ_TIMEOUT);
+    with_read_timeout(&mut config);
     Ok(kube::Client::try_from(config)?)
+}
+
+/// [`READ_TIMEOUT`] on a client's configuration, counted from each request, not from when its
+/// pooled connection went idle (which would fail a request on a connection idle for 30 s before
+/// any answer could come).
+pub fn with_read_timeout(config: &mut kube::Config) {
+    config.read_timeout = Some(READ_TIMEOUT);
+    config.reset_reader_on_write = true;
 }
 
 /// Resolves when the process is asked to stop: SIGTERM (what the kubelet sends a container's

@@ -1037,10 +1037,16 @@ fn gateways_know_each_other(tb: &Testbed, clusters: &[&str]) {
             if !missing.is_empty() {
                 return Err(format!("knows {known:?}, not {missing:?}"));
             }
+            let ids: Vec<String> = clusters.iter().map(|o| join::id(o)).collect();
             Ok(list["items"]
                 .as_array()
                 .into_iter()
                 .flatten()
+                .filter(|i| {
+                    i["spec"]["clusterID"]
+                        .as_str()
+                        .is_some_and(|id| ids.iter().any(|x| x == id))
+                })
                 .filter_map(|i| i["spec"]["serviceCIDR"].as_str().map(str::to_owned))
                 .collect::<Vec<_>>())
         });

@@ -139,31 +139,45 @@ impl Member {
     }
 }
 
-/// Antrea's default Tiers (`mc_api::antrea::DEFAULT_TIERS`), created where absent, as Antrea's
-/// controller does at its start; one that exists (Antrea's, an operator's) is left as it is.
-/// Retried for a while when the API server is not there yet; nothing to do without the Tier CRD.
-pub async fn ensure_default_tiers(client: Client) {
-    let api: Api<Tier> = Api::all(client);
-    for attempt in 1..=20 {
-        let mut failed = false;
-        for tier in mc_api::antrea::default_tiers() {
+impl Member {
+    /// Antrea's default Tiers (`mc_api::antrea::DEFAULT_TIERS`) this cluster lacks, created as
+    /// Antrea's controller creates them: once the Tier watch has listed (so never without the
+    /// CRD, and as soon as it is installed), at most every 30 s. A Tier of that name that exists
+    /// (Antrea's, an operator's) is left as it is; a refused create is logged once.
+    pub(super) async fn default_tiers(&mut self) {
+        if !self.local.tiers.ready()
+            || self
+                .tiers_tried
+                .is_some_and(|at| at.elapsed() < DEFAULT_TIERS_RETRY)
+        {
+            return;
+        }
+        let have: BTreeSet<String> = self
+            .local
+            .tiers
+            .all()
+            .iter()
+            .map(|t| t.name_any())
+            .collect();
+        let missing: Vec<Tier> = mc_api::antrea::default_tiers()
+            .into_iter()
+            .filter(|t| !have.contains(&t.name_any()))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        self.tiers_tried = Some(Instant::now());
+        let api: Api<Tier> = Api::all(self.client.clone());
+        for tier in missing {
             let name = tier.name_any();
             match api.create(&PostParams::default(), &tier).await {
                 Ok(_) => tracing::info!(tier = name, "created a default Tier"),
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    tracing::info!("no Tier CRD in this cluster: no default Tiers written");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(tier = name, attempt, error = %e, "creating a default Tier");
-                    failed = true;
-                }
+                Err(e) => self.log_once(format!("cannot create the default Tier {name}: {e}")),
             }
         }
-        if !failed {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(3)).await;
     }
 }
+
+/// How often the default Tiers are looked for again while some are missing.
+const DEFAULT_TIERS_RETRY: Duration = Duration::from_secs(30);

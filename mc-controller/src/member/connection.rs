@@ -121,10 +121,7 @@ async fn client_for(id: &Identity) -> anyhow::Result<Client> {
     let mut config =
         Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     // A leader gone without closing the connection is noticed as on the local client.
-    config.read_timeout = Some(mc_kube::READ_TIMEOUT);
-    // The timeout counts from the request, not from when its pooled connection went idle (which
-    // would fail a request on a connection idle for 30 s before any answer could come).
-    config.reset_reader_on_write = true;
+    mc_kube::with_read_timeout(&mut config);
     config.connect_timeout = Some(Duration::from_secs(5));
     Ok(Client::try_from(config)?)
 }

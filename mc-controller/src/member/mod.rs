@@ -101,6 +101,8 @@ struct Member {
     pending: Work,
     /// This cluster's CIDRs as the last pass saw them: a change recomputes every import.
     prefixes_seen: Vec<Prefix>,
+    /// When missing default Tiers were last created.
+    tiers_tried: Option<Instant>,
 }
 
 /// Everything is recomputed at least this often, whatever the watches said.
@@ -142,9 +144,9 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         logged: BTreeSet::new(),
         pending: Work::default(),
         prefixes_seen: Vec::new(),
+        tiers_tried: None,
     };
     tracing::info!(namespace = member.ns, "member controller started");
-    tokio::spawn(cluster::ensure_default_tiers(client.clone()));
     let driver = Driver {
         domain: "member",
         trigger,
@@ -219,6 +221,8 @@ impl Member {
 
     async fn sync(&mut self, mut work: Work) -> usize {
         let mut failures = 0;
+        // In a member cluster whether or not it has joined a ClusterSet yet.
+        self.default_tiers().await;
         if let Some((conn, since)) = &self.leaving {
             match conn.leave().await {
                 Ok(()) => {
