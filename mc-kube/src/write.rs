@@ -458,38 +458,26 @@ fn desired_hash<T: Serialize>(obj: &T) -> u64 {
 
 /// Status writes are not on the way from an export to its imports: a loop holds them back while
 /// the same pass writes exports or imports, for at most `STATUS_DEFER` (then they go anyway, so a
-/// busy loop still reports). The same for other writes off that way, with another bound
-/// ([`StatusPacer::holding`]).
-pub struct StatusPacer {
-    last: Instant,
-    max: Duration,
-}
+/// busy loop still reports).
+pub struct StatusPacer(Instant);
 
 const STATUS_DEFER: Duration = Duration::from_secs(5);
 
 impl Default for StatusPacer {
     fn default() -> Self {
-        Self::holding(STATUS_DEFER)
+        Self(Instant::now())
     }
 }
 
 impl StatusPacer {
-    /// A pacer that holds writes back for at most `max` since they were last written.
-    pub fn holding(max: Duration) -> Self {
-        Self {
-            last: Instant::now(),
-            max,
-        }
-    }
-
-    /// Whether the writes go in a pass that is (`busy`) or is not writing exports/imports.
+    /// Whether statuses are written in a pass that is (`busy`) or is not writing exports/imports.
     pub fn due(&self, busy: bool) -> bool {
-        !busy || self.last.elapsed() > self.max
+        !busy || self.0.elapsed() > STATUS_DEFER
     }
 
-    /// The writes were just made.
+    /// Statuses were just written.
     pub fn written(&mut self) {
-        self.last = Instant::now();
+        self.0 = Instant::now();
     }
 }
 

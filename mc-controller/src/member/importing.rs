@@ -176,56 +176,13 @@ impl Member {
                     && !dying(ns_of(si))
             },
         ));
-        // The MCS EndpointSlices of a ClusterSetIP import are not on the way from an export to
-        // its import (clients reach its ServiceImport's IP; DNS answers that IP): while this
-        // pass writes a burst of Services, Endpoints or ServiceImports (`SLICES_BURST` writes,
-        // what `run_all` runs at once) they wait (at most `SLICES_DEFER`), so a burst of exports
-        // is imported as fast as before they existed. Outside a burst they go with their import
-        // (held to the next pass, they met the next export's writes: p99 135 instead of 107 ms
-        // one at a time with 1000 Services). A headless import's slices are its endpoints:
-        // never held back.
-        let slices_due = self.slices.due(ops.len() >= SLICES_BURST);
-        let (mcs_slices, stored_slices) = if slices_due {
-            (plan.mcs_slices, mcs_slices_v)
-        } else {
-            let service_of = |s: &EndpointSlice| {
-                (
-                    ns_of(s).to_owned(),
-                    s.labels()
-                        .get(mcs::labels::SERVICE_NAME)
-                        .cloned()
-                        .unwrap_or_default(),
-                )
-            };
-            let stored_by_name = by_ns_name(&mcs_slices_v);
-            let mut held: BTreeSet<(String, String)> = BTreeSet::new();
-            for s in &plan.mcs_slices {
-                let service = service_of(s);
-                let stored = stored_by_name.get(&(ns_of(s).to_owned(), s.name_any()));
-                if want_si.contains(&service) && w.needed(s, Some(stored.copied())) {
-                    held.insert(service);
-                }
-            }
-            for (ns, name) in &held {
-                self.pending.add(stores::service_key(ns, name));
-            }
-            let keep = |s: &EndpointSlice| !held.contains(&service_of(s));
-            (
-                plan.mcs_slices.into_iter().filter(|s| keep(s)).collect(),
-                mcs_slices_v.into_iter().filter(|s| keep(s)).collect(),
-            )
-        };
-        let slice_ops = w.converge(
-            mcs_slices,
-            &stored_slices,
+        ops.extend(w.converge(
+            plan.mcs_slices,
+            &mcs_slices_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
             |s| is_managed(s) && !dying(ns_of(s)),
-        );
-        if slices_due && !slice_ops.is_empty() {
-            self.slices.written();
-        }
-        ops.extend(slice_ops);
+        ));
         ops.extend(w.converge(
             plan.cluster_infos,
             &self.local.cluster_infos.all(),

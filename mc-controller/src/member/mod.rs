@@ -91,9 +91,6 @@ struct Member {
     /// ACNP failures already reported to the leader, and when.
     reported: HashMap<(String, String), Instant>,
     statuses: StatusPacer,
-    /// MCS EndpointSlices of ClusterSetIP imports wait while imports are written (at most
-    /// `SLICES_DEFER`).
-    slices: StatusPacer,
     /// Messages already logged (skipped imports, gateway problems), so a pass every 2 s does not
     /// repeat them.
     logged: BTreeSet<String>,
@@ -107,11 +104,6 @@ struct Member {
 
 /// Everything is recomputed at least this often, whatever the watches said.
 pub const FULL_RESYNC: Duration = Duration::from_secs(30);
-
-/// The longest a ClusterSetIP import's MCS EndpointSlices wait behind a burst of other imports'
-/// writes, and how many writes in one pass are a burst.
-const SLICES_DEFER: Duration = Duration::from_secs(30);
-const SLICES_BURST: usize = 16;
 
 /// How long a member keeps trying to remove its announce and exports from a leader it left.
 const LEAVE_RETRY: Duration = Duration::from_secs(120);
@@ -140,7 +132,6 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         leaving: None,
         reported: HashMap::new(),
         statuses: StatusPacer::default(),
-        slices: StatusPacer::holding(SLICES_DEFER),
         logged: BTreeSet::new(),
         pending: Work::default(),
         prefixes_seen: Vec::new(),
