@@ -68,11 +68,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             // Every run on a fresh testbed: on one kept up, each run left etcd larger (thousands
             // of objects created and deleted) and the next was slower (all 1000 imported in
             // 31.5, 32.8, 35.9, then 41.7, 36.5, 35.1 s over six runs on one testbed).
-            let testbed_was_up = testbed::proc::Procs::new(&testbed_dir())
-                .ok()
-                .and_then(|p| p.running("etcd"))
-                .is_some();
-            if testbed_was_up {
+            if testbed_running() {
                 eprintln!(
                     "note: taking the running testbed down: the bench starts from a fresh one"
                 );
@@ -87,10 +83,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
         BenchCommand::Dataplane { runs, seconds } => {
-            let testbed_was_up = testbed::proc::Procs::new(&testbed_dir())
-                .ok()
-                .and_then(|p| p.running("etcd"))
-                .is_some();
+            let testbed_was_up = testbed_running();
             if testbed_was_up {
                 eprintln!(
                     "note: the testbed is up; its API servers share the CPUs with the measurement \
@@ -114,6 +107,14 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             measured
         }
     }
+}
+
+/// Whether a testbed is up (its etcd runs).
+fn testbed_running() -> bool {
+    testbed::proc::Procs::new(&testbed_dir())
+        .ok()
+        .and_then(|p| p.running("etcd"))
+        .is_some()
 }
 
 async fn client(cluster: &str) -> anyhow::Result<Client> {
