@@ -80,22 +80,10 @@ pub struct ClusterNetworkPolicySpec {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(rename_all = "camelCase")]
 pub struct NetworkPolicySpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tier: Option<String>,
-    /// 1.0 to 10000.0; lower is evaluated first.
-    #[schemars(range(min = 1.0, max = 10000.0))]
-    pub priority: f64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::schema::open_object_array")]
-    pub applied_to: Vec<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::schema::policy_rules")]
-    pub ingress: Vec<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::schema::policy_rules")]
-    pub egress: Vec<serde_json::Value>,
+    /// The same fields as a ClusterNetworkPolicy's.
+    #[serde(flatten)]
+    pub policy: ClusterNetworkPolicySpec,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

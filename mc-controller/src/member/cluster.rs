@@ -142,8 +142,9 @@ impl Member {
 impl Member {
     /// Antrea's default Tiers (`mc_api::antrea::DEFAULT_TIERS`) this cluster lacks, created as
     /// Antrea's controller creates them: once the Tier watch has listed (so never without the
-    /// CRD, and as soon as it is installed), at most every 30 s. A Tier of that name that exists
-    /// (Antrea's, an operator's) is left as it is; a refused create is logged once.
+    /// CRD, and as soon as it is installed), then looked at every 30 s (not on every pass). A
+    /// Tier of that name that exists (Antrea's, an operator's) is left as it is; a refused
+    /// create is logged once.
     pub(super) async fn default_tiers(&mut self) {
         if !self.local.tiers.ready()
             || self
@@ -152,13 +153,8 @@ impl Member {
         {
             return;
         }
-        let have: BTreeSet<String> = self
-            .local
-            .tiers
-            .all()
-            .iter()
-            .map(|t| t.name_any())
-            .collect();
+        self.tiers_tried = Some(Instant::now());
+        let have = self.local.tier_names();
         let missing: Vec<Tier> = mc_api::antrea::default_tiers()
             .into_iter()
             .filter(|t| !have.contains(&t.name_any()))
@@ -166,7 +162,6 @@ impl Member {
         if missing.is_empty() {
             return;
         }
-        self.tiers_tried = Some(Instant::now());
         let api: Api<Tier> = Api::all(self.client.clone());
         for tier in missing {
             let name = tier.name_any();
@@ -179,5 +174,5 @@ impl Member {
     }
 }
 
-/// How often the default Tiers are looked for again while some are missing.
+/// How often the default Tiers are looked at.
 const DEFAULT_TIERS_RETRY: Duration = Duration::from_secs(30);

@@ -84,13 +84,7 @@ impl Member {
         let acnps_v = self.local.acnps.all();
         let acnps: BTreeMap<String, &ClusterNetworkPolicy> =
             acnps_v.iter().map(|a| (a.name_any(), a.as_ref())).collect();
-        let tiers: BTreeSet<String> = self
-            .local
-            .tiers
-            .all()
-            .iter()
-            .map(|t| t.name_any())
-            .collect();
+        let tiers = self.local.tier_names();
         let id = conn.identity.clone();
         let imports = conn.imports.covered(work);
         let own_endpoints = self.own_endpoints(conn, &imports, work);

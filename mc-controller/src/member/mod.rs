@@ -98,7 +98,7 @@ struct Member {
     pending: Work,
     /// This cluster's CIDRs as the last pass saw them: a change recomputes every import.
     prefixes_seen: Vec<Prefix>,
-    /// When missing default Tiers were last created.
+    /// When the default Tiers were last looked at.
     tiers_tried: Option<Instant>,
 }
 

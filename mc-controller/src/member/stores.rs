@@ -24,6 +24,11 @@ pub(super) struct LocalStores {
 }
 
 impl LocalStores {
+    /// The names of this cluster's Tiers.
+    pub(super) fn tier_names(&self) -> BTreeSet<String> {
+        self.tiers.all().iter().map(|t| t.name_any()).collect()
+    }
+
     /// Starts every watch of the member's own cluster; `ns` is the member's namespace.
     pub(super) fn new(c: &Client, ns: &str, t: &Trigger) -> Self {
         LocalStores {
