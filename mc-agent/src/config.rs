@@ -32,7 +32,8 @@ pub struct Multicluster {
     /// Also route remote Pod CIDRs (not only remote Service CIDRs).
     #[serde(default)]
     pub enable_pod_to_pod_connectivity: bool,
-    /// Accepted for compatibility; stretched policies need the gateway.
+    /// Label identities in the VNI: the agent watches its Node's Pods, the Namespaces and the
+    /// LabelIdentities and tunnels each Pod's packets with its label's ID (needs the gateway).
     #[serde(default)]
     pub enable_stretched_network_policy: bool,
     /// Namespace of the member controller (Gateway, ClusterInfoImports); empty: the agent's.

@@ -20,7 +20,7 @@ use aya::{
 };
 use mc_common::{
     CounterValue,
-    dataplane::{FlowKey, LocalConfig, NextHop, Peer, RemoteRoute, SnatEntry},
+    dataplane::{FlowKey, LocalConfig, NextHop, Peer, PodIdentity, RemoteRoute, SnatEntry},
     maps, programs,
 };
 use serde::Serialize;
@@ -160,6 +160,7 @@ impl Dataplane {
         let mut peers = None;
         let mut snat = None;
         let mut next_hops = None;
+        let mut pod_ids = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
@@ -167,6 +168,7 @@ impl Dataplane {
                 maps::PEERS => peers = Some(map),
                 maps::SNAT => snat = Some(map),
                 maps::NEXT_HOPS => next_hops = Some(map),
+                maps::POD_IDS => pod_ids = Some(map),
                 _ => {}
             }
         }
@@ -180,6 +182,8 @@ impl Dataplane {
                 .map_err(map_err)?,
             snat: HashMap::try_from(snat.ok_or_else(|| missing(maps::SNAT))?).map_err(map_err)?,
             next_hops: HashMap::try_from(next_hops.ok_or_else(|| missing(maps::NEXT_HOPS))?)
+                .map_err(map_err)?,
+            pod_ids: HashMap::try_from(pod_ids.ok_or_else(|| missing(maps::POD_IDS))?)
                 .map_err(map_err)?,
         })
     }
@@ -198,6 +202,8 @@ pub struct DataplaneMaps<T> {
     pub snat: HashMap<T, FlowKey, SnatEntry>,
     /// Written by the programs only: the Ethernet addresses they learned per underlay address.
     pub next_hops: HashMap<T, [u8; 4], NextHop>,
+    /// This Node's Pods' label identities (the VNI of their tunnelled packets).
+    pub pod_ids: HashMap<T, [u8; 4], PodIdentity>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -211,6 +217,7 @@ impl DataplaneMaps<MapData> {
             peers: open(maps::PEERS)?.try_into()?,
             snat: open(maps::SNAT)?.try_into()?,
             next_hops: open(maps::NEXT_HOPS)?.try_into()?,
+            pod_ids: open(maps::POD_IDS)?.try_into()?,
         })
     }
 }

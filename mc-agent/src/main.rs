@@ -86,7 +86,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print the role, remote routes, tunnel peers and SNAT table from the pinned maps.
+    /// Print the role, remote routes, tunnel peers, Pod label IDs and SNAT table from the pinned
+    /// maps.
     Maps,
 }
 
@@ -302,6 +303,12 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
             Ipv4Addr::from(k).to_string(),
             v.cluster
         );
+    }
+    println!("\n{:<16} {:>8}", "POD ADDRESS", "LABEL ID");
+    let mut ids: Vec<_> = maps.pod_ids.iter().collect::<Result<_, _>>()?;
+    ids.sort_by_key(|(k, _)| *k);
+    for (k, v) in ids {
+        println!("{:<16} {:>8}", Ipv4Addr::from(k).to_string(), v.id);
     }
     println!("\nSNAT (forward entries: original -> translated, via Node)");
     let mut n = 0;

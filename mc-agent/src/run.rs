@@ -1,5 +1,6 @@
 //! `mc-agent run`: keeps this Node's dataplane equal to what the API says. Watches the local
-//! Gateway and the ClusterInfoImports (in the member controller's namespace) and the Nodes; on
+//! Gateway and the ClusterInfoImports (in the member controller's namespace) and the Nodes (with
+//! stretched NetworkPolicy on, also this Node's Pods, the Namespaces and the LabelIdentities); on
 //! every change, and on a periodic resync, recomputes the desired state and applies it to the
 //! maps and the kernel routes. Level-triggered: a restart starts from the pins and the API, never
 //! from memory. Problems (no Node IP, unknown uplink, no bpffs, unusable objects) are logged once
@@ -7,9 +8,9 @@
 
 use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
 
-use k8s_openapi::api::core::v1::Node;
-use kube::{Api, Client, ResourceExt as _};
-use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, PodStatus};
+use kube::{Api, Client, ResourceExt as _, runtime::watcher};
+use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway, labelidentity::LabelIdentity};
 use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, watch::WatchHealth};
 
 use crate::{
@@ -19,7 +20,7 @@ use crate::{
     dataplane::Dataplane,
     host::HostState,
     routes,
-    state::{ClusterInfoObject, Desired, GatewayObject, Inputs, Routed, desired},
+    state::{ClusterInfoObject, Desired, GatewayObject, Inputs, PodObject, Routed, desired},
     sync,
 };
 
@@ -67,6 +68,30 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         trigger.clone(),
         "ClusterInfoImport",
     );
+    let stretched = opts
+        .config
+        .enable_stretched_network_policy
+        .then(|| Stretched {
+            pods: Watched::trimmed(
+                Api::<Pod>::all(client.clone()),
+                watcher::Config::default().fields(&format!("spec.nodeName={}", opts.node_name)),
+                trigger.clone(),
+                "Pod",
+                trim_pod,
+            ),
+            namespaces: Watched::new(
+                Api::<Namespace>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "Namespace",
+            ),
+            identities: Watched::new(
+                Api::<LabelIdentity>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "LabelIdentity",
+            ),
+        });
     let nodes = Watched::new(
         Api::<Node>::all(client),
         Default::default(),
@@ -79,6 +104,7 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         gateways,
         infos,
         nodes,
+        stretched,
         attached: None,
         problems: Vec::new(),
         published: None,
@@ -98,6 +124,73 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
     Ok(())
 }
 
+/// What the label identities of this Node's Pods come from (stretched NetworkPolicy).
+struct Stretched {
+    /// This Node's Pods only (a field selector on `spec.nodeName`).
+    pods: Watched<Pod>,
+    namespaces: Watched<Namespace>,
+    identities: Watched<LabelIdentity>,
+}
+
+impl Stretched {
+    fn inputs(&self, inputs: &mut Inputs) {
+        inputs.pods = self
+            .pods
+            .all()
+            .iter()
+            .map(|p| PodObject {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+                labels: p.labels().clone(),
+                ips: p
+                    .status
+                    .iter()
+                    .flat_map(|s| s.pod_ips.iter().flatten())
+                    .map(|ip| ip.ip.clone())
+                    .collect(),
+                host_network: p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.host_network)
+                    .unwrap_or(false),
+                finished: p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .is_some_and(|ph| ph == "Succeeded" || ph == "Failed"),
+            })
+            .collect();
+        inputs.namespace_labels = self
+            .namespaces
+            .all()
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect();
+        inputs.label_ids = self
+            .identities
+            .all()
+            .iter()
+            .filter_map(|li| Some((li.spec.label.clone()?, li.spec.id?)))
+            .collect();
+    }
+}
+
+/// What the agent reads of a Pod: namespace, name, labels, host networking, phase and addresses.
+fn trim_pod(pod: &mut Pod) {
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network);
+    pod.spec = Some(PodSpec {
+        host_network,
+        ..Default::default()
+    });
+    pod.status = pod.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        pod_ips: s.pod_ips,
+        ..Default::default()
+    });
+    let m = &mut pod.metadata;
+    (m.annotations, m.owner_references) = (None, None);
+}
+
 /// The agent's loop: its watches and what it has attached.
 struct Agent {
     opts: RunOptions,
@@ -105,6 +198,7 @@ struct Agent {
     gateways: Watched<Gateway>,
     infos: Watched<ClusterInfoImport>,
     nodes: Watched<Node>,
+    stretched: Option<Stretched>,
     attached: Option<Attached>,
     /// Everything wrong after the last pass (logged when it first appears).
     problems: Vec<String>,
@@ -116,11 +210,19 @@ struct Agent {
 
 impl Reconciler for Agent {
     fn watches(&self) -> Vec<(&'static str, &WatchHealth)> {
-        vec![
+        let mut w = vec![
             ("Gateways", self.gateways.health()),
             ("ClusterInfoImports", self.infos.health()),
             ("Nodes", self.nodes.health()),
-        ]
+        ];
+        if let Some(s) = &self.stretched {
+            w.extend([
+                ("Pods", s.pods.health()),
+                ("Namespaces", s.namespaces.health()),
+                ("LabelIdentities", s.identities.health()),
+            ]);
+        }
+        w
     }
 
     /// Every pass recomputes everything (a handful of objects): `_work` is not read.
@@ -131,6 +233,7 @@ impl Reconciler for Agent {
             &self.gateways,
             &self.infos,
             &self.nodes,
+            self.stretched.as_ref(),
         );
         if outcome.problems != self.problems {
             for p in outcome
@@ -179,6 +282,7 @@ fn pass(
     gateways: &Watched<Gateway>,
     infos: &Watched<ClusterInfoImport>,
     nodes: &Watched<Node>,
+    stretched: Option<&Stretched>,
 ) -> Pass {
     let fail = |why: String| Pass {
         not_ready: Some(why.clone()),
@@ -206,7 +310,7 @@ fn pass(
         return fail("not attached".into());
     };
 
-    let inputs = Inputs {
+    let mut inputs = Inputs {
         node_name: opts.node_name.clone(),
         node_ip: Some(node_ip),
         gateways: gateways
@@ -245,7 +349,11 @@ fn pass(
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
         mtu: uplink_mtu(&a.uplink),
+        ..Default::default()
     };
+    if let Some(s) = stretched {
+        s.inputs(&mut inputs);
+    }
     let mut want = desired(&inputs);
     let toward = want.routes_toward();
     // Only routes already in place toward this gateway, for every prefix, let the programs keep
@@ -389,6 +497,8 @@ fn log_change(want: &Desired, report: &sync::SyncReport) {
         routes_removed = report.routes_removed,
         peers_written = report.peers_written,
         peers_removed = report.peers_removed,
+        pod_ids_written = report.pod_ids_written,
+        pod_ids_removed = report.pod_ids_removed,
         config_changed = report.config_changed,
         "dataplane maps updated"
     );
@@ -418,6 +528,11 @@ fn publish(metrics: &Metrics, attached: Option<&mut Attached>) {
         let routes = maps.routes.iter().count();
         let peers = maps.peers.iter().count();
         let snat = maps.snat.keys().count();
+        metrics.gauge(
+            "strait_dataplane_map_entries",
+            &[("map", mc_common::maps::POD_IDS)],
+            maps.pod_ids.keys().count() as f64,
+        );
         metrics.gauge(
             "strait_dataplane_map_entries",
             &[("map", mc_common::maps::ROUTES)],

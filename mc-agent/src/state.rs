@@ -2,7 +2,8 @@
 //! local Gateway decides this Node's role, every ClusterInfoImport becomes remote prefixes and a
 //! remote gateway peer, the cluster's Nodes become local peers on the gateway. Bad entries (an
 //! unparsable address, a CIDR that overlaps one already taken) are skipped with a reason that
-//! the agent logs and reports; they never reach the maps.
+//! the agent logs and reports; they never reach the maps. With stretched NetworkPolicy on, this
+//! Node's Pods get the IDs of their labels (the LabelIdentities), for the VNI.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -11,10 +12,25 @@ use std::{
 
 pub use mc_api::net::Prefix;
 
+use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
     CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
-    PEER_REMOTE_GATEWAY, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+    PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
+
+/// A Pod of this Node, as read from the API.
+#[derive(Clone, Debug, Default)]
+pub struct PodObject {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// `status.podIPs`.
+    pub ips: Vec<String>,
+    /// A host-network Pod shares the Node's address: no identity of its own.
+    pub host_network: bool,
+    /// Succeeded or Failed: its address may already be another Pod's.
+    pub finished: bool,
+}
 
 /// A Gateway object of the local cluster, as read from the API.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +67,12 @@ pub struct Inputs {
     pub pod_to_pod: bool,
     pub tunnel_port: u16,
     pub mtu: u32,
+    /// This Node's Pods (none without stretched NetworkPolicy).
+    pub pods: Vec<PodObject>,
+    /// Each Namespace's labels, by name.
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// The LabelIdentities: normalized label -> ID.
+    pub label_ids: BTreeMap<String, u32>,
 }
 
 /// A remote cluster as it ended up in the maps.
@@ -77,6 +99,8 @@ pub struct Desired {
     pub routes: BTreeMap<Prefix, RemoteRoute>,
     pub peers: BTreeMap<Ipv4Addr, Peer>,
     pub clusters: Vec<RemoteCluster>,
+    /// This Node's Pod addresses with a label identity.
+    pub pod_ids: BTreeMap<Ipv4Addr, PodIdentity>,
     /// Human-readable reasons for every skipped object or entry.
     pub skipped: Vec<String>,
     /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
@@ -121,8 +145,57 @@ fn parse_ip(what: &str, object: &str, value: Option<&str>) -> Result<Ipv4Addr, S
 }
 
 /// Computes the desired map contents.
+/// The label identity of each address of this Node's Pods: the ID of the LabelIdentity whose
+/// label is the Pod's normalized label. A Pod without one (its label has no ID yet, its
+/// Namespace is not known yet) is left out, so its packets say "unknown"; so is an address two
+/// live Pods claim with different IDs (reported).
+fn pod_identities(inputs: &Inputs, out: &mut Desired) {
+    let mut ids: BTreeMap<Ipv4Addr, (u32, &str)> = BTreeMap::new();
+    let mut clashes = BTreeSet::new();
+    for pod in &inputs.pods {
+        if pod.host_network || pod.finished {
+            continue;
+        }
+        let Some(ns) = inputs.namespace_labels.get(&pod.namespace) else {
+            continue;
+        };
+        let label = normalized_label(ns, &pod.labels);
+        let Some(&id) = inputs.label_ids.get(&label) else {
+            continue;
+        };
+        if !(1..=MAX_ID).contains(&id) {
+            out.skipped.push(format!(
+                "Pod {}/{}: LabelIdentity ID {id} is out of range",
+                pod.namespace, pod.name
+            ));
+            continue;
+        }
+        for ip in pod.ips.iter().filter_map(|ip| ip.parse::<Ipv4Addr>().ok()) {
+            match ids.get(&ip) {
+                Some((other, by)) if *other != id => {
+                    out.skipped.push(format!(
+                        "Pod address {ip} is claimed by {by} and {}/{} with different label IDs: its packets carry no identity",
+                        pod.namespace, pod.name
+                    ));
+                    clashes.insert(ip);
+                }
+                Some(_) => {}
+                None => {
+                    ids.insert(ip, (id, &pod.name));
+                }
+            }
+        }
+    }
+    out.pod_ids = ids
+        .into_iter()
+        .filter(|(ip, _)| !clashes.contains(ip))
+        .map(|(ip, (id, _))| (ip, PodIdentity { id }))
+        .collect();
+}
+
 pub fn desired(inputs: &Inputs) -> Desired {
     let mut out = Desired::default();
+    pod_identities(inputs, &mut out);
     let Some(node_ip) = inputs.node_ip else {
         out.not_ready = Some(format!(
             "Node {} has no IPv4 InternalIP: nothing to tunnel from",
@@ -308,7 +381,84 @@ mod tests {
             pod_to_pod: false,
             tunnel_port: 0,
             mtu: 1500,
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn each_pod_address_gets_the_id_of_its_label_and_nothing_uncertain_does() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let pod = |name: &str, ns: &str, l: &[(&str, &str)], ips: &[&str]| PodObject {
+            namespace: ns.into(),
+            name: name.into(),
+            labels: labels(l),
+            ips: ips.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        };
+        let mut i = inputs("east-node", "198.18.1.2");
+        i.namespace_labels = [(
+            "prod".to_owned(),
+            labels(&[("kubernetes.io/metadata.name", "prod")]),
+        )]
+        .into();
+        i.label_ids = [
+            (
+                "ns:kubernetes.io/metadata.name=prod&pod:app=db".to_owned(),
+                7,
+            ),
+            (
+                "ns:kubernetes.io/metadata.name=prod&pod:app=web".to_owned(),
+                8,
+            ),
+            (
+                "ns:kubernetes.io/metadata.name=prod&pod:app=bad".to_owned(),
+                0x00ff_ffff,
+            ),
+        ]
+        .into();
+        i.pods = vec![
+            pod("db", "prod", &[("app", "db")], &["10.244.1.5", "fd00::5"]),
+            pod("web", "prod", &[("app", "web")], &["10.244.1.6"]),
+            // Same address, different IDs: neither.
+            pod("a", "prod", &[("app", "db")], &["10.244.1.7"]),
+            pod("b", "prod", &[("app", "web")], &["10.244.1.7"]),
+            pod("new", "prod", &[("app", "new")], &["10.244.1.8"]), // no ID yet
+            pod("elsewhere", "dev", &[("app", "db")], &["10.244.1.9"]), // Namespace unknown
+            pod("bad", "prod", &[("app", "bad")], &["10.244.1.10"]), // ID out of range
+            PodObject {
+                host_network: true,
+                ..pod("host", "prod", &[("app", "db")], &["198.18.1.2"])
+            },
+            PodObject {
+                finished: true,
+                ..pod("done", "prod", &[("app", "web")], &["10.244.1.11"])
+            },
+        ];
+        let d = desired(&i);
+        let got: Vec<(String, u32)> = d
+            .pod_ids
+            .iter()
+            .map(|(ip, p)| (ip.to_string(), p.id))
+            .collect();
+        assert_eq!(
+            got,
+            [("10.244.1.5".to_owned(), 7), ("10.244.1.6".to_owned(), 8)]
+        );
+        assert!(
+            d.skipped.iter().any(|s| s.contains("10.244.1.7")),
+            "{:?}",
+            d.skipped
+        );
+        assert!(
+            d.skipped.iter().any(|s| s.contains("prod/bad")),
+            "{:?}",
+            d.skipped
+        );
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct SyncReport {
     pub routes_removed: usize,
     pub peers_written: usize,
     pub peers_removed: usize,
+    pub pod_ids_written: usize,
+    pub pod_ids_removed: usize,
     pub config_changed: bool,
 }
 
@@ -58,6 +60,15 @@ pub fn apply<T: BorrowMut<MapData>>(
         }
     }
 
+    let current_ids: Vec<([u8; 4], _)> = maps.pod_ids.iter().collect::<Result<_, MapError>>()?;
+    for (addr, id) in &desired.pod_ids {
+        let key = addr.octets();
+        if !current_ids.iter().any(|(k, v)| *k == key && v == id) {
+            maps.pod_ids.insert(&key, id, 0)?;
+            report.pod_ids_written += 1;
+        }
+    }
+
     let current_config = maps.config.get(&0, 0)?;
     if current_config != desired.config {
         maps.config.set(0, &desired.config, 0)?;
@@ -78,6 +89,12 @@ pub fn apply<T: BorrowMut<MapData>>(
         if !desired.peers.contains_key(&Ipv4Addr::from(*key)) {
             remove_absent(maps.peers.remove(key))?;
             report.peers_removed += 1;
+        }
+    }
+    for (key, _) in &current_ids {
+        if !desired.pod_ids.contains_key(&Ipv4Addr::from(*key)) {
+            remove_absent(maps.pod_ids.remove(key))?;
+            report.pod_ids_removed += 1;
         }
     }
     Ok(report)

@@ -13,7 +13,8 @@ use mc_common::{
     Counter,
     dataplane::{
         CONFIG_ROUTED_VIA_GATEWAY, LocalConfig, NextHop, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY,
-        Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
+        Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN,
+        SNAT_REVERSE,
     },
 };
 use support::{
@@ -155,8 +156,13 @@ impl Fixture {
 }
 
 /// The outer headers Strait writes: DF, TTL 64, UDP to the tunnel port from the flow-hash range
-/// with checksum 0, Geneve version 0 carrying IPv4 with VNI 0xffffff.
+/// with checksum 0, Geneve version 0 carrying IPv4 with VNI 0xffffff (no label identity).
 fn assert_tunnel(frame: &[u8], src: [u8; 4], dst: [u8; 4]) {
+    assert_tunnel_vni(frame, src, dst, 0x00ff_ffff);
+}
+
+/// [`assert_tunnel`] with the VNI `vni`.
+fn assert_tunnel_vni(frame: &[u8], src: [u8; 4], dst: [u8; 4], vni: u32) {
     let e = decode_geneve(frame);
     e.outer.assert_checksums("outer");
     assert_eq!(e.outer.src(), src, "outer source");
@@ -171,11 +177,67 @@ fn assert_tunnel(frame: &[u8], src: [u8; 4], dst: [u8; 4]) {
     );
     assert_eq!(e.udp_checksum, 0, "outer UDP checksum must be 0");
     assert_eq!(e.udp_len, 16 + e.inner.total_len());
+    let v = vni.to_be_bytes();
     assert_eq!(
         e.geneve,
-        &[0, 0, 0x08, 0x00, 0xff, 0xff, 0xff, 0],
+        &[0, 0, 0x08, 0x00, v[1], v[2], v[3], 0],
         "Geneve header"
     );
+}
+
+/// The VNI of a Geneve frame.
+fn vni_of(frame: &[u8]) -> u32 {
+    let g = decode_geneve(frame).geneve;
+    u32::from_be_bytes([0, g[4], g[5], g[6]])
+}
+
+#[test]
+fn the_vni_carries_the_source_pods_label_id_from_node_and_gateway_and_the_hairpin_keeps_it() {
+    let set_ids = |f: &mut Fixture, ids: &[([u8; 4], u32)]| {
+        let mut maps = f.dp.maps().expect("maps");
+        for (ip, id) in ids {
+            maps.pod_ids
+                .insert(ip, &PodIdentity { id: *id }, 0)
+                .expect("pod id");
+        }
+    };
+    // A regular Node: its Pod with an ID, and one without.
+    let mut f = Fixture::new("node-vni", ROLE_NODE);
+    set_ids(&mut f, &[(POD_N, 7)]);
+    let (verdict, out) = f.run(
+        Direction::Egress,
+        &eth(&tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"")),
+    );
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel_vni(&out, N, G, 7);
+    let (_, out) = f.run(
+        Direction::Egress,
+        &eth(&tcp([10, 244, 1, 6], WEST_SVC, 40000, 80, 0x02, b"")),
+    );
+    assert_tunnel_vni(&out, N, G, 0x00ff_ffff);
+    drop(f);
+
+    // The gateway: its own Pod's flow is SNATed, yet carries the Pod's ID; a Node's tunnel
+    // packet keeps the VNI the Node wrote through the hairpin.
+    let mut f = Fixture::new("gw-vni", ROLE_GATEWAY);
+    set_ids(&mut f, &[(POD_G, 0x12_3456)]);
+    let (verdict, out) = f.run(
+        Direction::Egress,
+        &eth(&tcp(POD_G, WEST_SVC, 41000, 80, 0x02, b"")),
+    );
+    assert_eq!(verdict, REDIRECT);
+    assert_tunnel_vni(&out, G, W, 0x12_3456);
+    assert_eq!(decode_geneve(&out).inner.src(), G, "SNATed to the gateway");
+    let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
+    let mut frame = eth(&geneve(N, G, PORT, &inner));
+    // VNI 7 in the Node's Geneve header (bytes 4..7 after the outer IPv4 and UDP headers).
+    let vni_at = ETH_HLEN + 20 + 8 + 4;
+    frame[vni_at..vni_at + 3].copy_from_slice(&[0, 0, 7]);
+    let (verdict, out) = f.run(Direction::Ingress, &frame);
+    assert_eq!(verdict, REDIRECT);
+    assert_eq!(vni_of(&out), 7, "the hairpin keeps the Node's VNI");
+    assert_eq!(decode_geneve(&out).inner.src(), G);
+    f.assert_counters(&[(Counter::TxSnatToRemote, 1), (Counter::HairpinSnat, 1)]);
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub mod annotations {
     pub const EXPORTED_KEYS: &str = "multicluster.strait.io/exported-keys";
     /// On a MemberClusterAnnounce: the heartbeat (RFC 3339).
     pub const TOUCH_TS: &str = "touch-ts";
+    /// On the leader's ClusterSet: the highest label identity ID the leader ever issued,
+    /// recorded before an import carries it, so that a restarted leader holds back every ID it
+    /// may have freed just before (see `labelidentity::IdAllocator::restored`).
+    pub const LABEL_IDS_ISSUED: &str = "multicluster.strait.io/label-ids-issued-up-to";
 }
 
 pub mod labels {
@@ -64,6 +68,18 @@ pub fn resource_export(cluster_id: &str, namespace: &str, name: &str, kind: &str
 
 pub fn cluster_info_export(cluster_id: &str) -> String {
     format!("{cluster_id}-clusterinfo")
+}
+
+/// `<clusterID>-<hash>`: a member's export of one normalized label (`hash` is
+/// `labelidentity::label_hash`; the leader's import and the members' LabelIdentity are named
+/// `<hash>`).
+pub fn label_identity_export(cluster_id: &str, hash: &str) -> String {
+    format!("{cluster_id}-{hash}")
+}
+
+/// The hash a LabelIdentity export's name ends with (after the last `-`, as Antrea parses it).
+pub fn label_hash_of_export(name: &str) -> &str {
+    name.rsplit_once('-').map_or(name, |(_, h)| h)
 }
 
 /// `<ns>-<name>-<lowercase kind>`, or `<name>-<lowercase kind>` without a namespace.

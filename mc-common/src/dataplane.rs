@@ -144,6 +144,19 @@ const _: () = assert!(core::mem::size_of::<NextHop>() == 24);
 /// that changes its MAC address, or a route that changes, is followed within this time.
 pub const NEXT_HOP_TTL_NS: u64 = 1_000_000_000;
 
+/// Value of the Pod identity map, keyed by the IPv4 address of a Pod on this Node: the
+/// ClusterSet-wide ID of the Pod's label (its LabelIdentity), which the Node's encapsulation
+/// writes into the Geneve VNI of the Pod's cross-cluster packets. A Pod without one (no ID yet,
+/// stretched NetworkPolicy off, a host-network Pod) is absent: its VNI is [`VNI_UNKNOWN`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// 1..=0xfffffe.
+    pub id: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<PodIdentity>() == 4);
+
 /// Ports (and echo identifiers) the gateway allocates for SNAT.
 pub const SNAT_PORT_MIN: u16 = 32768;
 pub const SNAT_PORT_MAX: u16 = 65535;
@@ -155,6 +168,8 @@ pub const MAX_REMOTE_PREFIXES: u32 = 4096;
 pub const MAX_PEERS: u32 = 16384;
 pub const MAX_SNAT_ENTRIES: u32 = 262_144;
 pub const MAX_NEXT_HOPS: u32 = 4096;
+/// Pods of one Node (Kubernetes' default is 110 per Node).
+pub const MAX_POD_IDENTITIES: u32 = 4096;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -165,4 +180,5 @@ mod pod {
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::SnatEntry {}
     unsafe impl aya::Pod for super::NextHop {}
+    unsafe impl aya::Pod for super::PodIdentity {}
 }

@@ -41,6 +41,9 @@ pub mod maps {
     /// Underlay address -> [`crate::dataplane::NextHop`] (LRU): the Ethernet addresses the
     /// programs last learned from the kernel for it.
     pub const NEXT_HOPS: &str = "mc_next_hops";
+    /// Pod IPv4 address of this Node -> [`crate::dataplane::PodIdentity`]: the label ID its
+    /// tunnelled packets carry in the VNI.
+    pub const POD_IDS: &str = "mc_pod_ids";
     /// Every map the agent pins, for iteration.
-    pub const ALL: &[&str] = &[COUNTERS, CONFIG, ROUTES, PEERS, SNAT, NEXT_HOPS];
+    pub const ALL: &[&str] = &[COUNTERS, CONFIG, ROUTES, PEERS, SNAT, NEXT_HOPS, POD_IDS];
 }

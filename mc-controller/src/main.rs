@@ -177,6 +177,7 @@ async fn run() -> anyhow::Result<()> {
                     liveness,
                     trigger,
                     accounts,
+                    stretched: config.enable_stretched_network_policy,
                 },
                 metrics,
             )

@@ -34,7 +34,7 @@ use mc_common::{
 };
 
 use crate::{
-    maps::{config, count, peer_kind, remote_route},
+    maps::{config, count, peer_kind, pod_vni, remote_route},
     packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port},
     tunnel::Tunnel,
 };
@@ -104,8 +104,10 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     if let Some(refused) = fit_tunnel(ctx, &ip, &cfg)? {
         return Ok(refused);
     }
+    // The source Pod's label identity rides in the VNI (read before the gateway's SNAT).
+    let vni = pod_vni(&ip.src);
     if cfg.role == ROLE_NODE {
-        tunnel::encap(ctx, &ip, cfg.node_ip, cfg.gateway_internal_ip, port)?;
+        tunnel::encap(ctx, &ip, cfg.node_ip, cfg.gateway_internal_ip, port, vni)?;
         if route.is_some() && cfg.flags & CONFIG_ROUTED_VIA_GATEWAY != 0 {
             // The kernel routed it via the hop toward the gateway: its Ethernet header is right.
             return Ok((Counter::TxToGateway, VERDICT_PASS));
@@ -117,13 +119,13 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
         let now = tunnel::now();
         nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
-        tunnel::encap(ctx, &ip, cfg.node_ip, route.gateway_ip, port)?;
+        tunnel::encap(ctx, &ip, cfg.node_ip, route.gateway_ip, port, vni)?;
         let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
     // A reply to a flow a remote gateway opened: the tunnel packet goes to the address the
     // kernel just routed this one to, so the Ethernet header it wrote is already right.
-    tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port)?;
+    tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port, vni)?;
     Ok((Counter::TxReplyToRemote, VERDICT_PASS))
 }
 

@@ -13,8 +13,8 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        FlowKey, LocalConfig, MAX_NEXT_HOPS, MAX_PEERS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES,
-        NextHop, Peer, RemoteRoute, SnatEntry,
+        FlowKey, LocalConfig, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_REMOTE_PREFIXES,
+        MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, RemoteRoute, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -38,6 +38,9 @@ pub(crate) static SNAT: LruHashMap<FlowKey, SnatEntry, { MAX_SNAT_ENTRIES as usi
 pub(crate) static NEXT_HOPS: LruHashMap<[u8; 4], NextHop, { MAX_NEXT_HOPS as usize }> =
     LruHashMap::new();
 
+#[btf_map(name = "mc_pod_ids")]
+static POD_IDS: HashMap<[u8; 4], PodIdentity, { MAX_POD_IDENTITIES as usize }> = HashMap::new();
+
 #[inline(always)]
 pub(crate) fn config() -> LocalConfig {
     CONFIG.get(0).copied().unwrap_or_default()
@@ -53,6 +56,14 @@ pub(crate) fn remote_route(addr: [u8; 4]) -> Option<RemoteRoute> {
 #[inline(always)]
 pub(crate) fn routed_via(addr: [u8; 4], gateway: [u8; 4]) -> bool {
     remote_route(addr).is_some_and(|r| r.gateway_ip == gateway)
+}
+
+/// The VNI a packet from `addr` carries: the label ID of the Pod of this Node that has the
+/// address, else [`VNI_UNKNOWN`].
+#[inline(always)]
+pub(crate) fn pod_vni(addr: &[u8; 4]) -> u32 {
+    // SAFETY: the value is copied out at once.
+    unsafe { POD_IDS.get(addr) }.map_or(VNI_UNKNOWN, |p| p.id & VNI_UNKNOWN)
 }
 
 #[inline(always)]

@@ -101,9 +101,10 @@ pub fn encap(
     src: [u8; 4],
     dst: [u8; 4],
     port: u16,
+    vni: u32,
 ) -> Result<(), Counter> {
     let inner_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
-    let header = outer_headers(src, dst, flow_source_port(ctx, ip), port, inner_len)?;
+    let header = outer_headers(src, dst, flow_source_port(ctx, ip), port, inner_len, vni)?;
     let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64;
     if ctx
         .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, gso_flags)
@@ -132,12 +133,13 @@ fn outer_headers(
     source_port: u16,
     port: u16,
     inner_len: usize,
+    vni: u32,
 ) -> Result<[u16; ENCAP_LEN / 2], Counter> {
     if ENCAP_LEN + inner_len > MAX_IP_LEN {
         return Err(Counter::DropTooBig);
     }
     let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
-    let vni = (VNI_UNKNOWN << 8).to_be_bytes();
+    let vni = ((vni & VNI_UNKNOWN) << 8).to_be_bytes();
     let mut h = [
         // IPv4: version/IHL, TOS; length; id; DF; TTL, protocol; checksum; addresses.
         w(0x45, 0),
@@ -204,12 +206,15 @@ pub fn retarget(
         .map_err(|_| Counter::DropTruncated)?;
     // Everything after the Geneve base header, options included, counts as carried.
     let carried = (ctx.len() as usize).saturating_sub(ETH_HLEN + ENCAP_LEN);
+    // Only the outer IPv4 and UDP words (h[..14]) are written: the Geneve header stays as the
+    // sender wrote it, its VNI (the source Pod's label identity) included.
     let h = outer_headers(
         src,
         dst,
         u16::from_be_bytes([ports[0], ports[1]]),
         u16::from_be_bytes([ports[2], ports[3]]),
         carried,
+        VNI_UNKNOWN,
     )?;
     let ifindex = ifindex(ctx);
     if let Some(m) = next_hop(ctx, ifindex, src, dst, now) {

@@ -8,7 +8,9 @@
 //! and contributes no endpoints. Any disagreement (ports, headlessness, the copied traits, the
 //! exported labels and annotations) is also reported to every exporter as the MCS API's Conflict. Endpoints are the
 //! union over the clusters whose Service export succeeded (and whose endpoints are not withdrawn).
-//! A ClusterInfo is imported under the export's own name; an ACNP under `<name>-<kind>`.
+//! A ClusterInfo is imported under the export's own name; an ACNP under `<name>-<kind>`. Label
+//! identities are gathered by hash (`labels`); the leader gives them their IDs (stateful, so not
+//! here) and imports each under its hash.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -33,6 +35,9 @@ pub struct Merged {
     pub imports: BTreeMap<String, ResourceImportSpec>,
     /// Verdict per ResourceExport name (live exports only).
     pub verdicts: BTreeMap<String, Verdict>,
+    /// The label identities the live exports name, by hash: the normalized label and the
+    /// exports that carry it (valid ones get no verdict, as in Antrea).
+    pub labels: BTreeMap<String, (String, Vec<String>)>,
 }
 
 /// `(name, port, protocol)` of a Service port: what importers need to agree on.
@@ -193,7 +198,11 @@ fn group<'a>(
                 clusterinfo(leader_namespace, re, out);
                 continue;
             }
-            Kind::LabelIdentity | Kind::Unknown(_) => {
+            Kind::LabelIdentity => {
+                label_identity(re, out);
+                continue;
+            }
+            Kind::Unknown(_) => {
                 out.verdicts.insert(
                     re.name_any(),
                     Verdict::Failure(format!(
@@ -588,6 +597,48 @@ fn serving(subsets: &[EndpointSubset], served: &BTreeSet<String>) -> Vec<Endpoin
         .iter()
         .filter_map(|s| with_ports_named(s, served))
         .collect()
+}
+
+/// A LabelIdentity export `<clusterID>-<hash>`: its label must hash to its name's `<hash>`; a
+/// second label under a hash already taken (a collision of the 64-bit prefix) is refused.
+fn label_identity(re: &ResourceExport, out: &mut Merged) {
+    let name = re.name_any();
+    let hash = names::label_hash_of_export(&name).to_owned();
+    let label = re
+        .spec
+        .label_identity
+        .as_ref()
+        .and_then(|l| l.normalized_label.clone())
+        .unwrap_or_default();
+    let refuse = |out: &mut Merged, why: String| {
+        out.verdicts.insert(name.clone(), Verdict::Failure(why));
+    };
+    if label.is_empty() {
+        return refuse(
+            out,
+            "a LabelIdentity export needs spec.labelIdentity.normalizedLabel".into(),
+        );
+    }
+    let want = mc_api::labelidentity::label_hash(&label);
+    if want != hash {
+        return refuse(
+            out,
+            format!("the label {label:?} hashes to {want}, not to this export's {hash}"),
+        );
+    }
+    match out.labels.get_mut(&hash) {
+        Some((held, exports)) if *held == label => exports.push(name),
+        Some((held, _)) => {
+            let held = held.clone();
+            refuse(
+                out,
+                format!("the label {label:?} collides with {held:?} under the hash {hash}"),
+            );
+        }
+        None => {
+            out.labels.insert(hash, (label, vec![name]));
+        }
+    }
 }
 
 fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
@@ -1190,5 +1241,60 @@ mod tests {
                 .values()
                 .all(|v| matches!(v, Verdict::Failure(_)))
         );
+    }
+
+    #[test]
+    fn label_exports_are_gathered_by_hash_and_a_label_that_does_not_hash_to_its_name_is_refused() {
+        use crate::leader::{group_of_export, group_of_import};
+        let label = |cluster: &str, name: &str, l: &str| {
+            let mut re = ResourceExport::new(
+                name,
+                ResourceExportSpec {
+                    cluster_id: Some(cluster.into()),
+                    kind: Some("LabelIdentity".into()),
+                    label_identity: Some(mc_api::exports::LabelIdentityExport {
+                        normalized_label: (!l.is_empty()).then(|| l.to_owned()),
+                    }),
+                    ..Default::default()
+                },
+            );
+            re.metadata.creation_timestamp = Some(Time(Timestamp::now()));
+            Arc::new(re)
+        };
+        let exports = vec![
+            label("east", "east-1e5106b3b89537a1", "ns:a=b&pod:c=d"),
+            label("west", "west-1e5106b3b89537a1", "ns:a=b&pod:c=d"),
+            label("west", "west-0123456789abcdef", "ns:a=b&pod:c=d"),
+            label("west", "west-da39a3ee5e6b4b0d", ""),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        assert!(m.imports.is_empty(), "the leader gives the IDs");
+        assert_eq!(
+            m.labels.get("1e5106b3b89537a1"),
+            Some(&(
+                "ns:a=b&pod:c=d".to_owned(),
+                vec![
+                    "east-1e5106b3b89537a1".to_owned(),
+                    "west-1e5106b3b89537a1".to_owned()
+                ]
+            ))
+        );
+        assert_eq!(m.labels.len(), 1);
+        assert!(matches!(&m.verdicts["west-0123456789abcdef"],
+            Verdict::Failure(w) if w.contains("hashes to 1e5106b3b89537a1")));
+        assert!(matches!(&m.verdicts["west-da39a3ee5e6b4b0d"],
+            Verdict::Failure(w) if w.contains("normalizedLabel")));
+        assert_eq!(m.verdicts.len(), 2, "valid label exports get no verdict");
+        // Both clusters' exports and the import share the hash's group.
+        let ri = ResourceImport::new(
+            "1e5106b3b89537a1",
+            ResourceImportSpec {
+                kind: Some("LabelIdentity".into()),
+                ..Default::default()
+            },
+        );
+        for re in &exports[..2] {
+            assert_eq!(group_of_export(re), group_of_import(&ri));
+        }
     }
 }

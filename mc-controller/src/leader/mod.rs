@@ -11,7 +11,11 @@ pub mod binding;
 pub mod members;
 pub mod merge;
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -20,7 +24,8 @@ use mc_api::{
     clusterclaim::v1alpha2::ClusterClaim,
     clusterset::v1alpha2::ClusterSet,
     exports::{Kind, ResourceExport},
-    imports::{ResourceImport, kinds as ri_kinds},
+    imports::{LabelIdentityImport, ResourceImport, ResourceImportSpec, kinds as ri_kinds},
+    labelidentity::IdAllocator,
     memberclusterannounce::MemberClusterAnnounce,
     names::{self, annotations, finalizers},
 };
@@ -40,6 +45,8 @@ pub struct LeaderOptions {
     pub trigger: Trigger,
     /// The namespace's ServiceAccounts (shared with the webhooks, which look callers up in it).
     pub accounts: Arc<Watched<ServiceAccount>>,
+    /// `enableStretchedNetworkPolicy`: label identities get IDs and are imported.
+    pub stretched: bool,
 }
 
 /// The watch of the leader namespace's ServiceAccounts, firing `trigger` on every change.
@@ -78,10 +85,19 @@ struct Leader {
     pending: Work,
     /// The members as the last pass saw them (known, withdrawn): a change re-merges everything.
     members_seen: (BTreeSet<String>, BTreeSet<String>),
+    stretched: bool,
+    /// The label identities' IDs (restored from the imports on the first pass), and the highest
+    /// ID recorded on the ClusterSet (`annotations::LABEL_IDS_ISSUED`).
+    ids: Option<(IdAllocator, u32)>,
 }
 
 /// Everything is recomputed at least this often, whatever the watches said.
 pub const FULL_RESYNC: Duration = Duration::from_secs(30);
+
+/// How long the ID of a label gone from every cluster is held back before another label may get
+/// it: far longer than a member takes to remove the LabelIdentity and an agent its map entry, so
+/// that no VNI still in flight or in a map names the new label.
+pub const LABEL_ID_HOLD: Duration = Duration::from_secs(600);
 
 /// The group a ResourceExport is merged in: the stem of the ResourceImports it feeds
 /// (`<ns>-<name>` for a Service and its Endpoints; two sources whose imports would share a name
@@ -91,6 +107,8 @@ pub fn group_of_export(re: &ResourceExport) -> String {
     match re.spec.kind() {
         Kind::Service | Kind::Endpoints => format!("{ns}-{name}"),
         Kind::Acnp => name,
+        // Every cluster's export of a label feeds the one import named by its hash.
+        Kind::LabelIdentity => names::label_hash_of_export(&re.name_any()).to_owned(),
         _ => re.name_any(),
     }
 }
@@ -174,6 +192,8 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         statuses: StatusPacer::default(),
         pending: Work::default(),
         members_seen: Default::default(),
+        stretched: opts.stretched,
+        ids: None,
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let driver = Driver {
@@ -295,7 +315,9 @@ impl Leader {
         // The groups' own objects, found by key.
         let exports = self.exports.covered(&work);
         let imports = self.imports.covered(&work);
-        let merged = merge::merge(&self.ns, &exports, &imports, &withdrawn);
+        let mut merged = merge::merge(&self.ns, &exports, &imports, &withdrawn);
+        let (imports, f) = self.label_identities(&mut merged, imports).await;
+        failures += f;
 
         // Imports first: a deleting export's finalizer goes only once the imports no longer
         // count it.
@@ -401,6 +423,145 @@ impl Leader {
             }
         }
         ops
+    }
+
+    /// The label identities of this pass's groups, as imports with their IDs (`merged.labels`
+    /// become `merged.imports`); an ID gone from every cluster is released (held back, see
+    /// `LABEL_ID_HOLD`). A new ID is recorded on the ClusterSet before any import carries it; if
+    /// that fails, the imports with unrecorded IDs wait (they are left out of `imports`, the
+    /// stored imports the pass converges). Without stretched NetworkPolicy, label exports are
+    /// refused and their imports removed. Returns the imports to converge and the failures.
+    async fn label_identities(
+        &mut self,
+        merged: &mut merge::Merged,
+        mut imports: Vec<Arc<ResourceImport>>,
+    ) -> (Vec<Arc<ResourceImport>>, usize) {
+        let labels = std::mem::take(&mut merged.labels);
+        if !self.stretched {
+            for (label, exports) in labels.values() {
+                for re in exports {
+                    merged.verdicts.insert(
+                        re.clone(),
+                        merge::Verdict::Failure(format!(
+                            "label {label:?} is not imported: enableStretchedNetworkPolicy is off in the leader's controller config"
+                        )),
+                    );
+                }
+            }
+            return (imports, 0);
+        }
+        let now = Instant::now();
+        let label_of = |ri: &ResourceImport| {
+            let li = ri.spec.label_identity.as_ref()?;
+            Some((li.label.clone()?, li.id?))
+        };
+        let is_label =
+            |ri: &ResourceImport| ri.spec.kind.as_deref() == Some(ri_kinds::LABEL_IDENTITY);
+        let mut sets = self.clustersets.all();
+        mc_api::clusterset::oldest_first(&mut sets);
+        let set = sets.first().cloned();
+        let (ids, recorded) = self.ids.get_or_insert_with(|| {
+            let recorded = set
+                .as_ref()
+                .and_then(|s| {
+                    s.annotations()
+                        .get(annotations::LABEL_IDS_ISSUED)?
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or(0);
+            let kept = self
+                .imports
+                .all()
+                .iter()
+                .filter(|ri| is_label(ri))
+                .filter_map(|ri| label_of(ri))
+                .collect::<Vec<_>>();
+            let ids = IdAllocator::restored(LABEL_ID_HOLD, kept, recorded, now);
+            tracing::info!(
+                labels = ids.assigned().len(),
+                issued_up_to = ids.issued_up_to(),
+                "label identity IDs restored from the imports"
+            );
+            (ids, recorded)
+        });
+        // Labels gone from every cluster (their groups are in this pass, their exports not).
+        for ri in imports.iter().filter(|ri| is_label(ri)) {
+            if !labels.contains_key(&ri.name_any())
+                && let Some((label, _)) = label_of(ri)
+            {
+                ids.release(&label, now);
+            }
+        }
+        let mut failures = 0;
+        for (hash, (label, _)) in &labels {
+            match ids.id(label, now) {
+                Ok(id) => {
+                    merged.imports.insert(
+                        hash.clone(),
+                        ResourceImportSpec {
+                            kind: Some(ri_kinds::LABEL_IDENTITY.into()),
+                            label_identity: Some(LabelIdentityImport {
+                                label: Some(label.clone()),
+                                id: Some(id),
+                            }),
+                            ..Default::default()
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(label, error = ?e, "no ID left for a label identity");
+                    self.pending.add(hash.clone());
+                    failures += 1;
+                }
+            }
+        }
+        let issued = ids.issued_up_to();
+        if issued > *recorded {
+            let written = match &set {
+                Some(set) => {
+                    let patch = json!({"metadata": {"annotations": {
+                        annotations::LABEL_IDS_ISSUED: issued.to_string()}}});
+                    self.cs_api
+                        .patch(
+                            &set.name_any(),
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(patch),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                None => Err(format!("no ClusterSet in {}", self.ns)),
+            };
+            match written {
+                Ok(_) => *recorded = issued,
+                Err(e) => {
+                    tracing::warn!(
+                        error = e,
+                        "recording the label IDs issued; their imports wait"
+                    );
+                    let recorded = *recorded;
+                    let unrecorded: BTreeSet<String> = merged
+                        .imports
+                        .iter()
+                        .filter(|(_, spec)| {
+                            spec.label_identity
+                                .as_ref()
+                                .and_then(|l| l.id)
+                                .is_some_and(|id| id > recorded)
+                        })
+                        .map(|(name, _)| name.clone())
+                        .collect();
+                    merged.imports.retain(|name, _| !unrecorded.contains(name));
+                    imports.retain(|ri| !unrecorded.contains(&ri.name_any()));
+                    for name in unrecorded {
+                        self.pending.add(name);
+                    }
+                    failures += 1;
+                }
+            }
+        }
+        (imports, failures)
     }
 
     /// Removes the leader's finalizer from a deleting export.

@@ -1,7 +1,12 @@
-//! What a member exports for one ServiceExport (reference §3.4.1), decided without I/O.
+//! What a member exports for one ServiceExport (reference §3.4.1), its ClusterInfo and, with
+//! stretched NetworkPolicy on, its Pods' label identities (§3.4.5), decided without I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{
-    core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Service, ServicePort, ServiceSpec},
+    core::v1::{
+        EndpointAddress, EndpointPort, EndpointSubset, Pod, Service, ServicePort, ServiceSpec,
+    },
     discovery::v1::EndpointSlice,
 };
 use kube::ResourceExt as _;
@@ -9,10 +14,11 @@ use mc_api::{
     clusterinfo::{ClusterInfo, GatewayInfo},
     config::EndpointIpType,
     exports::{
-        EndpointsExport, ResourceExport, ResourceExportSpec, ServiceExport as ServicePayload,
-        Verdict, kinds,
+        EndpointsExport, LabelIdentityExport, ResourceExport, ResourceExportSpec,
+        ServiceExport as ServicePayload, Verdict, kinds,
     },
     gateway::Gateway,
+    labelidentity::{label_hash, normalized_label},
     mcs::ServiceExportSpec,
     names::{self, annotations, labels},
 };
@@ -315,6 +321,55 @@ pub fn cluster_info_export(
             (
                 labels::SOURCE_KIND.to_owned(),
                 kinds::CLUSTER_INFO.to_owned(),
+            ),
+            (labels::SOURCE_CLUSTER_ID.to_owned(), cluster_id.to_owned()),
+        ]
+        .into(),
+    );
+    re
+}
+
+/// The normalized labels of this cluster's Pods (as Antrea, every Pod counts, host-network ones
+/// included): one LabelIdentity export each. `namespaces` gives each Namespace's labels (the
+/// API server sets `kubernetes.io/metadata.name` on every one); a Pod whose Namespace is not
+/// known yet is left out until it is.
+pub fn pod_labels<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> BTreeSet<String> {
+    let none = BTreeMap::new();
+    pods.into_iter()
+        .filter_map(|pod| {
+            let ns = namespaces.get(pod.metadata.namespace.as_deref()?)?;
+            Some(normalized_label(
+                ns,
+                pod.metadata.labels.as_ref().unwrap_or(&none),
+            ))
+        })
+        .collect()
+}
+
+/// This cluster's export of one normalized label (reference §3.4.5): `<clusterID>-<hash>`, no
+/// finalizer, source labels for kind and cluster only.
+pub fn label_identity_export(cluster_id: &str, leader_ns: &str, label: &str) -> ResourceExport {
+    let name = names::label_identity_export(cluster_id, &label_hash(label));
+    let mut re = ResourceExport::new(
+        &name,
+        ResourceExportSpec {
+            cluster_id: Some(cluster_id.to_owned()),
+            kind: Some(kinds::LABEL_IDENTITY.into()),
+            label_identity: Some(LabelIdentityExport {
+                normalized_label: Some(label.to_owned()),
+            }),
+            ..Default::default()
+        },
+    );
+    re.metadata.namespace = Some(leader_ns.to_owned());
+    re.metadata.labels = Some(
+        [
+            (
+                labels::SOURCE_KIND.to_owned(),
+                kinds::LABEL_IDENTITY.to_owned(),
             ),
             (labels::SOURCE_CLUSTER_ID.to_owned(), cluster_id.to_owned()),
         ]
@@ -636,5 +691,71 @@ mod tests {
             Some("198.18.11.1")
         );
         assert_eq!(info.pod_cidrs, ["10.244.0.0/16"]);
+    }
+
+    #[test]
+    fn each_distinct_pod_label_is_exported_once_under_its_hash() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let pod = |ns: &str, name: &str, l: &[(&str, &str)]| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                labels: (!l.is_empty()).then(|| labels(l)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let namespaces: BTreeMap<String, BTreeMap<String, String>> = [
+            (
+                "prod".to_owned(),
+                labels(&[("kubernetes.io/metadata.name", "prod"), ("env", "prod")]),
+            ),
+            (
+                "dev".to_owned(),
+                labels(&[("kubernetes.io/metadata.name", "dev")]),
+            ),
+        ]
+        .into();
+        let pods = [
+            pod("prod", "db-0", &[("app", "db")]),
+            pod("prod", "db-1", &[("app", "db")]), // the same label: one export
+            pod("dev", "db-0", &[("app", "db")]),  // another Namespace: another label
+            pod("dev", "bare", &[]),
+            pod("gone", "x", &[("app", "db")]), // Namespace not seen yet: left out
+        ];
+        let set = pod_labels(&pods, &namespaces);
+        assert_eq!(
+            set.iter().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "ns:env=prod,kubernetes.io/metadata.name=prod&pod:app=db",
+                "ns:kubernetes.io/metadata.name=dev&pod:",
+                "ns:kubernetes.io/metadata.name=dev&pod:app=db",
+            ]
+        );
+        let re = label_identity_export("east", "antrea-multicluster", "ns:a=b&pod:c=d");
+        assert_eq!(re.name_any(), "east-1e5106b3b89537a1");
+        assert_eq!(re.namespace().as_deref(), Some("antrea-multicluster"));
+        assert_eq!(re.spec.kind(), mc_api::exports::Kind::LabelIdentity);
+        assert_eq!(
+            re.spec
+                .label_identity
+                .as_ref()
+                .and_then(|l| l.normalized_label.as_deref()),
+            Some("ns:a=b&pod:c=d")
+        );
+        assert_eq!(
+            re.labels().get(labels::SOURCE_KIND).map(String::as_str),
+            Some("LabelIdentity")
+        );
+        assert!(re.finalizers().is_empty());
+        assert_eq!(
+            names::label_hash_of_export(&re.name_any()),
+            "1e5106b3b89537a1"
+        );
     }
 }

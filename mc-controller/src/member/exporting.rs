@@ -67,6 +67,25 @@ impl Member {
             );
             desired.insert(re.name_any(), re);
         }
+        // Label identities: recomputed from every Pod when one of them (or anything about
+        // identities) changed; none without stretched NetworkPolicy (a member that turned it
+        // off withdraws them).
+        if work.covers(stores::IDENTITIES)
+            && let Some(pods) = &self.local.pods
+        {
+            let namespaces: BTreeMap<String, BTreeMap<String, String>> = self
+                .local
+                .namespaces
+                .all()
+                .iter()
+                .map(|n| (n.name_any(), n.labels().clone()))
+                .collect();
+            let pods = pods.all();
+            for label in export::pod_labels(pods.iter().map(Arc::as_ref), &namespaces) {
+                let re = export::label_identity_export(&id.cluster_id, &id.leader_ns, &label);
+                desired.insert(re.name_any(), re);
+            }
+        }
 
         let api: Api<ResourceExport> = Api::namespaced(conn.client.clone(), &id.leader_ns);
         let stored = conn.own_exports.covered(work);

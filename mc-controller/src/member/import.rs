@@ -1,7 +1,8 @@
 //! What a member makes of the leader's ResourceImports (reference §3.4.2), decided without I/O:
 //! Service + Endpoints `antrea-mc-<name>` and ServiceImport `<name>` per imported Service (a
 //! headless one: only the ServiceImport), the MCS EndpointSlices of each source cluster, a
-//! ClusterInfoImport per remote cluster, ACNP `antrea-mc-<name>` per imported policy.
+//! ClusterInfoImport per remote cluster, ACNP `antrea-mc-<name>` per imported policy, and, with
+//! stretched NetworkPolicy on, a LabelIdentity `<hash>` per label identity.
 //!
 //! The leader's Endpoints import is the union of every exporting cluster's endpoints, this
 //! cluster's own included. That own contribution (a ClusterIP of this cluster, or Pod IPs that
@@ -19,6 +20,7 @@ use mc_api::{
     antrea::{ClusterNetworkPolicy, ClusterNetworkPolicySpec},
     clusterinfo::{ClusterInfoImport, ClusterInfoImportSpec},
     imports::{ResourceImport, kinds},
+    labelidentity::{self, LabelIdentity, LabelIdentitySpec},
     mcs::{self, ServiceImport, ServiceImportSpec, ServiceImportType},
     names::{self, annotations},
     net::Prefix,
@@ -46,6 +48,8 @@ pub struct Local<'a> {
     /// What this cluster has of a Service `(ns, name)` it may contribute to: present for every
     /// Service with an Endpoints import that exists here.
     pub own_endpoints: &'a BTreeMap<(String, String), OwnEndpoints>,
+    /// `enableStretchedNetworkPolicy`: label identities are imported.
+    pub stretched: bool,
 }
 
 /// This cluster's side of one multi-cluster Service.
@@ -132,6 +136,8 @@ pub struct Plan {
     pub acnps: Vec<ClusterNetworkPolicy>,
     /// ACNP imports that failed: (ResourceImport name, message), reported to the leader.
     pub acnp_failures: Vec<(String, String)>,
+    /// LabelIdentity `<hash>` (cluster-scoped) per label identity import.
+    pub label_identities: Vec<LabelIdentity>,
     /// Imports skipped for a local reason, for the log.
     pub skipped: Vec<String>,
 }
@@ -202,6 +208,28 @@ pub fn plan(imports: &[std::sync::Arc<ResourceImport>], local: &Local) -> Plan {
                 plan.cluster_infos.push(cii);
             }
             Some(kinds::ACNP) => acnp(&mut plan, local, ri_name, &name, ri),
+            Some(kinds::LABEL_IDENTITY) if local.stretched => {
+                let li = ri.spec.label_identity.as_ref();
+                let (Some(label), Some(id)) = (
+                    li.and_then(|l| l.label.clone()),
+                    li.and_then(|l| l.id)
+                        .filter(|id| (1..=labelidentity::MAX_ID).contains(id)),
+                ) else {
+                    plan.skipped.push(format!(
+                        "label identity {ri_name}: the import has no label or no valid ID"
+                    ));
+                    continue;
+                };
+                let mut cr = LabelIdentity::new(
+                    ri_name,
+                    LabelIdentitySpec {
+                        label: Some(label),
+                        id: Some(id),
+                    },
+                );
+                cr.metadata = meta(ri_name, None, None);
+                plan.label_identities.push(cr);
+            }
             _ => {}
         }
     }
@@ -588,6 +616,7 @@ mod tests {
             tiers: &tiers,
             own_prefixes: &[],
             own_endpoints: &BTreeMap::new(),
+            stretched: false,
         };
         let p = plan(&imports(), &local);
         assert_eq!(
@@ -701,6 +730,7 @@ mod tests {
             tiers: &BTreeSet::new(),
             own_prefixes: &[],
             own_endpoints: &BTreeMap::new(),
+            stretched: false,
         };
         let p = plan(&web_imports(true), &local);
         assert!(
@@ -795,6 +825,7 @@ mod tests {
             tiers: &BTreeSet::new(),
             own_prefixes: &[],
             own_endpoints: &BTreeMap::new(),
+            stretched: false,
         };
         let p = plan(&imports(), &local);
         assert!(p.services.is_empty() && p.endpoints.is_empty() && p.service_imports.is_empty());
@@ -1026,6 +1057,7 @@ mod tests {
             tiers: &BTreeSet::new(),
             own_prefixes: &own_prefixes,
             own_endpoints: &own_endpoints,
+            stretched: false,
         };
         let p = plan(&all, &local);
         assert_eq!(

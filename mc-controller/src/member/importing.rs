@@ -102,6 +102,7 @@ impl Member {
                 // Computed at the start of the pass (sync).
                 own_prefixes: &self.prefixes_seen,
                 own_endpoints: &own_endpoints,
+                stretched: self.config.enable_stretched_network_policy,
             },
         );
         let w = &self.writer;
@@ -183,6 +184,13 @@ impl Member {
             Compare::ExactSpec,
             |ns: &str| Api::namespaced(c.clone(), ns),
             |_| true,
+        ));
+        ops.extend(w.converge(
+            plan.label_identities,
+            &self.local.label_identities.covered(work),
+            Compare::ExactSpec,
+            |_| Api::all(c.clone()),
+            is_managed,
         ));
         if acnps_ready {
             ops.extend(w.converge(
@@ -316,6 +324,13 @@ impl Member {
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
             |_| true,
+        ));
+        ops.extend(w.converge(
+            vec![],
+            &l.label_identities.all(),
+            Compare::Fields,
+            |_| Api::all(c.clone()),
+            is_managed,
         ));
         if l.acnps.ready() {
             ops.extend(w.converge(

@@ -32,7 +32,7 @@ use std::{
 use k8s_openapi::{
     api::{
         core::v1::{
-            Endpoints, Event, EventSource, Namespace, Node, ObjectReference, Secret, Service,
+            Endpoints, Event, EventSource, Namespace, Node, ObjectReference, Pod, Secret, Service,
             ServiceSpec,
         },
         discovery::v1::EndpointSlice,
@@ -54,6 +54,7 @@ use mc_api::{
     config::MultiClusterConfig,
     exports::{ResourceExport, Verdict, kinds as re_kinds},
     gateway::Gateway,
+    labelidentity::LabelIdentity,
     mcs::{self, ServiceExport, ServiceImport},
     names::{self, annotations, labels},
     net::Prefix,
@@ -117,7 +118,12 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         opts.config.service_cidr.clone()
     };
     let trigger = Trigger::new(&metrics);
-    let local = LocalStores::new(&client, &opts.namespace, &trigger);
+    let local = LocalStores::new(
+        &client,
+        &opts.namespace,
+        &trigger,
+        opts.config.enable_stretched_network_policy,
+    );
     let mut member = Member {
         ns: opts.namespace.clone(),
         config: opts.config,
@@ -167,7 +173,11 @@ impl Reconciler for Member {
             ("Nodes", l.nodes.health()),
             ("Gateways", l.gateways.health()),
             ("ClusterInfoImports", l.cluster_infos.health()),
+            ("LabelIdentities", l.label_identities.health()),
         ]
+        .into_iter()
+        .chain(l.pods.as_ref().map(|p| ("Pods", p.health())))
+        .collect()
     }
 
     fn pass(&mut self, work: Work) -> impl Future<Output = usize> + Send {
@@ -187,6 +197,8 @@ impl Reconciler for Member {
             l.endpoints.keys(),
             l.service_exports.keys(),
             l.service_imports.keys(),
+            l.label_identities.keys(),
+            l.pods.as_ref().map(Watched::keys).unwrap_or_default(),
         ]
         .into_iter()
         .flatten()

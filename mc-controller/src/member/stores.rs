@@ -1,6 +1,7 @@
 //! What the member watches in its own cluster: the stores (each object trimmed to what is read),
 //! and the key each change marks (`service_key`: everything about one multi-cluster Service has
-//! the key of that Service; what is not per Service is recomputed on every pass).
+//! the key of that Service; label identities share the one key `IDENTITIES`; what is neither is
+//! recomputed on every pass).
 
 use super::*;
 
@@ -21,6 +22,10 @@ pub(super) struct LocalStores {
     pub(super) cluster_infos: Watched<ClusterInfoImport>,
     pub(super) acnps: Watched<ClusterNetworkPolicy>,
     pub(super) tiers: Watched<Tier>,
+    /// Every Pod's labels (only with stretched NetworkPolicy on): the label identities.
+    pub(super) pods: Option<Watched<Pod>>,
+    /// The LabelIdentities this member made from the leader's imports.
+    pub(super) label_identities: Watched<LabelIdentity>,
 }
 
 impl LocalStores {
@@ -29,8 +34,9 @@ impl LocalStores {
         self.tiers.all().iter().map(|t| t.name_any()).collect()
     }
 
-    /// Starts every watch of the member's own cluster; `ns` is the member's namespace.
-    pub(super) fn new(c: &Client, ns: &str, t: &Trigger) -> Self {
+    /// Starts every watch of the member's own cluster; `ns` is the member's namespace; Pods are
+    /// watched only for `stretched` NetworkPolicy.
+    pub(super) fn new(c: &Client, ns: &str, t: &Trigger, stretched: bool) -> Self {
         LocalStores {
             // Who we are and how to reach the leader: a change recomputes everything.
             clustersets: local_watch(c, Some(ns), t, "ClusterSet", None),
@@ -115,8 +121,28 @@ impl LocalStores {
                 |_| {},
                 no_key,
             ),
+            pods: stretched.then(|| {
+                Watched::keyed(
+                    Api::all(c.clone()),
+                    Default::default(),
+                    t.clone(),
+                    "Pod",
+                    trim_pod,
+                    identities_key,
+                )
+            }),
+            label_identities: managed_watch(c, t, "LabelIdentity", identities_key),
         }
     }
+}
+
+/// The one key of everything about label identities (Pods, this cluster's LabelIdentity exports,
+/// the leader's LabelIdentity imports, the LabelIdentities made of them): a change recomputes
+/// the cluster's label set, not the Services. A Namespace change recomputes everything anyway.
+pub const IDENTITIES: &str = "@label-identities";
+
+fn identities_key<K>(_: &K) -> Option<Vec<String>> {
+    Some(vec![IDENTITIES.to_owned()])
 }
 
 /// The key of a multi-cluster Service in the member's loop: `<ns>/<name>` of the exported
@@ -146,6 +172,7 @@ pub(super) fn key_of_spec(
         re_kinds::SERVICE | re_kinds::ENDPOINTS | mc_api::imports::kinds::SERVICE_IMPORT => Some(
             service_key(ns.unwrap_or_default(), name.unwrap_or_default()),
         ),
+        re_kinds::LABEL_IDENTITY => Some(IDENTITIES.to_owned()),
         _ => None,
     }
 }
@@ -287,6 +314,15 @@ pub(super) fn trim_mcs_slice(slice: &mut EndpointSlice) {
     trim_endpoints(slice);
 }
 
+/// What the member reads of a Pod: its namespace, name and labels (the rest of a Pod, many KiB
+/// on a real cluster, is not kept).
+pub(super) fn trim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    pod.status = None;
+    let m = &mut pod.metadata;
+    (m.annotations, m.owner_references, m.generate_name) = (None, None, None);
+}
+
 /// What the member reads of a Node: annotations, addresses, the Ready condition and the Pod
 /// CIDRs. On a real cluster most of a Node object is its status (the image list alone is tens of
 /// KiB per Node).
@@ -385,5 +421,15 @@ mod tests {
             },
         );
         assert_eq!(import_key(&info), None, "looked at on every pass");
+        let li = ResourceImport::new(
+            "1e5106b3b89537a1",
+            ResourceImportSpec {
+                kind: Some("LabelIdentity".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(import_key(&li).as_deref(), Some(IDENTITIES));
+        let re = export::label_identity_export("east", "antrea-multicluster", "ns:a=b&pod:c=d");
+        assert_eq!(own_export_key(&re).as_deref(), Some(IDENTITIES));
     }
 }

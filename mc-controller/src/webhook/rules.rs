@@ -532,18 +532,17 @@ fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
         }
         _ => {
             // LabelIdentity: `<clusterID>-<hash>`.
-            if s(re, &["spec", "labelIdentity", "normalizedLabel"]).is_empty() {
+            let label = s(re, &["spec", "labelIdentity", "normalizedLabel"]);
+            if label.is_empty() {
                 return deny("a LabelIdentity export needs spec.labelIdentity.normalizedLabel");
             }
-            if name
-                .strip_prefix(id)
-                .and_then(|r| r.strip_prefix('-'))
-                .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
-            {
+            let hash = mc_api::labelidentity::label_hash(label);
+            let expected = names::label_identity_export(id, &hash);
+            if name == expected {
                 return Allow;
             }
             return deny(format!(
-                "a LabelIdentity export of cluster {id:?} must be named {id}-<hash>, not {name:?}"
+                "a LabelIdentity export of cluster {id:?} is named {id}-<first 16 hex digits of the label's SHA-1>: {expected:?}, not {name:?}"
             ));
         }
     };
@@ -1102,7 +1101,7 @@ mod tests {
     fn label_identity_names() {
         let me = bound("east");
         let v = json!({
-            "metadata": {"name": "east-0123456789abcdef",
+            "metadata": {"name": "east-1e5106b3b89537a1",
                          "labels": {"sourceClusterID": "east", "sourceKind": "LabelIdentity"}},
             "spec": {"clusterID": "east", "kind": "LabelIdentity",
                      "labelIdentity": {"normalizedLabel": "ns:a=b&pod:c=d"}}
@@ -1112,12 +1111,15 @@ mod tests {
             resource_export(Op::Create, &east, NS, &me, None, Some(&v)),
             Allow
         );
-        let mut bad = v.clone();
-        bad["metadata"]["name"] = json!("west-0123456789abcdef");
-        denied(
-            resource_export(Op::Create, &east, NS, &me, None, Some(&bad)),
-            "must be named east-<hash>",
-        );
+        // Another cluster's name, or a hash that is not the label's.
+        for name in ["west-1e5106b3b89537a1", "east-0123456789abcdef"] {
+            let mut bad = v.clone();
+            bad["metadata"]["name"] = json!(name);
+            denied(
+                resource_export(Op::Create, &east, NS, &me, None, Some(&bad)),
+                "\"east-1e5106b3b89537a1\", not",
+            );
+        }
     }
 
     #[test]

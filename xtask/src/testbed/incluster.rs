@@ -28,14 +28,46 @@ const COREDNS: &str = include_str!("manifests/coredns.yaml");
 pub const HELM_CLUSTER: &str = "west";
 
 /// The agents' configuration on the testbed: the defaults of deploy/agent/configmap.yaml with
-/// Pod-to-Pod connectivity on (the guides' PodIP endpoint type needs it), set the way an operator
-/// would: `kubectl edit` of the ConfigMap (or the chart's `agent.config`) and a restart.
-const AGENT_CONFIG: &str = "multicluster:\n  enableGateway: true\n  enablePodToPodConnectivity: true\n  enableStretchedNetworkPolicy: false\n  namespace: \"\"\n  uplink: \"\"\n  tunnelPort: 6081\n  pinPath: /sys/fs/bpf/mc/v1\n";
+/// Pod-to-Pod connectivity on (the guides' PodIP endpoint type needs it) and stretched
+/// NetworkPolicy on (label identities in the VNI), set the way an operator would: `kubectl edit`
+/// of the ConfigMap (or the chart's `agent.config`) and a restart.
+const AGENT_CONFIG: &str = "multicluster:\n  enableGateway: true\n  enablePodToPodConnectivity: true\n  enableStretchedNetworkPolicy: true\n  namespace: \"\"\n  uplink: \"\"\n  tunnelPort: 6081\n  pinPath: /sys/fs/bpf/mc/v1\n";
+
+/// The controllers' configuration on the testbed: the defaults of
+/// deploy/base/controller/configmap.yaml with stretched NetworkPolicy on (label identities), set
+/// the way an operator would: `kubectl edit` of the ConfigMap (or the chart's `controllerConfig`)
+/// and a restart.
+const CONTROLLER_CONFIG: &str = "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: MultiClusterConfig\nserviceCIDR: \"\"\npodCIDRs:\n  - \"\"\ngatewayIPPrecedence: \"private\"\nendpointIPType: \"ClusterIP\"\nenableStretchedNetworkPolicy: true\n";
+
+/// Sets the controller config of the controller in `ns` and restarts it.
+fn configure_controller(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"data": {"controller_manager_config.yaml": CONTROLLER_CONFIG}});
+    exec(kubectl_for(kubectl, cluster).args([
+        "patch",
+        "configmap",
+        "-n",
+        ns,
+        "antrea-mc-controller-config",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]))?;
+    exec(kubectl_for(kubectl, cluster).args([
+        "rollout",
+        "restart",
+        "-n",
+        ns,
+        "deployment/antrea-mc-controller",
+    ]))?;
+    Ok(())
+}
 
 /// `helm upgrade --install strait <chart>` with the member and the agent (a member cluster).
 fn helm_install(cluster: &Cluster, chart: &Path) -> anyhow::Result<()> {
     let config = testbed_dir().join("strait-agent.conf");
     std::fs::write(&config, AGENT_CONFIG)?;
+    let controller_config = testbed_dir().join("controller_manager_config.yaml");
+    std::fs::write(&controller_config, CONTROLLER_CONFIG)?;
     exec(
         Cmd::new(helm_bin()?)
             .arg("--kubeconfig")
@@ -51,6 +83,8 @@ fn helm_install(cluster: &Cluster, chart: &Path) -> anyhow::Result<()> {
                 "agent.enabled=true",
                 "--set-file",
                 &format!("agent.config={}", config.display()),
+                "--set-file",
+                &format!("controllerConfig={}", controller_config.display()),
             ]),
     )
     .with_context(|| format!("helm install of {} in {}", chart.display(), cluster.name))?;
@@ -77,8 +111,10 @@ pub fn install(kubectl: &Path) -> anyhow::Result<()> {
         if cluster.leader {
             kustomize(kubectl, cluster, &deploy.join("leader"))?;
             withdraw_sooner(kubectl, cluster)?;
+            configure_controller(kubectl, cluster, LEADER_NS)?;
         }
         kustomize(kubectl, cluster, &deploy.join("member"))?;
+        configure_controller(kubectl, cluster, MEMBER_NS)?;
         kustomize(kubectl, cluster, &deploy.join("agent"))?;
         let patch = serde_json::json!({"data": {"strait-agent.conf": AGENT_CONFIG}});
         exec(kubectl_for(kubectl, cluster).args([

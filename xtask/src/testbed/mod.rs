@@ -196,6 +196,28 @@ pub fn kubelet_mode() -> bool {
     std::fs::read_to_string(mode_file()).is_ok_and(|m| m.trim() == "kubelets")
 }
 
+/// The kubelets taint their Node `disk-pressure` (and nothing gets scheduled) once the disk
+/// holding the testbed has less than 1% free (`evictionHard` in the kubelet config); on a large
+/// disk shared with build caches that comes quietly. Refuse to start below 2%, saying so.
+fn enough_disk(dir: &std::path::Path) -> anyhow::Result<()> {
+    let st = nix::sys::statvfs::statvfs(dir).context("statvfs of the testbed directory")?;
+    let block = st.fragment_size() as u64;
+    let (avail, total) = (
+        st.blocks_available() as u64 * block,
+        st.blocks() as u64 * block,
+    );
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    if avail * 50 < total {
+        bail!(
+            "only {:.1} GiB of {:.0} GiB free on the disk holding {}: the kubelets would taint every Node disk-pressure below 1% free (2% needed to start); free some space (old cargo target directories under /var/cache/strait/cargo-target, say) first",
+            gib(avail),
+            gib(total),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 fn up(join: bool, with_nodes: bool, release: bool, kubelets: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let mode = if kubelets { "kubelets" } else { "processes" };
@@ -229,6 +251,9 @@ fn up(join: bool, with_nodes: bool, release: bool, kubelets: bool) -> anyhow::Re
     let bin = kube_bin_dir()?;
     let dir = testbed_dir();
     std::fs::create_dir_all(&dir)?;
+    if kubelets {
+        enough_disk(&dir)?;
+    }
     std::fs::write(mode_file(), mode)?;
     ensure_network()?;
     let procs = Procs::new(&dir)?;
