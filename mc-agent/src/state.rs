@@ -144,55 +144,59 @@ fn parse_ip(what: &str, object: &str, value: Option<&str>) -> Result<Ipv4Addr, S
         .map_err(|_| format!("{object}: {what} {value:?} is not an IPv4 address"))
 }
 
-/// Computes the desired map contents.
 /// The label identity of each address of this Node's Pods: the ID of the LabelIdentity whose
-/// label is the Pod's normalized label. A Pod without one (its label has no ID yet, its
-/// Namespace is not known yet) is left out, so its packets say "unknown"; so is an address two
-/// live Pods claim with different IDs (reported).
+/// label is the Pod's normalized label. An address gets an ID only if every live Pod that claims
+/// it has that same ID: a Pod without one (its label has no ID yet, its Namespace is not known
+/// yet) leaves its address out, so its packets say "unknown" (never an old Pod's ID that still
+/// holds the address); two IDs for one address are reported.
 fn pod_identities(inputs: &Inputs, out: &mut Desired) {
-    let mut ids: BTreeMap<Ipv4Addr, (u32, &str)> = BTreeMap::new();
-    let mut clashes = BTreeSet::new();
+    // Per address: the ID every claim agrees on so far (None: some claim has none or differs),
+    // and who claimed it first.
+    let mut claims: BTreeMap<Ipv4Addr, (Option<u32>, &str)> = BTreeMap::new();
     for pod in &inputs.pods {
         if pod.host_network || pod.finished {
             continue;
         }
-        let Some(ns) = inputs.namespace_labels.get(&pod.namespace) else {
-            continue;
-        };
-        let label = normalized_label(ns, &pod.labels);
-        let Some(&id) = inputs.label_ids.get(&label) else {
-            continue;
-        };
-        if !(1..=MAX_ID).contains(&id) {
+        let mut id = inputs
+            .namespace_labels
+            .get(&pod.namespace)
+            .and_then(|ns| inputs.label_ids.get(&normalized_label(ns, &pod.labels)))
+            .copied();
+        if let Some(bad) = id.filter(|id| !(1..=MAX_ID).contains(id)) {
             out.skipped.push(format!(
-                "Pod {}/{}: LabelIdentity ID {id} is out of range",
+                "Pod {}/{}: LabelIdentity ID {bad} is out of range",
                 pod.namespace, pod.name
             ));
-            continue;
+            id = None;
         }
         for ip in pod.ips.iter().filter_map(|ip| ip.parse::<Ipv4Addr>().ok()) {
-            match ids.get(&ip) {
-                Some((other, by)) if *other != id => {
-                    out.skipped.push(format!(
-                        "Pod address {ip} is claimed by {by} and {}/{} with different label IDs: its packets carry no identity",
-                        pod.namespace, pod.name
-                    ));
-                    clashes.insert(ip);
-                }
-                Some(_) => {}
+            match claims.get_mut(&ip) {
                 None => {
-                    ids.insert(ip, (id, &pod.name));
+                    claims.insert(ip, (id, &pod.name));
+                }
+                Some((agreed, first)) => {
+                    if let (Some(a), Some(b)) = (*agreed, id)
+                        && a != b
+                    {
+                        out.skipped.push(format!(
+                            "Pod address {ip} is claimed by {first} and {}/{} with different label IDs: its packets carry no identity",
+                            pod.namespace, pod.name
+                        ));
+                    }
+                    if *agreed != id {
+                        *agreed = None;
+                    }
                 }
             }
         }
     }
-    out.pod_ids = ids
+    out.pod_ids = claims
         .into_iter()
-        .filter(|(ip, _)| !clashes.contains(ip))
-        .map(|(ip, (id, _))| (ip, PodIdentity { id }))
+        .filter_map(|(ip, (id, _))| Some((ip, PodIdentity { id: id? })))
         .collect();
 }
 
+/// Computes the desired map contents.
 pub fn desired(inputs: &Inputs) -> Desired {
     let mut out = Desired::default();
     pod_identities(inputs, &mut out);
@@ -428,8 +432,12 @@ mod tests {
             pod("a", "prod", &[("app", "db")], &["10.244.1.7"]),
             pod("b", "prod", &[("app", "web")], &["10.244.1.7"]),
             pod("new", "prod", &[("app", "new")], &["10.244.1.8"]), // no ID yet
+            // An old Pod still listed with an ID, and a new one on its address without one yet:
+            // the address says "unknown", not the old Pod's label.
+            pod("old", "prod", &[("app", "db")], &["10.244.1.12"]),
+            pod("reborn", "prod", &[("app", "new")], &["10.244.1.12"]),
             pod("elsewhere", "dev", &[("app", "db")], &["10.244.1.9"]), // Namespace unknown
-            pod("bad", "prod", &[("app", "bad")], &["10.244.1.10"]), // ID out of range
+            pod("bad", "prod", &[("app", "bad")], &["10.244.1.10"]),    // ID out of range
             PodObject {
                 host_network: true,
                 ..pod("host", "prod", &[("app", "db")], &["198.18.1.2"])

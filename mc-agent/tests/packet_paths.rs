@@ -5,155 +5,21 @@
 
 mod support;
 
-use mc_agent::{
-    bpffs::PinLayout,
-    dataplane::{Dataplane, Direction},
-};
+use mc_agent::dataplane::Direction;
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, LocalConfig, NextHop, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY,
-        Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN,
-        SNAT_REVERSE,
+        CONFIG_ROUTED_VIA_GATEWAY, NextHop, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY,
+        ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
     },
 };
 use support::{
-    Bpffs,
+    fixture::*,
     frames::{
         ETH_HLEN, ICMP, Ip, TCP, UDP, as_fragment, decode_geneve, eth, geneve, geneve_with_options,
         icmp_echo, icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, tcp_syn_options, udp, without_df,
     },
-    require_root,
 };
-
-const NEXT: u32 = u32::MAX; // TCX_NEXT
-const OK: u32 = 0; // TC_ACT_OK
-const SHOT: u32 = 2; // TC_ACT_SHOT
-const REDIRECT: u32 = 7; // TC_ACT_REDIRECT (bpf_redirect_neigh)
-const PORT: u16 = 6081;
-
-// East: gateway G (internal = gateway IP), regular Node N. West: gateway W.
-const G: [u8; 4] = [198, 18, 1, 1];
-const N: [u8; 4] = [198, 18, 1, 2];
-const W: [u8; 4] = [198, 18, 2, 1];
-const STRANGER: [u8; 4] = [198, 18, 9, 9];
-const POD_N: [u8; 4] = [10, 244, 1, 5];
-const POD_G: [u8; 4] = [10, 244, 0, 7];
-const WEST_SVC: [u8; 4] = [10, 98, 0, 10];
-const EAST_SVC: [u8; 4] = [10, 97, 0, 20];
-
-struct Fixture {
-    _fs: Bpffs,
-    dp: Dataplane,
-}
-
-impl Fixture {
-    fn new(name: &str, role: u32) -> Self {
-        require_root();
-        let fs = Bpffs::new(name);
-        let mut dp = Dataplane::load(PinLayout::new(fs.pin_root())).expect("loading the object");
-        {
-            let mut maps = dp.maps().expect("maps");
-            let node_ip = if role == ROLE_GATEWAY { G } else { N };
-            let config = LocalConfig {
-                role,
-                node_ip,
-                gateway_internal_ip: G,
-                gateway_ip: G,
-                tunnel_port: PORT,
-                mtu: 1500,
-                ..Default::default()
-            };
-            maps.config.set(0, &config, 0).expect("config");
-            let west = RemoteRoute {
-                cluster: 1,
-                gateway_ip: W,
-            };
-            maps.routes
-                .insert(&aya::maps::lpm_trie::Key::new(16, [10, 98, 0, 0]), &west, 0)
-                .expect("route");
-            maps.peers
-                .insert(
-                    &W,
-                    &Peer {
-                        kind: PEER_REMOTE_GATEWAY,
-                        cluster: 1,
-                    },
-                    0,
-                )
-                .expect("peer W");
-            maps.peers
-                .insert(
-                    &N,
-                    &Peer {
-                        kind: PEER_LOCAL_NODE,
-                        cluster: 0,
-                    },
-                    0,
-                )
-                .expect("peer N");
-        }
-        Self { _fs: fs, dp }
-    }
-
-    fn run(&mut self, direction: Direction, frame: &[u8]) -> (u32, Vec<u8>) {
-        support::test_run(&mut self.dp, direction, frame)
-    }
-
-    fn packets(&self, counter: Counter) -> u64 {
-        support::packets(&self.dp, counter)
-    }
-
-    /// (forward, reverse) SNAT entries.
-    fn snat_entries(&mut self) -> (usize, usize) {
-        let maps = self.dp.maps().expect("maps");
-        let mut forward = 0;
-        let mut reverse = 0;
-        for item in maps.snat.iter() {
-            let (_, v) = item.expect("snat entry");
-            match v.flags {
-                SNAT_FORWARD => forward += 1,
-                SNAT_REVERSE => reverse += 1,
-                other => panic!("SNAT entry with flags {other}"),
-            }
-        }
-        (forward, reverse)
-    }
-
-    /// A TCP packet from `pod`:`sport` to west, through the hairpin: the source port it leaves
-    /// with.
-    fn hairpin_tcp(&mut self, pod: [u8; 4], sport: u16, flags: u8) -> u16 {
-        let packet = tcp(pod, WEST_SVC, sport, 80, flags, b"");
-        let (verdict, out) = self.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &packet)));
-        assert_eq!(verdict, REDIRECT);
-        decode_geneve(&out).inner.src_port()
-    }
-
-    /// Removes the one SNAT entry with `flags`, as the LRU table's eviction would.
-    fn evict(&mut self, flags: u32) {
-        let mut maps = self.dp.maps().expect("maps");
-        let keys: Vec<_> = maps
-            .snat
-            .iter()
-            .map(|item| item.expect("snat entry"))
-            .filter(|(_, v)| v.flags == flags)
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(keys.len(), 1);
-        maps.snat.remove(&keys[0]).expect("remove");
-    }
-
-    /// Asserts that exactly these counters are non-zero, with these packet counts.
-    fn assert_counters(&self, expected: &[(Counter, u64)]) {
-        for &counter in Counter::ALL {
-            let want = expected
-                .iter()
-                .find(|(c, _)| *c == counter)
-                .map_or(0, |(_, n)| *n);
-            assert_eq!(self.packets(counter), want, "counter {}", counter.name());
-        }
-    }
-}
 
 /// The outer headers Strait writes: DF, TTL 64, UDP to the tunnel port from the flow-hash range
 /// with checksum 0, Geneve version 0 carrying IPv4 with VNI 0xffffff (no label identity).

@@ -167,11 +167,49 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
     let id2 = wait_for("the west-only label imported", T, || imported(&tb, &h2)).1;
     assert_ne!(id, id2);
     assert_eq!(exporters(&tb, &h2), [format!("{}-{h2}", join::id("west"))]);
-    // The high-water mark is recorded before an import carries an ID.
+    // The high-water mark on the ClusterSet covers every ID imported.
     assert!(issued_up_to(&tb) >= id.max(id2), "{}", issued_up_to(&tb));
 
-    // Restarts: the leader re-reads its imports, a member its leader's; no ID changes.
-    for victim in ["north-mc-controller", "east-mc-controller"] {
+    // A label that gets the highest ID so far, then leaves every cluster: its ID is freed, and
+    // a restarted leader must still not give it out (the recorded high-water mark).
+    let last = format!("ns:kubernetes.io/metadata.name={}&pod:app=last", ns.name);
+    pod(&tb, "west", &ns.name, "last", json!({"app": "last"}));
+    let id_last = same_id_everywhere(&tb, &last);
+    assert!(id_last > id.max(id2), "{id_last}");
+    assert!(issued_up_to(&tb) >= id_last, "{}", issued_up_to(&tb));
+    tb.ok(
+        "west",
+        &[
+            "delete",
+            "pod",
+            "-n",
+            &ns.name,
+            "last",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    tb.wait_gone(
+        "the last label's import",
+        T,
+        "north",
+        &["get", "resourceimport", "-n", LEADER_NS, &hash(&last)],
+    );
+
+    // Restarts: the leader re-reads its imports, a member its leader's; no ID changes, and a
+    // restarted member does not withdraw and re-create its exports (same uid).
+    let uid = |name: &str| {
+        tb.get_json("north", &["get", "resourceexport", "-n", LEADER_NS, name])["metadata"]["uid"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let west_export = format!("{}-{h2}", join::id("west"));
+    let before = uid(&west_export);
+    for victim in [
+        "north-mc-controller",
+        "east-mc-controller",
+        "west-mc-controller",
+    ] {
         let args = procs::kill(victim);
         procs::start(victim, &args);
         assert_eq!(
@@ -179,13 +217,24 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
             id,
             "after {victim} restarted"
         );
-        assert_eq!(imported(&tb, &h2).map(|(_, i)| i), Ok(id2));
+        assert_eq!(
+            wait_for("the west-only label after the restart", T, || imported(
+                &tb, &h2
+            ))
+            .1,
+            id2
+        );
     }
-    // A label born after the leader's restart gets a fresh ID.
+    assert_eq!(uid(&west_export), before, "west's export was re-created");
+    // A label born after the leader's restart gets a fresh ID: not the freed one, though it
+    // was the highest the leader had issued.
     let third = format!("ns:kubernetes.io/metadata.name={}&pod:app=web", ns.name);
     pod(&tb, "east", &ns.name, "web", json!({"app": "web"}));
     let id3 = same_id_everywhere(&tb, &third);
-    assert!(id3 != id && id3 != id2, "{id3} reuses {id} or {id2}");
+    assert!(
+        id3 > id_last,
+        "{id3} reuses an ID up to the freed {id_last}"
+    );
 
     // The last Pod of a label gone from one cluster: that cluster's export goes, the ID stays.
     for p in ["db-0", "db-1"] {
@@ -245,7 +294,10 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
     pod(&tb, "east", &ns.name, "fresh", json!({"app": "fresh"}));
     let fresh = format!("ns:kubernetes.io/metadata.name={}&pod:app=fresh", ns.name);
     let id4 = same_id_everywhere(&tb, &fresh);
-    assert!(![id, id2, id3].contains(&id4), "{id4} reuses a recent ID");
+    assert!(
+        ![id, id2, id3, id_last].contains(&id4),
+        "{id4} reuses a recent ID"
+    );
 
     // A Namespace label change is a new label for every Pod in it.
     tb.ok("west", &["label", "namespace", &ns.name, "env=prod"]);
@@ -257,7 +309,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
         imported(&tb, &hash(&relabelled))
     })
     .1;
-    assert!(![id, id2, id3, id4].contains(&id5));
+    assert!(![id, id2, id3, id4, id_last].contains(&id5));
     tb.wait_gone(
         "the old label of the relabelled Namespace",
         T,

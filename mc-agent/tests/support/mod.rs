@@ -2,6 +2,7 @@
 //! instance per test, both removed on drop (also when the test panics).
 #![allow(dead_code)] // each test file uses a subset
 
+pub mod fixture;
 pub mod frames;
 
 use std::{
@@ -127,6 +128,21 @@ pub fn test_run(
     direction: mc_agent::dataplane::Direction,
     frame: &[u8],
 ) -> (u32, Vec<u8>) {
+    try_test_run(dp, direction, frame).unwrap_or_else(|| {
+        panic!(
+            "BPF_PROG_TEST_RUN ({direction:?}) refused a {}-byte frame",
+            frame.len()
+        )
+    })
+}
+
+/// [`test_run`], `None` when the kernel refuses the frame before the program sees it (a frame
+/// shorter than the headers its Ethernet type announces, say).
+pub fn try_test_run(
+    dp: &mut mc_agent::dataplane::Dataplane,
+    direction: mc_agent::dataplane::Direction,
+    frame: &[u8],
+) -> Option<(u32, Vec<u8>)> {
     use aya::programs::{TestRun as _, TestRunOptions};
     let mut out = vec![0u8; frame.len() + 256];
     let program = dp.program(direction).expect("program");
@@ -136,14 +152,9 @@ pub fn test_run(
             data_out: Some(&mut out),
             ..Default::default()
         })
-        .unwrap_or_else(|e| {
-            panic!(
-                "BPF_PROG_TEST_RUN ({direction:?}) with a {}-byte frame: {e}",
-                frame.len()
-            )
-        });
+        .ok()?;
     out.truncate(result.data_size_out as usize);
-    (result.return_value, out)
+    Some((result.return_value, out))
 }
 
 /// Packets counted under `counter` by a loaded dataplane, summed over the CPUs.

@@ -12,7 +12,7 @@ pub mod members;
 pub mod merge;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -86,9 +86,12 @@ struct Leader {
     /// The members as the last pass saw them (known, withdrawn): a change re-merges everything.
     members_seen: (BTreeSet<String>, BTreeSet<String>),
     stretched: bool,
-    /// The label identities' IDs (restored from the imports on the first pass), and the highest
-    /// ID recorded on the ClusterSet (`annotations::LABEL_IDS_ISSUED`).
-    ids: Option<(IdAllocator, u32)>,
+    /// The label identities' IDs (restored from the imports on the first pass).
+    ids: Option<IdAllocator>,
+    /// The highest ID this leader wrote on the ClusterSet (`annotations::LABEL_IDS_ISSUED`).
+    ids_recorded: u32,
+    /// The labels that have an ID, by hash (their group).
+    label_hashes: BTreeMap<String, String>,
 }
 
 /// Everything is recomputed at least this often, whatever the watches said.
@@ -194,6 +197,8 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         members_seen: Default::default(),
         stretched: opts.stretched,
         ids: None,
+        ids_recorded: 0,
+        label_hashes: BTreeMap::new(),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let driver = Driver {
@@ -316,7 +321,9 @@ impl Leader {
         let exports = self.exports.covered(&work);
         let imports = self.imports.covered(&work);
         let mut merged = merge::merge(&self.ns, &exports, &imports, &withdrawn);
-        let (imports, f) = self.label_identities(&mut merged, imports).await;
+        let (imports, f) = self
+            .label_identities(&mut merged, &exports, imports, &work)
+            .await;
         failures += f;
 
         // Imports first: a deleting export's finalizer goes only once the imports no longer
@@ -426,15 +433,20 @@ impl Leader {
     }
 
     /// The label identities of this pass's groups, as imports with their IDs (`merged.labels`
-    /// become `merged.imports`); an ID gone from every cluster is released (held back, see
-    /// `LABEL_ID_HOLD`). A new ID is recorded on the ClusterSet before any import carries it; if
-    /// that fails, the imports with unrecorded IDs wait (they are left out of `imports`, the
-    /// stored imports the pass converges). Without stretched NetworkPolicy, label exports are
-    /// refused and their imports removed. Returns the imports to converge and the failures.
+    /// become `merged.imports`); the ID of a label gone from every cluster is released (held
+    /// back, see `LABEL_ID_HOLD`). A new ID is recorded on the ClusterSet (compared, every pass,
+    /// with what the ClusterSet says, so a mark someone removed is written again) before any
+    /// import carries it; if that fails, the imports with unrecorded IDs wait (they are left out
+    /// of `imports`, the stored imports the pass converges). A valid label export that carries
+    /// an old condition (a Failure from before) is told it succeeded. Without stretched
+    /// NetworkPolicy, label exports are refused and their imports removed. Returns the imports
+    /// to converge and the failures.
     async fn label_identities(
         &mut self,
         merged: &mut merge::Merged,
+        exports: &[Arc<ResourceExport>],
         mut imports: Vec<Arc<ResourceImport>>,
+        work: &Work,
     ) -> (Vec<Arc<ResourceImport>>, usize) {
         let labels = std::mem::take(&mut merged.labels);
         if !self.stretched {
@@ -450,6 +462,18 @@ impl Leader {
             }
             return (imports, 0);
         }
+        let with_conditions: BTreeSet<String> = exports
+            .iter()
+            .filter(|re| re.status.as_ref().is_some_and(|s| !s.conditions.is_empty()))
+            .map(|re| re.name_any())
+            .collect();
+        for (_, names) in labels.values() {
+            for re in names.iter().filter(|re| with_conditions.contains(*re)) {
+                merged
+                    .verdicts
+                    .insert(re.clone(), merge::Verdict::Succeeded);
+            }
+        }
         let now = Instant::now();
         let label_of = |ri: &ResourceImport| {
             let li = ri.spec.label_identity.as_ref()?;
@@ -460,43 +484,60 @@ impl Leader {
         let mut sets = self.clustersets.all();
         mc_api::clusterset::oldest_first(&mut sets);
         let set = sets.first().cloned();
-        let (ids, recorded) = self.ids.get_or_insert_with(|| {
-            let recorded = set
-                .as_ref()
-                .and_then(|s| {
-                    s.annotations()
-                        .get(annotations::LABEL_IDS_ISSUED)?
-                        .parse()
-                        .ok()
-                })
-                .unwrap_or(0);
+        // What the ClusterSet says now (0 without a ClusterSet or the annotation).
+        let marked: u32 = set
+            .as_ref()
+            .and_then(|s| {
+                s.annotations()
+                    .get(annotations::LABEL_IDS_ISSUED)?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0);
+        let hashes = &mut self.label_hashes;
+        let ids = self.ids.get_or_insert_with(|| {
             let kept = self
                 .imports
                 .all()
                 .iter()
                 .filter(|ri| is_label(ri))
-                .filter_map(|ri| label_of(ri))
+                .filter_map(|ri| {
+                    let (label, id) = label_of(ri)?;
+                    hashes.insert(ri.name_any(), label.clone());
+                    Some((label, id))
+                })
                 .collect::<Vec<_>>();
-            let ids = IdAllocator::restored(LABEL_ID_HOLD, kept, recorded, now);
+            let ids = IdAllocator::restored(LABEL_ID_HOLD, kept, marked, now);
             tracing::info!(
                 labels = ids.assigned().len(),
                 issued_up_to = ids.issued_up_to(),
                 "label identity IDs restored from the imports"
             );
-            (ids, recorded)
+            ids
         });
-        // Labels gone from every cluster (their groups are in this pass, their exports not).
-        for ri in imports.iter().filter(|ri| is_label(ri)) {
-            if !labels.contains_key(&ri.name_any())
-                && let Some((label, _)) = label_of(ri)
-            {
-                ids.release(&label, now);
-            }
+        // Labels gone from every cluster: this pass covers their hash, and no export names it
+        // (whether or not their import was ever written).
+        let gone: Vec<(String, String)> = match work {
+            Work::All => hashes
+                .iter()
+                .filter(|(h, _)| !labels.contains_key(*h))
+                .map(|(h, l)| (h.clone(), l.clone()))
+                .collect(),
+            Work::Keys(keys) => keys
+                .iter()
+                .filter(|h| !labels.contains_key(*h))
+                .filter_map(|h| Some((h.clone(), hashes.get(h)?.clone())))
+                .collect(),
+        };
+        for (hash, label) in gone {
+            ids.release(&label, now);
+            hashes.remove(&hash);
         }
         let mut failures = 0;
         for (hash, (label, _)) in &labels {
             match ids.id(label, now) {
                 Ok(id) => {
+                    hashes.insert(hash.clone(), label.clone());
                     merged.imports.insert(
                         hash.clone(),
                         ResourceImportSpec {
@@ -517,7 +558,10 @@ impl Leader {
             }
         }
         let issued = ids.issued_up_to();
-        if issued > *recorded {
+        // After a write of ours the store may lag a moment: the mark is then written again,
+        // which changes nothing.
+        let recorded = self.ids_recorded.max(marked);
+        if issued > marked {
             let written = match &set {
                 Some(set) => {
                     let patch = json!({"metadata": {"annotations": {
@@ -529,18 +573,18 @@ impl Leader {
                             &kube::api::Patch::Merge(patch),
                         )
                         .await
+                        .map(|_| ())
                         .map_err(|e| e.to_string())
                 }
                 None => Err(format!("no ClusterSet in {}", self.ns)),
             };
             match written {
-                Ok(_) => *recorded = issued,
+                Ok(()) => self.ids_recorded = issued,
                 Err(e) => {
                     tracing::warn!(
                         error = e,
                         "recording the label IDs issued; their imports wait"
                     );
-                    let recorded = *recorded;
                     let unrecorded: BTreeSet<String> = merged
                         .imports
                         .iter()
