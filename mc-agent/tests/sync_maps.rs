@@ -15,7 +15,7 @@ use mc_agent::{
 };
 use mc_common::{
     dataplane::{
-        FlowKey, NextHop, PEER_LOCAL_NODE, Peer, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+        FlowKey, NextHop, PEER_LOCAL_NODE, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
         SNAT_FORWARD, SnatEntry,
     },
     maps,
@@ -207,6 +207,10 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         .next_hops
         .insert(&[198, 18, 2, 1], &hop, 0)
         .expect("next hop");
+    pinned
+        .pod_ids
+        .insert(&[10, 244, 1, 5], &PodIdentity { id: 7 }, 0)
+        .expect("pod identity");
     for name in maps::ALL {
         let fields = bpftool_fields(&layout.map(name));
         let expected: &[&str] = match *name {
@@ -216,6 +220,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::SNAT => &["addr", "port", "checked", "node", "flags"],
             maps::NEXT_HOPS => &["macs", "ifindex", "expires_ns"],
             maps::COUNTERS => &["packets", "bytes"],
+            maps::POD_IDS => &["id"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

@@ -56,3 +56,70 @@ pub fn http_get(
         .ok_or_else(|| format!("no HTTP body in {text:?}"))?;
     Ok((code, body))
 }
+
+/// tcpdump on one of the router's bridges (in the testbed's `strait-core` namespace), writing a
+/// pcap, not promiscuous: it sees what the router routes (between clusters, to the API servers),
+/// not a cluster's own Node-to-Node frames crossing the bridge. Stopped and removed when dropped.
+pub struct RouterCapture {
+    child: std::process::Child,
+    pcap: std::path::PathBuf,
+}
+
+impl RouterCapture {
+    /// Starts capturing on `bridge` (`br-west`, say) what `filter` (tcpdump syntax) selects.
+    pub fn start(bridge: &str, filter: &str) -> Self {
+        use std::process::{Command, Stdio};
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let pcap = std::env::temp_dir().join(format!(
+            "strait-testbed-{}-{}.pcap",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                "strait-core",
+                "tcpdump",
+                "-p",
+                "-i",
+                bridge,
+            ])
+            .args(["-n", "-U", "-w"])
+            .arg(&pcap)
+            .arg(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tcpdump");
+        // tcpdump needs a moment before it captures.
+        std::thread::sleep(Duration::from_millis(500));
+        Self { child, pcap }
+    }
+
+    /// What was captured so far, one line per packet (`tcpdump -n -r`).
+    pub fn lines(&self) -> Vec<String> {
+        let out = std::process::Command::new("tcpdump")
+            .args(["-n", "-r"])
+            .arg(&self.pcap)
+            .output()
+            .expect("tcpdump -r");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Stops capturing (what was captured stays readable).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RouterCapture {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.pcap);
+    }
+}

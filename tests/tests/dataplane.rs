@@ -18,7 +18,7 @@ use std::{
 
 use mc_integration::{
     Testbed, join, kubelet_nodes,
-    net::{http_get, in_netns},
+    net::{RouterCapture, http_get, in_netns},
     procs, repo_root,
     services::{cluster_ip, endpoint_ips},
     wait_for,
@@ -236,17 +236,17 @@ fn drops(counters: &Value) -> Vec<String> {
         .collect()
 }
 
-/// tcpdump, stopped when the test ends (also when it fails).
-struct Capture(std::process::Child);
+/// A child process, stopped when the test ends (also when it fails).
+struct Spawned(std::process::Child);
 
-impl Capture {
+impl Spawned {
     fn stop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-impl Drop for Capture {
+impl Drop for Spawned {
     fn drop(&mut self) {
         self.stop();
     }
@@ -269,32 +269,8 @@ fn joined_with_gateways() -> Testbed {
 fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     let tb = joined_with_gateways();
 
-    // A capture on the router, on west's underlay, for the whole test: not promiscuous, so
-    // only what the router routes (between clusters, to the API servers) is seen, not west's
-    // own Node-to-Node frames crossing the bridge.
-    let pcap = std::env::temp_dir().join(format!("strait-testbed-{}.pcap", std::process::id()));
-    let mut capture = Capture(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                "strait-core",
-                "tcpdump",
-                "-p",
-                "-i",
-                "br-west",
-                "-n",
-                "-U",
-                "-w",
-            ])
-            .arg(&pcap)
-            .arg("ip and not net 198.18.0.0/24")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tcpdump"),
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    // A capture on the router, on west's underlay, for the whole test.
+    let mut capture = RouterCapture::start("br-west", "ip and not net 198.18.0.0/24");
 
     export_web(&tb, "west", "node-b", "web-w", "web-w");
     export_web(&tb, "east", "node-b", "web-e", "web-e");
@@ -392,13 +368,7 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     }
 
     // Between the clusters there is nothing but Geneve between the two gateways.
-    let out = Command::new("tcpdump")
-        .args(["-n", "-r"])
-        .arg(&pcap)
-        .output()
-        .expect("tcpdump -r");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = capture.lines();
     assert!(
         lines.len() >= 20,
         "too few packets captured: {}",
@@ -418,7 +388,6 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
         "{} packets between the clusters, all Geneve between the gateways",
         lines.len()
     );
-    let _ = std::fs::remove_file(&pcap);
 }
 
 /// `mc-agent maps` on a testbed Node.
@@ -568,7 +537,7 @@ fn agent_image(tb: &Testbed, cluster: &str) -> String {
 /// Nodes a process in the Node's namespaces. Stopped when dropped.
 enum BadAgent {
     Pod(String),
-    Process(Capture),
+    Process(Spawned),
 }
 
 impl BadAgent {
@@ -602,7 +571,7 @@ impl BadAgent {
         let cfg = std::env::temp_dir().join(format!("{name}.conf"));
         std::fs::write(&cfg, config).unwrap();
         let kubeconfig = repo_root().join("target/testbed/east/admin.kubeconfig");
-        Self::Process(Capture(
+        Self::Process(Spawned(
             // The Node's own network and mount namespaces (its bpffs), as the testbed runs agents.
             Command::new("nsenter")
                 .args([

@@ -4,14 +4,12 @@
 //! label's hash, every member makes a LabelIdentity of it, and restarts change no ID. The agents
 //! (stretched policy on in their config too) put the source Pod's ID in the tunnel's VNI.
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use mc_integration::{
     SameNamespace, Testbed,
     join::{self, CLUSTERSET, LEADER_NS},
+    net::RouterCapture,
     pods, procs, wait_for,
 };
 use serde_json::{Value, json};
@@ -40,6 +38,22 @@ fn pod(tb: &Testbed, cluster: &str, ns: &str, name: &str, labels: Value) {
         },
     });
     tb.apply(cluster, ns, &pod.to_string());
+}
+
+/// Deletes a Pod at once.
+fn delete_pod(tb: &Testbed, cluster: &str, ns: &str, name: &str) {
+    tb.ok(
+        cluster,
+        &[
+            "delete",
+            "pod",
+            "-n",
+            ns,
+            name,
+            "--grace-period=0",
+            "--force",
+        ],
+    );
 }
 
 /// The leader's import of `hash`: its label and ID.
@@ -177,18 +191,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
     let id_last = same_id_everywhere(&tb, &last);
     assert!(id_last > id.max(id2), "{id_last}");
     assert!(issued_up_to(&tb) >= id_last, "{}", issued_up_to(&tb));
-    tb.ok(
-        "west",
-        &[
-            "delete",
-            "pod",
-            "-n",
-            &ns.name,
-            "last",
-            "--grace-period=0",
-            "--force",
-        ],
-    );
+    delete_pod(&tb, "west", &ns.name, "last");
     tb.wait_gone(
         "the last label's import",
         T,
@@ -238,18 +241,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
 
     // The last Pod of a label gone from one cluster: that cluster's export goes, the ID stays.
     for p in ["db-0", "db-1"] {
-        tb.ok(
-            "east",
-            &[
-                "delete",
-                "pod",
-                "-n",
-                &ns.name,
-                p,
-                "--grace-period=0",
-                "--force",
-            ],
-        );
+        delete_pod(&tb, "east", &ns.name, p);
     }
     wait_for(
         "east's export of the shared label removed",
@@ -264,18 +256,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
     // Gone from every cluster: the import and the members' LabelIdentities go, and the freed
     // ID is not given to the next new label.
     for p in ["db-0", "db-1"] {
-        tb.ok(
-            "west",
-            &[
-                "delete",
-                "pod",
-                "-n",
-                &ns.name,
-                p,
-                "--grace-period=0",
-                "--force",
-            ],
-        );
+        delete_pod(&tb, "west", &ns.name, p);
     }
     tb.wait_gone(
         "the shared label's import",
@@ -318,64 +299,21 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
     );
 }
 
-/// tcpdump in the testbed's router namespace on west's underlay bridge: what crosses between
-/// the clusters. Killed when dropped.
-struct Capture(std::process::Child, std::path::PathBuf);
-
-impl Capture {
-    fn start(name: &str) -> Self {
-        let pcap = std::env::temp_dir().join(format!("strait-{name}-{}.pcap", std::process::id()));
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                "strait-core",
-                "tcpdump",
-                "-p",
-                "-i",
-                "br-west",
-                "-n",
-                "-U",
-                "-w",
-            ])
-            .arg(&pcap)
-            .arg("udp port 6081")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tcpdump");
-        std::thread::sleep(Duration::from_millis(500));
-        Capture(child, pcap)
-    }
-
-    /// The VNIs of the Geneve packets from `src` (an underlay address) seen so far.
-    fn vnis_from(&self, src: &str) -> Vec<u32> {
-        let out = Command::new("tcpdump")
-            .args(["-n", "-r"])
-            .arg(&self.1)
-            .output()
-            .expect("tcpdump -r");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.contains(&format!(" IP {src}.")))
-            .filter_map(|l| {
-                let hex = l
-                    .split("vni 0x")
-                    .nth(1)?
-                    .split(|c: char| !c.is_ascii_hexdigit())
-                    .next()?;
-                u32::from_str_radix(hex, 16).ok()
-            })
-            .collect()
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_file(&self.1);
-    }
+/// The VNIs of the Geneve packets from `src` (an underlay address) a capture saw so far.
+fn vnis_from(capture: &RouterCapture, src: &str) -> Vec<u32> {
+    capture
+        .lines()
+        .iter()
+        .filter(|l| l.contains(&format!(" IP {src}.")))
+        .filter_map(|l| {
+            let hex = l
+                .split("vni 0x")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_hexdigit())
+                .next()?;
+            u32::from_str_radix(hex, 16).ok()
+        })
+        .collect()
 }
 
 /// East's gateway (node-a) on the underlay.
@@ -416,7 +354,7 @@ fn the_source_pods_label_id_is_the_vni_between_the_gateways() {
             svc["spec"]["clusterIP"].as_str().ok_or("no IP")?
         ))
     });
-    let capture = Capture::start("vni");
+    let capture = RouterCapture::start("br-west", "udp port 6081");
     // A client on the regular Node (its VNI is written there and kept by the gateway's
     // hairpin) and one on the gateway Node (written there, after the SNAT).
     for (pod, node) in [("client-b", "node-b"), ("client-a", "node-a")] {
@@ -431,7 +369,7 @@ fn the_source_pods_label_id_is_the_vni_between_the_gateways() {
                 if !body.contains("hello from west/web") {
                     return Err(format!("answer {body:?}"));
                 }
-                let seen = capture.vnis_from(EAST_GATEWAY);
+                let seen = vnis_from(&capture, EAST_GATEWAY);
                 if seen.contains(&id) {
                     Ok(())
                 } else {
@@ -447,7 +385,7 @@ fn the_source_pods_label_id_is_the_vni_between_the_gateways() {
         .flatten()
         .filter_map(|li| li["spec"]["id"].as_u64().map(|i| i as u32))
         .collect();
-    let seen = capture.vnis_from(EAST_GATEWAY);
+    let seen = vnis_from(&capture, EAST_GATEWAY);
     assert!(!seen.is_empty());
     for vni in seen {
         assert!(

@@ -39,27 +39,43 @@ const AGENT_CONFIG: &str = "multicluster:\n  enableGateway: true\n  enablePodToP
 /// and a restart.
 const CONTROLLER_CONFIG: &str = "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: MultiClusterConfig\nserviceCIDR: \"\"\npodCIDRs:\n  - \"\"\ngatewayIPPrecedence: \"private\"\nendpointIPType: \"ClusterIP\"\nenableStretchedNetworkPolicy: true\n";
 
-/// Sets the controller config of the controller in `ns` and restarts it.
-fn configure_controller(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyhow::Result<()> {
-    let patch = serde_json::json!({"data": {"controller_manager_config.yaml": CONTROLLER_CONFIG}});
+/// Sets `key` of ConfigMap `configmap` in `ns` to `value` and restarts `workload` (as an
+/// operator edits a config and restarts what reads it).
+fn configure(
+    kubectl: &Path,
+    cluster: &Cluster,
+    ns: &str,
+    (configmap, key, value): (&str, &str, &str),
+    workload: &str,
+) -> anyhow::Result<()> {
+    let patch = serde_json::json!({ "data": { key: value } });
     exec(kubectl_for(kubectl, cluster).args([
         "patch",
         "configmap",
         "-n",
         ns,
-        "antrea-mc-controller-config",
+        configmap,
         "--type=merge",
         "-p",
         &patch.to_string(),
     ]))?;
-    exec(kubectl_for(kubectl, cluster).args([
-        "rollout",
-        "restart",
-        "-n",
-        ns,
-        "deployment/antrea-mc-controller",
-    ]))?;
+    exec(kubectl_for(kubectl, cluster).args(["rollout", "restart", "-n", ns, workload]))?;
     Ok(())
+}
+
+/// The controllers' config ([`CONTROLLER_CONFIG`]) for the controller in `ns`, restarted.
+fn configure_controller(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyhow::Result<()> {
+    configure(
+        kubectl,
+        cluster,
+        ns,
+        (
+            "antrea-mc-controller-config",
+            "controller_manager_config.yaml",
+            CONTROLLER_CONFIG,
+        ),
+        "deployment/antrea-mc-controller",
+    )
 }
 
 /// `helm upgrade --install strait <chart>` with the member and the agent (a member cluster).
@@ -116,24 +132,13 @@ pub fn install(kubectl: &Path) -> anyhow::Result<()> {
         kustomize(kubectl, cluster, &deploy.join("member"))?;
         configure_controller(kubectl, cluster, MEMBER_NS)?;
         kustomize(kubectl, cluster, &deploy.join("agent"))?;
-        let patch = serde_json::json!({"data": {"strait-agent.conf": AGENT_CONFIG}});
-        exec(kubectl_for(kubectl, cluster).args([
-            "patch",
-            "configmap",
-            "-n",
+        configure(
+            kubectl,
+            cluster,
             "kube-system",
-            "strait-agent-config",
-            "--type=merge",
-            "-p",
-            &patch.to_string(),
-        ]))?;
-        exec(kubectl_for(kubectl, cluster).args([
-            "rollout",
-            "restart",
-            "-n",
-            "kube-system",
+            ("strait-agent-config", "strait-agent.conf", AGENT_CONFIG),
             "daemonset/strait-agent",
-        ]))?;
+        )?;
     }
     for cluster in &CLUSTERS {
         rollout(kubectl, cluster, "kube-system", "deployment/coredns")?;
