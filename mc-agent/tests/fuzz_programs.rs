@@ -151,7 +151,7 @@ enum Mutation {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        (34usize..1600).prop_map(Mutation::Cut),
+        (ETH_HLEN + 20..1600).prop_map(Mutation::Cut),
         (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Mutation::Byte(a, b)),
         (0u8..2, any::<u8>()).prop_map(|(w, b)| Mutation::VersionIhl(w, b)),
         (0u8..2, any::<u16>()).prop_map(|(w, v)| Mutation::TotalLen(w, v)),
@@ -184,10 +184,7 @@ fn apply(frame: &mut Vec<u8>, m: &Mutation) {
     let ip_at = |which: u8| if which == 0 { outer } else { inner };
     let inner_ihl = frame.get(inner).map_or(20, |x| usize::from(x & 0x0f) * 4);
     match m {
-        Mutation::Cut(n) => {
-            let n = (*n).max(ETH_HLEN + 20);
-            frame.truncate(n);
-        }
+        Mutation::Cut(n) => frame.truncate(*n),
         Mutation::Byte(at, b) => {
             let at = at % frame.len();
             frame[at] = *b;

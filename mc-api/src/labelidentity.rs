@@ -65,7 +65,8 @@ pub fn label_hash(normalized: &str) -> String {
 /// The leader's 24-bit label IDs. Unlike Antrea, which reuses a freed ID at once, a freed ID is
 /// held back for `hold` before it names another label: a packet still in flight, or a member
 /// that has not yet seen the release, must not give an old Pod's traffic a new label's rights.
-/// Fresh IDs are taken first; a held ID is reused only when none is left.
+/// Fresh IDs are taken first; a held ID is reused only when none is left. A label is known by
+/// any string that names it one to one (the leader uses its hash: its group and import name).
 pub struct IdAllocator {
     by_label: BTreeMap<String, u32>,
     used: BTreeSet<u32>,

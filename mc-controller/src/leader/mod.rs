@@ -12,7 +12,7 @@ pub mod members;
 pub mod merge;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -90,8 +90,6 @@ struct Leader {
     ids: Option<IdAllocator>,
     /// The highest ID this leader wrote on the ClusterSet (`annotations::LABEL_IDS_ISSUED`).
     ids_recorded: u32,
-    /// The labels that have an ID, by hash (their group).
-    label_hashes: BTreeMap<String, String>,
 }
 
 /// Everything is recomputed at least this often, whatever the watches said.
@@ -198,7 +196,6 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         stretched: opts.stretched,
         ids: None,
         ids_recorded: 0,
-        label_hashes: BTreeMap::new(),
     };
     tracing::info!(namespace = leader.ns, "leader controller started");
     let driver = Driver {
@@ -475,12 +472,6 @@ impl Leader {
             }
         }
         let now = Instant::now();
-        let label_of = |ri: &ResourceImport| {
-            let li = ri.spec.label_identity.as_ref()?;
-            Some((li.label.clone()?, li.id?))
-        };
-        let is_label =
-            |ri: &ResourceImport| ri.spec.kind.as_deref() == Some(ri_kinds::LABEL_IDENTITY);
         let mut sets = self.clustersets.all();
         mc_api::clusterset::oldest_first(&mut sets);
         let set = sets.first().cloned();
@@ -494,18 +485,14 @@ impl Leader {
                     .ok()
             })
             .unwrap_or(0);
-        let hashes = &mut self.label_hashes;
+        // The allocator knows each label by its hash: the label's group and its import's name.
         let ids = self.ids.get_or_insert_with(|| {
             let kept = self
                 .imports
                 .all()
                 .iter()
-                .filter(|ri| is_label(ri))
-                .filter_map(|ri| {
-                    let (label, id) = label_of(ri)?;
-                    hashes.insert(ri.name_any(), label.clone());
-                    Some((label, id))
-                })
+                .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::LABEL_IDENTITY))
+                .filter_map(|ri| Some((ri.name_any(), ri.spec.label_identity.as_ref()?.id?)))
                 .collect::<Vec<_>>();
             let ids = IdAllocator::restored(LABEL_ID_HOLD, kept, marked, now);
             tracing::info!(
@@ -517,27 +504,22 @@ impl Leader {
         });
         // Labels gone from every cluster: this pass covers their hash, and no export names it
         // (whether or not their import was ever written).
-        let gone: Vec<(String, String)> = match work {
-            Work::All => hashes
-                .iter()
-                .filter(|(h, _)| !labels.contains_key(*h))
-                .map(|(h, l)| (h.clone(), l.clone()))
-                .collect(),
-            Work::Keys(keys) => keys
-                .iter()
-                .filter(|h| !labels.contains_key(*h))
-                .filter_map(|h| Some((h.clone(), hashes.get(h)?.clone())))
-                .collect(),
-        };
-        for (hash, label) in gone {
-            ids.release(&label, now);
-            hashes.remove(&hash);
+        let assigned = ids.assigned();
+        let gone: Vec<String> = match work {
+            Work::All => assigned.keys().collect::<Vec<_>>(),
+            Work::Keys(keys) => keys.iter().filter(|h| assigned.contains_key(*h)).collect(),
+        }
+        .into_iter()
+        .filter(|h| !labels.contains_key(*h))
+        .cloned()
+        .collect();
+        for hash in gone {
+            ids.release(&hash, now);
         }
         let mut failures = 0;
         for (hash, (label, _)) in &labels {
-            match ids.id(label, now) {
+            match ids.id(hash, now) {
                 Ok(id) => {
-                    hashes.insert(hash.clone(), label.clone());
                     merged.imports.insert(
                         hash.clone(),
                         ResourceImportSpec {
