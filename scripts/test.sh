@@ -19,6 +19,9 @@ step() {
   printf '=== %s: ok (%ss)\n' "$name" "$(( $(date +%s) - t0 ))"
 }
 
+# The disk is shared by the build cache, the images and the kubelets (which taint their Nodes
+# below 1% free): say what there is, so a failure for space is read at once.
+df -h / "${STRAIT_CACHE:-/var/cache/strait}" 2>/dev/null | awk 'NR == 1 || !seen[$1]++' || true
 step "setup" bash scripts/setup.sh
 step "rustfmt" cargo fmt --all -- --check
 step "clippy (user space)" cargo clippy --workspace --exclude mc-ebpf --all-targets -- -D warnings
