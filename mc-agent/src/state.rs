@@ -293,6 +293,26 @@ pub fn desired(inputs: &Inputs) -> Desired {
             ));
             continue;
         }
+        // One entry per cluster and per gateway: a second import of a cluster (a stale one
+        // under another name) or a gateway two clusters claim would overwrite the first's peer.
+        if let Some(first) = out
+            .clusters
+            .iter()
+            .find(|c| c.cluster_id == cluster_id || c.gateway_ip == remote_gw)
+        {
+            out.skipped.push(if first.cluster_id == cluster_id {
+                format!(
+                    "{object}: cluster {cluster_id} is already imported (gateway {})",
+                    first.gateway_ip
+                )
+            } else {
+                format!(
+                    "{object}: gateway {remote_gw} is already cluster {}'s",
+                    first.cluster_id
+                )
+            });
+            continue;
+        }
         let index = out.clusters.len() as u32 + 1;
         let mut wanted: Vec<&str> = info.service_cidr.as_deref().into_iter().collect();
         if inputs.pod_to_pod {

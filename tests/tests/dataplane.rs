@@ -951,7 +951,8 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
             if have != want {
                 return Err(format!("Endpoints: {have:?}"));
             }
-            // What kube-proxy reads: the EndpointSlices mirrored from those Endpoints.
+            // What kube-proxy reads: the EndpointSlices of the imported Service (the member's MCS
+            // slices, one per source cluster).
             let label = format!("kubernetes.io/service-name={imported}");
             let slices = tb
                 .try_json(
@@ -959,7 +960,7 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
                     &["get", "endpointslices", "-n", "default", "-l", &label],
                 )
                 .ok_or("no EndpointSlices")?;
-            let mut mirrored: Vec<String> = slices["items"]
+            let mut sliced: Vec<String> = slices["items"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -967,9 +968,9 @@ fn wait_endpoints(tb: &Testbed, cluster: &str, service: &str, want: &[String]) -
                 .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
                 .filter_map(|a| a.as_str().map(str::to_owned))
                 .collect();
-            mirrored.sort();
-            if mirrored != want {
-                return Err(format!("EndpointSlices: {mirrored:?}"));
+            sliced.sort();
+            if sliced != want {
+                return Err(format!("EndpointSlices: {sliced:?}"));
             }
             Ok(())
         },

@@ -121,6 +121,26 @@ fn service_imports_read_as_v1beta1_carry_the_services_traits_in_every_member() {
             join::id("west").as_str()
         );
         assert_eq!(slices[0]["addressType"], "IPv4");
+        // It is kube-proxy's slice of the imported Service too: no mirrored copy beside it.
+        assert_eq!(labels["kubernetes.io/service-name"], "antrea-mc-web");
+        let proxied = tb.get_json(
+            cluster,
+            &[
+                "get",
+                "endpointslices",
+                "-n",
+                &ns.name,
+                "-l",
+                "kubernetes.io/service-name=antrea-mc-web",
+            ],
+        );
+        let names: Vec<&str> = proxied["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, [slices[0]["metadata"]["name"].as_str().unwrap()]);
     }
     // The ServiceExport written as v1beta1 is Valid, read through either version.
     for version in ["v1beta1", "v1alpha1"] {

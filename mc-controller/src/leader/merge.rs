@@ -271,14 +271,25 @@ impl Shape {
         })
     }
 
-    /// The shape an existing ServiceImport in a ResourceImport carries.
+    /// The shape an existing ServiceImport in a ResourceImport carries, with its ports in the
+    /// order the import lists them (the claims keep that order, so a merge over its own output
+    /// writes nothing new).
     fn imported(ri: &ResourceImport) -> Option<Shape> {
         let si = ri.spec.service_import.as_ref()?;
         let ports: Vec<ServicePort> =
             serde_json::from_value(si.pointer("/spec/ports")?.clone()).ok()?;
         Some(Shape {
             headless: si.pointer("/spec/type").and_then(Value::as_str) == Some("Headless"),
-            ports: port_keys(&ports),
+            ports: ports
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.clone().unwrap_or_default(),
+                        p.port,
+                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    )
+                })
+                .collect(),
         })
     }
 

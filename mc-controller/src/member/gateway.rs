@@ -15,14 +15,26 @@ use mc_api::{
 
 use mc_kube::managed_labels;
 
-fn address(node: &Node, kind: &str) -> Option<String> {
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
+/// The Node's first address of `kind` that is an IP address; `Err` says what it has instead.
+fn address(node: &Node, kind: &str) -> Result<String, String> {
+    let of_kind: Vec<&str> = node
+        .status
         .iter()
-        .find(|a| a.type_ == kind)
-        .map(|a| a.address.clone())
+        .flat_map(|s| s.addresses.iter().flatten())
+        .filter(|a| a.type_ == kind)
+        .map(|a| a.address.as_str())
+        .collect();
+    match of_kind.iter().find(|a| a.parse::<IpAddr>().is_ok()) {
+        Some(ip) => Ok((*ip).to_owned()),
+        None if of_kind.is_empty() => {
+            Err(format!("Node {} has no {kind} address", node.name_any()))
+        }
+        None => Err(format!(
+            "Node {}: no {kind} address is an IP address ({})",
+            node.name_any(),
+            of_kind.join(", ")
+        )),
+    }
 }
 
 fn ready(node: &Node) -> bool {
@@ -39,8 +51,7 @@ pub fn gateway_fields(
     service_cidr: &str,
 ) -> Result<GatewayFields, String> {
     let name = node.name_any();
-    let internal = address(node, "InternalIP")
-        .ok_or_else(|| format!("Node {name} has no InternalIP address"))?;
+    let internal = address(node, "InternalIP")?;
     let gateway = match node.annotations().get(annotations::GATEWAY_IP) {
         Some(ip) if ip.parse::<IpAddr>().is_ok() => ip.clone(),
         Some(ip) => {
@@ -52,11 +63,8 @@ pub fn gateway_fields(
         None => match precedence {
             GatewayIpPrecedence::Private | GatewayIpPrecedence::Internal => internal.clone(),
             GatewayIpPrecedence::Public | GatewayIpPrecedence::External => {
-                address(node, "ExternalIP").ok_or_else(|| {
-                    format!(
-                        "Node {name} has no ExternalIP and gatewayIPPrecedence is {precedence:?}"
-                    )
-                })?
+                address(node, "ExternalIP")
+                    .map_err(|e| format!("{e}, and gatewayIPPrecedence is {precedence:?}"))?
             }
         },
     };

@@ -74,6 +74,19 @@ pub fn serveable_subsets(
     own_prefixes: &[Prefix],
     own: Option<&OwnEndpoints>,
 ) -> Vec<EndpointSubset> {
+    let (mut out, mine) = split_own(merged, own_prefixes, own);
+    out.extend(mine);
+    out
+}
+
+/// `merged` without this cluster's addresses, and this cluster's share of the Service: its ready
+/// Pod endpoints with only the ports the leader kept for it, when one of its addresses is in
+/// `merged` (none otherwise).
+fn split_own(
+    merged: &[EndpointSubset],
+    own_prefixes: &[Prefix],
+    own: Option<&OwnEndpoints>,
+) -> (Vec<EndpointSubset>, Vec<EndpointSubset>) {
     let is_own = |ip: &str| {
         own_prefixes.iter().any(|p| p.contains_ip(ip))
             || own.is_some_and(|o| o.addresses.contains(ip))
@@ -81,7 +94,7 @@ pub fn serveable_subsets(
     let mut contributes = false;
     // The names of the ports this cluster serves (the leader keeps only those in its subsets).
     let mut served: BTreeSet<String> = BTreeSet::new();
-    let mut out = Vec::new();
+    let mut theirs_all = Vec::new();
     for subset in merged {
         let mut keep = |list: &Option<Vec<_>>| {
             let (mine, theirs): (Vec<_>, Vec<_>) = list
@@ -106,20 +119,46 @@ pub fn serveable_subsets(
         if addresses.is_empty() && not_ready.is_empty() {
             continue;
         }
-        out.push(EndpointSubset {
+        theirs_all.push(EndpointSubset {
             addresses: (!addresses.is_empty()).then_some(addresses),
             not_ready_addresses: (!not_ready.is_empty()).then_some(not_ready),
             ports: subset.ports.clone(),
         });
     }
-    if contributes && let Some(own) = own {
-        out.extend(
-            own.ready
-                .iter()
-                .filter_map(|s| mc_api::exports::with_ports_named(s, &served)),
-        );
+    let mine = match own {
+        Some(own) if contributes => own
+            .ready
+            .iter()
+            .filter_map(|s| mc_api::exports::with_ports_named(s, &served))
+            .collect(),
+        _ => Vec::new(),
+    };
+    (theirs_all, mine)
+}
+
+/// [`serveable_subsets`] by source cluster: each other cluster's subsets without this cluster's
+/// addresses, and this cluster's share under its own ID. Together they are exactly what
+/// `serveable_subsets` gives for the whole merge. `None` when the import does not say which
+/// cluster sent what (an Antrea leader).
+pub fn serveable_by_cluster(
+    eps: &mc_api::exports::EndpointsExport,
+    own_cluster: &str,
+    own_prefixes: &[Prefix],
+    own: Option<&OwnEndpoints>,
+) -> Option<Vec<(String, Vec<EndpointSubset>)>> {
+    let clusters = eps.by_cluster()?;
+    let (_, mine) = split_own(&eps.subsets, own_prefixes, own);
+    let mut out: Vec<(String, Vec<EndpointSubset>)> = clusters
+        .into_iter()
+        .map(|(cluster, subsets)| (cluster.to_owned(), split_own(subsets, own_prefixes, own).0))
+        .collect();
+    if !mine.is_empty() {
+        match out.iter_mut().find(|(c, _)| c == own_cluster) {
+            Some((_, subsets)) => subsets.extend(mine),
+            None => out.push((own_cluster.to_owned(), mine)),
+        }
     }
-    out
+    Some(out)
 }
 
 #[derive(Default)]
@@ -162,39 +201,28 @@ pub fn plan(imports: &[std::sync::Arc<ResourceImport>], local: &Local) -> Plan {
         let ns = ri.spec.namespace.clone().unwrap_or_default();
         let name = ri.spec.name.clone().unwrap_or_default();
         match ri.spec.kind.as_deref() {
-            Some(kinds::SERVICE_IMPORT) => service_import(&mut plan, local, &ns, &name, ri),
+            Some(kinds::SERVICE_IMPORT) => {
+                if canonical(&mut plan, ri_name, &ns, &name, "Service") {
+                    service_import(&mut plan, local, &ns, &name, ri);
+                }
+            }
             Some(kinds::ENDPOINTS) => {
+                if !canonical(&mut plan, ri_name, &ns, &name, "Endpoints") {
+                    continue;
+                }
                 // Only alongside the Service it belongs to.
                 let service_ri = names::resource_import(&ns, &name, "Service");
-                let Some(service_ri) = by_name.get(&service_ri) else {
+                let Some(service_ri) = by_name.get(&service_ri).filter(|s| {
+                    s.spec.kind.as_deref() == Some(kinds::SERVICE_IMPORT)
+                        && s.spec.namespace.as_deref().unwrap_or_default() == ns
+                        && s.spec.name.as_deref().unwrap_or_default() == name
+                }) else {
                     continue;
                 };
                 if !importable(&mut plan, local, &ns, &name) {
                     continue;
                 }
-                if let Some(eps) = &ri.spec.endpoints {
-                    mcs_slices(&mut plan, local, &ns, &name, eps);
-                }
-                // A headless import is its Pods' addresses: no Service, no Endpoints.
-                if headless(service_ri) {
-                    continue;
-                }
-                plan.endpoints.push(Endpoints {
-                    metadata: meta(
-                        &names::imported(&name),
-                        Some(&ns),
-                        Some(annotations::IMPORTED_SERVICE),
-                    ),
-                    subsets: Some(serveable_subsets(
-                        ri.spec
-                            .endpoints
-                            .as_ref()
-                            .map(|e| e.subsets.as_slice())
-                            .unwrap_or_default(),
-                        local.own_prefixes,
-                        local.own_endpoints.get(&(ns.clone(), name.clone())),
-                    )),
-                });
+                endpoints_import(&mut plan, local, &ns, &name, ri, headless(service_ri));
             }
             Some(kinds::CLUSTER_INFO) => {
                 let Some(info) = &ri.spec.cluster_info else {
@@ -236,6 +264,19 @@ pub fn plan(imports: &[std::sync::Arc<ResourceImport>], local: &Local) -> Plan {
     plan
 }
 
+/// Whether a Service's import is named for it (`<ns>-<name>-service`, `-endpoints`): one named
+/// otherwise would write a second object of the same name (anyone who may write the leader's
+/// namespace can create one), and the `-` join is ambiguous (`a-b`/`c` and `a`/`b-c`).
+fn canonical(plan: &mut Plan, ri_name: &str, ns: &str, name: &str, kind: &str) -> bool {
+    let want = names::resource_import(ns, name, kind);
+    if ri_name != want {
+        plan.skipped.push(format!(
+            "ResourceImport {ri_name} ({kind} {ns}/{name}) is not named {want:?}; ignored"
+        ));
+    }
+    ri_name == want
+}
+
 /// Whether `<ns>/antrea-mc-<name>` may be written: the namespace exists and no Service of that
 /// name belongs to someone else.
 fn importable(plan: &mut Plan, local: &Local, ns: &str, name: &str) -> bool {
@@ -267,21 +308,112 @@ fn headless(ri: &ResourceImport) -> bool {
         == Some("Headless")
 }
 
-/// The MCS EndpointSlices of one imported Service (MCS API, KEP-1645): per source cluster and
-/// subset, an IPv4 slice `<name>-<cluster>-<i>` labelled with the Service's name and the
-/// cluster, with the endpoints as the leader merged them (hostnames kept: DNS answers
-/// `<hostname>.<cluster>.<svc>.<ns>.svc.clusterset.local` from them). No
-/// `kubernetes.io/service-name` label: kube-proxy does not take them for a Service's.
+/// What one Endpoints import becomes: the MCS EndpointSlices (MCS API, KEP-1645) and, unless
+/// the Service is headless, Endpoints `antrea-mc-<name>`.
+///
+/// A ClusterSetIP import's slices are also what kube-proxy reads for `antrea-mc-<name>` (label
+/// `kubernetes.io/service-name`, as the KEP has an MCS controller do): per source cluster, the
+/// endpoints the Endpoints hold (that cluster's as merged; this cluster's ready Pods for its
+/// own share), and the Endpoints are marked `skip-mirror` so that Kubernetes does not write a
+/// second copy of them. A headless import's slices are the endpoints as exported (with their
+/// hostnames, which DNS answers); so are a ClusterSetIP import's when the leader does not say
+/// which cluster sent what, or an address is not IPv4 (then Kubernetes mirrors the Endpoints).
+fn endpoints_import(
+    plan: &mut Plan,
+    local: &Local,
+    ns: &str,
+    name: &str,
+    ri: &ResourceImport,
+    headless: bool,
+) {
+    let Some(eps) = &ri.spec.endpoints else {
+        if !headless {
+            plan.endpoints
+                .push(imported_endpoints(ns, name, Vec::new(), false));
+        }
+        return;
+    };
+    let own = local.own_endpoints.get(&(ns.to_owned(), name.to_owned()));
+    if headless {
+        if let Some(clusters) = eps.by_cluster() {
+            mcs_slices(plan, local, ns, name, &clusters, None);
+        }
+        return;
+    }
+    let proxied =
+        serveable_by_cluster(eps, local.cluster_id, local.own_prefixes, own).filter(|clusters| {
+            clusters.iter().flat_map(|(_, s)| s).all(|s| {
+                let ips = s.addresses.iter().chain(&s.not_ready_addresses).flatten();
+                ips.into_iter()
+                    .all(|a| a.ip.parse::<std::net::Ipv4Addr>().is_ok())
+            })
+        });
+    match &proxied {
+        Some(clusters) => {
+            let clusters: Vec<(&str, &[EndpointSubset])> = clusters
+                .iter()
+                .map(|(c, s)| (c.as_str(), s.as_slice()))
+                .collect();
+            mcs_slices(
+                plan,
+                local,
+                ns,
+                name,
+                &clusters,
+                Some(&names::imported(name)),
+            );
+        }
+        None => {
+            if let Some(clusters) = eps.by_cluster() {
+                mcs_slices(plan, local, ns, name, &clusters, None);
+            }
+        }
+    }
+    let subsets = serveable_subsets(&eps.subsets, local.own_prefixes, own);
+    plan.endpoints
+        .push(imported_endpoints(ns, name, subsets, proxied.is_some()));
+}
+
+/// Endpoints `<ns>/antrea-mc-<name>`; `skip_mirror` when Strait writes kube-proxy's slices.
+fn imported_endpoints(
+    ns: &str,
+    name: &str,
+    subsets: Vec<EndpointSubset>,
+    skip_mirror: bool,
+) -> Endpoints {
+    let mut metadata = meta(
+        &names::imported(name),
+        Some(ns),
+        Some(annotations::IMPORTED_SERVICE),
+    );
+    if skip_mirror {
+        metadata
+            .labels
+            .get_or_insert_default()
+            .insert(SKIP_MIRROR.to_owned(), "true".to_owned());
+    }
+    Endpoints {
+        metadata,
+        subsets: Some(subsets),
+    }
+}
+
+/// The label that keeps Kubernetes' EndpointSlice mirroring away from an Endpoints object.
+pub const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
+
+/// The MCS EndpointSlices of one imported Service: per source cluster and subset, an IPv4 slice
+/// `<name>-<cluster>-<i>` labelled with the Service's name and the cluster (hostnames kept: DNS
+/// answers `<hostname>.<cluster>.<svc>.<ns>.svc.clusterset.local` from them). With `proxy_for`
+/// (the imported Service's name), labelled for kube-proxy too and with not-ready endpoints
+/// (`ready: false`); without it, no `kubernetes.io/service-name` label and ready endpoints only.
 fn mcs_slices(
     plan: &mut Plan,
     local: &Local,
     ns: &str,
     name: &str,
-    eps: &mc_api::exports::EndpointsExport,
+    clusters: &[(&str, &[EndpointSubset])],
+    proxy_for: Option<&str>,
 ) {
-    let Some(clusters) = eps.by_cluster() else {
-        return;
-    };
     for (cluster, subsets) in clusters {
         for (i, subset) in subsets.iter().enumerate() {
             let slice_name = format!("{name}-{cluster}-{i}");
@@ -293,15 +425,22 @@ fn mcs_slices(
                 ));
                 continue;
             }
+            let not_ready = subset
+                .not_ready_addresses
+                .iter()
+                .flatten()
+                .filter(|_| proxy_for.is_some());
             let endpoints: Vec<Endpoint> = subset
                 .addresses
                 .iter()
                 .flatten()
-                .filter(|a| a.ip.parse::<std::net::Ipv4Addr>().is_ok())
-                .map(|a| Endpoint {
+                .map(|a| (a, true))
+                .chain(not_ready.map(|a| (a, false)))
+                .filter(|(a, _)| a.ip.parse::<std::net::Ipv4Addr>().is_ok())
+                .map(|(a, ready)| Endpoint {
                     addresses: vec![a.ip.clone()],
                     conditions: Some(EndpointConditions {
-                        ready: Some(true),
+                        ready: Some(ready),
                         ..Default::default()
                     }),
                     hostname: a.hostname.clone(),
@@ -319,6 +458,9 @@ fn mcs_slices(
                 (mcs::labels::SLICE_MANAGED_BY, mcs::labels::SLICE_MANAGER),
             ] {
                 labels.insert(k.to_owned(), v.to_owned());
+            }
+            if let Some(service) = proxy_for {
+                labels.insert(KUBE_SERVICE_NAME.to_owned(), service.to_owned());
             }
             plan.mcs_slices.push(EndpointSlice {
                 metadata,
@@ -341,6 +483,9 @@ fn mcs_slices(
         }
     }
 }
+
+/// The label by which kube-proxy finds a Service's EndpointSlices.
+const KUBE_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
 fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &ResourceImport) {
     if !importable(plan, local, ns, name) {
@@ -806,6 +951,122 @@ mod tests {
         assert_eq!(waiting.spec.type_, ServiceImportType::ClusterSetIP);
         assert!(waiting.spec.ips.is_empty());
         assert_eq!(p.mcs_slices.len(), 3);
+    }
+
+    #[test]
+    fn a_cluster_set_ip_imports_slices_are_kube_proxys_with_this_clusters_ready_pods_as_its_share()
+    {
+        let namespaces = BTreeSet::from(["default".to_owned()]);
+        let key = ("default".to_owned(), "web".to_owned());
+        // West imports its own export: 10.245.0.0/16 is its Pod CIDR; one Pod is ready now.
+        let own = BTreeMap::from([(
+            key.clone(),
+            OwnEndpoints {
+                addresses: BTreeSet::new(),
+                ready: vec![subset(&["10.245.7.7"], ("http", 8080))],
+            },
+        )]);
+        let own_prefixes = prefixes(&["10.245.0.0/16"]);
+        let (services, service_imports, mcs_slices, acnps, tiers) = (
+            BTreeMap::new(),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            BTreeSet::new(),
+        );
+        let local = |own_endpoints| Local {
+            cluster_id: "west",
+            member_ns: "kube-system",
+            namespaces: &namespaces,
+            services: &services,
+            service_imports: &service_imports,
+            mcs_slices: &mcs_slices,
+            acnps: &acnps,
+            tiers: &tiers,
+            own_prefixes: &own_prefixes,
+            own_endpoints,
+            stretched: false,
+        };
+        let endpoint_ips = |p: &Plan| -> Vec<String> {
+            let mut ips: Vec<String> = p.endpoints[0]
+                .subsets
+                .iter()
+                .flatten()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .map(|a| a.ip.clone())
+                .collect();
+            ips.sort();
+            ips
+        };
+        let slice_ips = |p: &Plan| -> Vec<(String, String)> {
+            let mut ips: Vec<(String, String)> = p
+                .mcs_slices
+                .iter()
+                .flat_map(|s| {
+                    let cluster =
+                        s.metadata.labels.as_ref().unwrap()[mcs::labels::SOURCE_CLUSTER].clone();
+                    s.endpoints
+                        .iter()
+                        .flatten()
+                        .map(move |e| (cluster.clone(), e.addresses[0].clone()))
+                })
+                .collect();
+            ips.sort();
+            ips
+        };
+        let p = plan(&web_imports(false), &local(&own));
+        // The Endpoints: east's as merged, west's ready Pod in place of what it exported.
+        assert_eq!(endpoint_ips(&p), ["10.244.9.9", "10.245.7.7"]);
+        let labels = p.endpoints[0].metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[SKIP_MIRROR], "true", "no mirrored copy");
+        // The same endpoints in the slices, each under its cluster, read by kube-proxy.
+        assert_eq!(
+            slice_ips(&p),
+            [
+                ("east".to_owned(), "10.244.9.9".to_owned()),
+                ("west".to_owned(), "10.245.7.7".to_owned())
+            ]
+        );
+        for s in &p.mcs_slices {
+            let l = s.metadata.labels.as_ref().unwrap();
+            assert_eq!(l[KUBE_SERVICE_NAME], "antrea-mc-web");
+            assert_eq!(l[mcs::labels::SERVICE_NAME], "web");
+            let port = &s.ports.as_ref().unwrap()[0];
+            assert_eq!(
+                (port.name.as_deref(), port.port),
+                (Some("http"), Some(8080))
+            );
+        }
+        // No ready Pod in west: only east's endpoint, and no slice for west.
+        let none = BTreeMap::from([(
+            key,
+            OwnEndpoints {
+                addresses: BTreeSet::new(),
+                ready: Vec::new(),
+            },
+        )]);
+        let p = plan(&web_imports(false), &local(&none));
+        assert_eq!(endpoint_ips(&p), ["10.244.9.9"]);
+        assert_eq!(
+            slice_ips(&p),
+            [("east".to_owned(), "10.244.9.9".to_owned())]
+        );
+        // A leader that does not say which cluster sent what (Antrea's): the slices cannot be
+        // kube-proxy's, so Kubernetes mirrors the Endpoints.
+        let mut antrea = web_imports(false);
+        let eps = Arc::make_mut(&mut antrea[1]);
+        eps.spec.endpoints.as_mut().unwrap().cluster_subsets.clear();
+        let p = plan(&antrea, &local(&own));
+        assert_eq!(endpoint_ips(&p), ["10.244.9.9", "10.245.7.7"]);
+        assert!(p.mcs_slices.is_empty());
+        assert!(
+            !p.endpoints[0]
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key(SKIP_MIRROR)
+        );
     }
 
     #[test]
