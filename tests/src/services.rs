@@ -33,8 +33,22 @@ pub fn export(tb: &Testbed, cluster: &str, ns: &str, name: &str) {
 
 /// A Service on port 80 with the one endpoint `ip`, and its ServiceExport, in one apply.
 pub fn service_and_export(tb: &Testbed, cluster: &str, ns: &str, name: &str, ip: &str) {
-    let (service_doc, export_doc) = (service_yaml(name, 80, &[ip]), export_yaml(name));
-    tb.apply(cluster, ns, &format!("{service_doc}---\n{export_doc}"));
+    services_and_exports(tb, cluster, ns, &[(name, ip)]);
+}
+
+/// What [`service_and_export`] does for each `(name, ip)`, all in one apply (a burst).
+pub fn services_and_exports(tb: &Testbed, cluster: &str, ns: &str, services: &[(&str, &str)]) {
+    let docs: Vec<String> = services
+        .iter()
+        .map(|(name, ip)| {
+            format!(
+                "{}---\n{}",
+                service_yaml(name, 80, &[ip]),
+                export_yaml(name)
+            )
+        })
+        .collect();
+    tb.apply(cluster, ns, &docs.join("---\n"));
 }
 
 /// The ClusterIP of Service `ns/name`.

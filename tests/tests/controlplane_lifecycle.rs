@@ -11,7 +11,7 @@ use mc_integration::{
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
     net::{http_get, in_core},
     procs,
-    services::{cluster_ip, endpoint_ips, service_and_export},
+    services::{cluster_ip, endpoint_ips, service_and_export, services_and_exports},
     wait_for,
 };
 use serde_json::{Value, json};
@@ -726,6 +726,167 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
             Some((200, _)) => Ok(()),
             other => Err(format!("{other:?}")),
         },
+    );
+}
+
+/// Issue 24 (faults): a burst of 100 exports from west, and in the middle of it (the leader
+/// holds some of west's ResourceExports, not all) etcd and the leader's API server are killed
+/// (SIGKILL) and restarted 10 s later. The testbed's three API servers share that etcd, so every
+/// cluster's API is gone meanwhile. Afterwards nothing is lost or duplicated: exactly two
+/// ResourceExports and two ResourceImports per Service in the leader, and in each member exactly
+/// one `antrea-mc-<svc>` Service with its one endpoint and one ServiceImport per Service. Prints
+/// how long the ClusterSet took to converge after the restart.
+#[test]
+fn etcd_and_the_leaders_api_server_killed_in_a_burst_lose_and_duplicate_nothing() {
+    const N: usize = 100;
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "burst-fault");
+    let ns = ns.name.as_str();
+    let names: Vec<(String, String)> = (0..N)
+        .map(|i| (format!("s{i}"), format!("10.244.3.{}", i + 1)))
+        .collect();
+    let refs: Vec<(&str, &str)> = names
+        .iter()
+        .map(|(n, ip)| (n.as_str(), ip.as_str()))
+        .collect();
+    let exports_in_leader = || -> usize {
+        tb.try_json(
+            "north",
+            &[
+                "get",
+                "resourceexport",
+                "-n",
+                LEADER_NS,
+                "-l",
+                &format!("sourceNamespace={ns}"),
+            ],
+        )
+        .and_then(|l| l["items"].as_array().map(Vec::len))
+        .unwrap_or(0)
+    };
+    services_and_exports(&tb, "west", ns, &refs);
+    let in_flight = wait_for(
+        "the burst under way in the leader",
+        T,
+        || match exports_in_leader() {
+            n if n > 0 && n < 2 * N => Ok(n),
+            n => Err(format!("{n} ResourceExports")),
+        },
+    );
+    let apiserver = procs::kill("north-apiserver");
+    let etcd = procs::kill("etcd");
+    std::thread::sleep(Duration::from_secs(10));
+    procs::start("etcd", &etcd);
+    procs::start("north-apiserver", &apiserver);
+    let restarted = Instant::now();
+
+    let expected = |cluster: &str| -> Vec<String> {
+        let mut v: Vec<String> = match cluster {
+            "north" => names
+                .iter()
+                .flat_map(|(s, _)| {
+                    let west = id("west");
+                    [
+                        format!("north/resourceexport/{west}-{ns}-{s}-endpoints"),
+                        format!("north/resourceexport/{west}-{ns}-{s}-service"),
+                        format!("north/resourceimport/{ns}-{s}-endpoints"),
+                        format!("north/resourceimport/{ns}-{s}-service"),
+                    ]
+                })
+                .collect(),
+            m => names
+                .iter()
+                .flat_map(|(s, _)| {
+                    let own = (m == "west").then(|| format!("{m}/service/{s}"));
+                    [
+                        format!("{m}/service/antrea-mc-{s}"),
+                        format!("{m}/serviceimport/{s}"),
+                    ]
+                    .into_iter()
+                    .chain(own)
+                })
+                .collect(),
+        };
+        v.sort();
+        v
+    };
+    let mut want: Vec<String> = ["north", "east", "west"]
+        .iter()
+        .flat_map(|c| expected(c))
+        .collect();
+    want.sort();
+    wait_for(
+        "exactly the burst's objects everywhere",
+        Duration::from_secs(240),
+        || {
+            let snap: Vec<String> = snapshot(&tb, ns)
+                .into_iter()
+                .filter(|s| !s.starts_with("north/") || s.contains(ns))
+                .collect();
+            if snap == want {
+                Ok(())
+            } else {
+                let missing = want.iter().filter(|w| !snap.contains(w)).count();
+                let extra: Vec<&String> = snap.iter().filter(|s| !want.contains(s)).collect();
+                Err(format!("{missing} missing, extra: {extra:?}"))
+            }
+        },
+    );
+    let objects = restarted.elapsed();
+    // Every imported Service serves its one endpoint, and every ServiceImport has its IP.
+    for m in MEMBERS {
+        wait_for(
+            &format!("{m}: every import serves its endpoint"),
+            Duration::from_secs(120),
+            || {
+                let eps = tb.get_json(m, &["get", "endpoints", "-n", ns]);
+                let mut served = 0;
+                for e in eps["items"].as_array().into_iter().flatten() {
+                    let name = e["metadata"]["name"].as_str().unwrap_or_default();
+                    let Some(svc) = name.strip_prefix("antrea-mc-") else {
+                        continue;
+                    };
+                    let ips: Vec<&str> = e["subsets"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|s| s["addresses"].as_array().into_iter().flatten())
+                        .filter_map(|a| a["ip"].as_str())
+                        .collect();
+                    let want = &names
+                        .iter()
+                        .find(|(s, _)| s == svc)
+                        .expect("a burst Service")
+                        .1;
+                    if ips == [want.as_str()] {
+                        served += 1;
+                    }
+                }
+                let sis = tb.get_json(m, &["get", "serviceimport", "-n", ns]);
+                let with_ip = sis["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|si| si["spec"]["ips"][0].is_string())
+                    .count();
+                if served == N && with_ip == N {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{served} Endpoints serve, {with_ip} ServiceImports with an IP"
+                    ))
+                }
+            },
+        );
+    }
+    join::wait_ready(&tb);
+    eprintln!(
+        "burst fault: killed with {in_flight} of {} ResourceExports in the leader; after the \
+         restart every object exact in {:.1} s, every import serving in {:.1} s",
+        2 * N,
+        objects.as_secs_f64(),
+        restarted.elapsed().as_secs_f64()
     );
 }
 

@@ -415,16 +415,10 @@ fn mcs_slices(
     proxy_for: Option<&str>,
 ) {
     for (cluster, subsets) in clusters {
-        for (i, subset) in subsets.iter().enumerate() {
-            let slice_name = format!("{name}-{cluster}-{i}");
-            if let Some(existing) = local.mcs_slices.get(&(ns.to_owned(), slice_name.clone()))
-                && !is_managed(*existing)
-            {
-                plan.skipped.push(format!(
-                    "{ns}/{name}: EndpointSlice {ns}/{slice_name} exists and was not created by Strait"
-                ));
-                continue;
-            }
+        // Slices are numbered per cluster; a subset of more endpoints than a slice may hold
+        // (1000, the API's limit) takes several.
+        let mut i = 0;
+        for subset in subsets.iter() {
             let not_ready = subset
                 .not_ready_addresses
                 .iter()
@@ -447,42 +441,54 @@ fn mcs_slices(
                     ..Default::default()
                 })
                 .collect();
-            if endpoints.is_empty() {
-                continue;
+            for endpoints in endpoints.chunks(MAX_SLICE_ENDPOINTS) {
+                let slice_name = format!("{name}-{cluster}-{i}");
+                i += 1;
+                if let Some(existing) = local.mcs_slices.get(&(ns.to_owned(), slice_name.clone()))
+                    && !is_managed(*existing)
+                {
+                    plan.skipped.push(format!(
+                    "{ns}/{name}: EndpointSlice {ns}/{slice_name} exists and was not created by Strait"
+                ));
+                    continue;
+                }
+                let mut metadata = meta(&slice_name, Some(ns), None);
+                let labels = metadata.labels.get_or_insert_default();
+                for (k, v) in [
+                    (mcs::labels::SERVICE_NAME, name),
+                    (mcs::labels::SOURCE_CLUSTER, cluster),
+                    (mcs::labels::SLICE_MANAGED_BY, mcs::labels::SLICE_MANAGER),
+                ] {
+                    labels.insert(k.to_owned(), v.to_owned());
+                }
+                if let Some(service) = proxy_for {
+                    labels.insert(KUBE_SERVICE_NAME.to_owned(), service.to_owned());
+                }
+                plan.mcs_slices.push(EndpointSlice {
+                    metadata,
+                    address_type: "IPv4".into(),
+                    endpoints: Some(endpoints.to_vec()),
+                    ports: Some(
+                        subset
+                            .ports
+                            .iter()
+                            .flatten()
+                            .map(|p| SlicePort {
+                                name: p.name.clone(),
+                                port: Some(p.port),
+                                protocol: p.protocol.clone(),
+                                app_protocol: p.app_protocol.clone(),
+                            })
+                            .collect(),
+                    ),
+                });
             }
-            let mut metadata = meta(&slice_name, Some(ns), None);
-            let labels = metadata.labels.get_or_insert_default();
-            for (k, v) in [
-                (mcs::labels::SERVICE_NAME, name),
-                (mcs::labels::SOURCE_CLUSTER, cluster),
-                (mcs::labels::SLICE_MANAGED_BY, mcs::labels::SLICE_MANAGER),
-            ] {
-                labels.insert(k.to_owned(), v.to_owned());
-            }
-            if let Some(service) = proxy_for {
-                labels.insert(KUBE_SERVICE_NAME.to_owned(), service.to_owned());
-            }
-            plan.mcs_slices.push(EndpointSlice {
-                metadata,
-                address_type: "IPv4".into(),
-                endpoints: Some(endpoints),
-                ports: Some(
-                    subset
-                        .ports
-                        .iter()
-                        .flatten()
-                        .map(|p| SlicePort {
-                            name: p.name.clone(),
-                            port: Some(p.port),
-                            protocol: p.protocol.clone(),
-                            app_protocol: p.app_protocol.clone(),
-                        })
-                        .collect(),
-                ),
-            });
         }
     }
 }
+
+/// The most endpoints one EndpointSlice may hold (the API's validation).
+const MAX_SLICE_ENDPOINTS: usize = 1000;
 
 /// The label by which kube-proxy finds a Service's EndpointSlices.
 const KUBE_SERVICE_NAME: &str = "kubernetes.io/service-name";
@@ -1066,6 +1072,62 @@ mod tests {
                 .as_ref()
                 .unwrap()
                 .contains_key(SKIP_MIRROR)
+        );
+    }
+
+    #[test]
+    fn a_subset_of_more_endpoints_than_a_slice_holds_takes_several_slices() {
+        let namespaces = BTreeSet::from(["default".to_owned()]);
+        let (services, service_imports, mcs_slices, acnps, tiers, own) = (
+            BTreeMap::new(),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            BTreeSet::new(),
+            BTreeMap::new(),
+        );
+        let local = Local {
+            cluster_id: "north",
+            member_ns: "kube-system",
+            namespaces: &namespaces,
+            services: &services,
+            service_imports: &service_imports,
+            mcs_slices: &mcs_slices,
+            acnps: &acnps,
+            tiers: &tiers,
+            own_prefixes: &[],
+            own_endpoints: &own,
+            stretched: false,
+        };
+        let mut imports = web_imports(false);
+        let ips: Vec<String> = (0..2500)
+            .map(|i| format!("10.244.{}.{}", i / 250, i % 250 + 1))
+            .collect();
+        let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let eps = Arc::make_mut(&mut imports[1]).spec.endpoints.as_mut().unwrap();
+        eps.subsets = vec![subset(&refs, ("http", 8080))];
+        eps.cluster_subsets = vec![mc_api::exports::ClusterSubsets {
+            cluster_id: "east".into(),
+            count: 1,
+        }];
+        let p = plan(&imports, &local);
+        let slices: Vec<(String, usize)> = p
+            .mcs_slices
+            .iter()
+            .map(|s| {
+                (
+                    s.metadata.name.clone().unwrap(),
+                    s.endpoints.as_ref().map_or(0, Vec::len),
+                )
+            })
+            .collect();
+        assert_eq!(
+            slices,
+            [
+                ("web-east-0".to_owned(), 1000),
+                ("web-east-1".to_owned(), 1000),
+                ("web-east-2".to_owned(), 500)
+            ]
         );
     }
 
