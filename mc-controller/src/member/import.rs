@@ -1104,7 +1104,11 @@ mod tests {
             .map(|i| format!("10.244.{}.{}", i / 250, i % 250 + 1))
             .collect();
         let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
-        let eps = Arc::make_mut(&mut imports[1]).spec.endpoints.as_mut().unwrap();
+        let eps = Arc::make_mut(&mut imports[1])
+            .spec
+            .endpoints
+            .as_mut()
+            .unwrap();
         eps.subsets = vec![subset(&refs, ("http", 8080))];
         eps.cluster_subsets = vec![mc_api::exports::ClusterSubsets {
             cluster_id: "east".into(),
