@@ -883,20 +883,7 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
 
     // A stream paced at about 2 MB/s while the agents of every Node on its path are replaced.
     let size = upgrade.stream_bytes();
-    let stream = std::thread::spawn(move || {
-        in_pod("east", "up-client", move || -> Result<Vec<u8>, String> {
-            let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-                .map_err(|e| format!("connect: {e}"))?;
-            conn.set_read_timeout(Some(Duration::from_secs(10)))
-                .unwrap();
-            conn.write_all(format!("GET /slow/{size} HTTP/1.0\r\n\r\n").as_bytes())
-                .map_err(|e| e.to_string())?;
-            let mut all = Vec::new();
-            conn.read_to_end(&mut all)
-                .map_err(|e| format!("after {} bytes: {e}", all.len()))?;
-            Ok(all)
-        })
-    });
+    let stream = slow_stream("up-client", addr, size, Duration::from_secs(10), None);
     std::thread::sleep(Duration::from_millis(500));
     for ((cluster, node), log) in upgrade.apply(&tb) {
         assert!(
@@ -912,16 +899,7 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
         .join()
         .unwrap()
         .expect("the stream across the upgrade");
-    let body = all
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| &all[i + 4..])
-        .expect("an HTTP answer");
-    assert_eq!(body.len(), size, "no byte lost");
-    assert!(
-        body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
-        "no byte corrupted"
-    );
+    assert_slow_body(&all, size);
     // New connections work on the new build; then back to this checkout's build.
     in_pod("east", "up-client", move || http_body(addr)).expect("after the upgrade");
     drop(revert);
@@ -933,6 +911,54 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     tb.delete(
         "west",
         &["-n", "default", "service,serviceexport", "web-up"],
+    );
+}
+
+/// `GET /slow/<size>` (about 2 MB/s) from east's Pod `pod` to `addr`, on a thread: the whole
+/// answer, or where it broke off. `progress`, if given, follows the bytes received.
+fn slow_stream(
+    pod: &'static str,
+    addr: SocketAddr,
+    size: usize,
+    read_timeout: Duration,
+    progress: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+) -> std::thread::JoinHandle<Result<Vec<u8>, String>> {
+    std::thread::spawn(move || {
+        in_pod("east", pod, move || -> Result<Vec<u8>, String> {
+            let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+                .map_err(|e| format!("connect: {e}"))?;
+            conn.set_read_timeout(Some(read_timeout)).unwrap();
+            conn.write_all(format!("GET /slow/{size} HTTP/1.0\r\n\r\n").as_bytes())
+                .map_err(|e| e.to_string())?;
+            let mut all = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => return Ok(all),
+                    Ok(n) => {
+                        all.extend_from_slice(&buf[..n]);
+                        if let Some(p) = &progress {
+                            p.store(all.len(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => return Err(format!("after {} bytes: {e}", all.len())),
+                }
+            }
+        })
+    })
+}
+
+/// The answer of [`slow_stream`] holds all `size` bytes of the test server's pattern.
+fn assert_slow_body(all: &[u8], size: usize) {
+    let body = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| &all[i + 4..])
+        .expect("an HTTP answer");
+    assert_eq!(body.len(), size, "no byte lost");
+    assert!(
+        body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
+        "no byte corrupted"
     );
 }
 
@@ -1016,30 +1042,14 @@ fn an_established_stream_survives_a_30_s_underlay_cut_between_the_gateways() {
     // About 2 MB/s: 30 MB outlast the first seconds and the cut.
     let size = 30_000_000;
     let received = Arc::new(AtomicUsize::new(0));
-    let progress = received.clone();
-    let stream = std::thread::spawn(move || {
-        in_pod("east", "cut-client", move || -> Result<Vec<u8>, String> {
-            let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-                .map_err(|e| format!("connect: {e}"))?;
-            // Longer than the cut and TCP's retransmission back-off after it.
-            conn.set_read_timeout(Some(Duration::from_secs(120)))
-                .unwrap();
-            conn.write_all(format!("GET /slow/{size} HTTP/1.0\r\n\r\n").as_bytes())
-                .map_err(|e| e.to_string())?;
-            let mut all = Vec::new();
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match conn.read(&mut buf) {
-                    Ok(0) => return Ok(all),
-                    Ok(n) => {
-                        all.extend_from_slice(&buf[..n]);
-                        progress.store(all.len(), Ordering::Relaxed);
-                    }
-                    Err(e) => return Err(format!("after {} bytes: {e}", all.len())),
-                }
-            }
-        })
-    });
+    // The read timeout is longer than the cut and TCP's retransmission back-off after it.
+    let stream = slow_stream(
+        "cut-client",
+        addr,
+        size,
+        Duration::from_secs(120),
+        Some(received.clone()),
+    );
     std::thread::sleep(Duration::from_secs(3));
     let before = received.load(Ordering::Relaxed);
     assert!(before > 0, "the stream did not start");
@@ -1066,16 +1076,7 @@ fn an_established_stream_survives_a_30_s_underlay_cut_between_the_gateways() {
         }
     });
     let all = stream.join().unwrap().expect("the stream across the cut");
-    let body = all
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| &all[i + 4..])
-        .expect("an HTTP answer");
-    assert_eq!(body.len(), size, "no byte lost");
-    assert!(
-        body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
-        "no byte corrupted"
-    );
+    assert_slow_body(&all, size);
     let fresh = std::time::Instant::now();
     in_pod("east", "cut-client", move || http_body(addr)).expect("a new connection after the cut");
     eprintln!(

@@ -959,10 +959,34 @@ mod tests {
         assert_eq!(p.mcs_slices.len(), 3);
     }
 
+    /// The plan of `imports` in cluster `cluster_id` with namespace `default` and nothing else
+    /// but `own_prefixes` and `own_endpoints`.
+    fn plan_in(
+        cluster_id: &str,
+        own_prefixes: &[Prefix],
+        own_endpoints: &BTreeMap<(String, String), OwnEndpoints>,
+        imports: &[Arc<ResourceImport>],
+    ) -> Plan {
+        let namespaces = BTreeSet::from(["default".to_owned()]);
+        let local = Local {
+            cluster_id,
+            member_ns: "kube-system",
+            namespaces: &namespaces,
+            services: &BTreeMap::new(),
+            service_imports: &BTreeMap::new(),
+            mcs_slices: &BTreeMap::new(),
+            acnps: &BTreeMap::new(),
+            tiers: &BTreeSet::new(),
+            own_prefixes,
+            own_endpoints,
+            stretched: false,
+        };
+        plan(imports, &local)
+    }
+
     #[test]
     fn a_cluster_set_ip_imports_slices_are_kube_proxys_with_this_clusters_ready_pods_as_its_share()
     {
-        let namespaces = BTreeSet::from(["default".to_owned()]);
         let key = ("default".to_owned(), "web".to_owned());
         // West imports its own export: 10.245.0.0/16 is its Pod CIDR; one Pod is ready now.
         let own = BTreeMap::from([(
@@ -973,26 +997,6 @@ mod tests {
             },
         )]);
         let own_prefixes = prefixes(&["10.245.0.0/16"]);
-        let (services, service_imports, mcs_slices, acnps, tiers) = (
-            BTreeMap::new(),
-            BTreeMap::new(),
-            BTreeMap::new(),
-            BTreeMap::new(),
-            BTreeSet::new(),
-        );
-        let local = |own_endpoints| Local {
-            cluster_id: "west",
-            member_ns: "kube-system",
-            namespaces: &namespaces,
-            services: &services,
-            service_imports: &service_imports,
-            mcs_slices: &mcs_slices,
-            acnps: &acnps,
-            tiers: &tiers,
-            own_prefixes: &own_prefixes,
-            own_endpoints,
-            stretched: false,
-        };
         let endpoint_ips = |p: &Plan| -> Vec<String> {
             let mut ips: Vec<String> = p.endpoints[0]
                 .subsets
@@ -1020,7 +1024,7 @@ mod tests {
             ips.sort();
             ips
         };
-        let p = plan(&web_imports(false), &local(&own));
+        let p = plan_in("west", &own_prefixes, &own, &web_imports(false));
         // The Endpoints: east's as merged, west's ready Pod in place of what it exported.
         assert_eq!(endpoint_ips(&p), ["10.244.9.9", "10.245.7.7"]);
         let labels = p.endpoints[0].metadata.labels.as_ref().unwrap();
@@ -1051,7 +1055,7 @@ mod tests {
                 ready: Vec::new(),
             },
         )]);
-        let p = plan(&web_imports(false), &local(&none));
+        let p = plan_in("west", &own_prefixes, &none, &web_imports(false));
         assert_eq!(endpoint_ips(&p), ["10.244.9.9"]);
         assert_eq!(
             slice_ips(&p),
@@ -1062,7 +1066,7 @@ mod tests {
         let mut antrea = web_imports(false);
         let eps = Arc::make_mut(&mut antrea[1]);
         eps.spec.endpoints.as_mut().unwrap().cluster_subsets.clear();
-        let p = plan(&antrea, &local(&own));
+        let p = plan_in("west", &own_prefixes, &own, &antrea);
         assert_eq!(endpoint_ips(&p), ["10.244.9.9", "10.245.7.7"]);
         assert!(p.mcs_slices.is_empty());
         assert!(
@@ -1077,28 +1081,6 @@ mod tests {
 
     #[test]
     fn a_subset_of_more_endpoints_than_a_slice_holds_takes_several_slices() {
-        let namespaces = BTreeSet::from(["default".to_owned()]);
-        let (services, service_imports, mcs_slices, acnps, tiers, own) = (
-            BTreeMap::new(),
-            BTreeMap::new(),
-            BTreeMap::new(),
-            BTreeMap::new(),
-            BTreeSet::new(),
-            BTreeMap::new(),
-        );
-        let local = Local {
-            cluster_id: "north",
-            member_ns: "kube-system",
-            namespaces: &namespaces,
-            services: &services,
-            service_imports: &service_imports,
-            mcs_slices: &mcs_slices,
-            acnps: &acnps,
-            tiers: &tiers,
-            own_prefixes: &[],
-            own_endpoints: &own,
-            stretched: false,
-        };
         let mut imports = web_imports(false);
         let ips: Vec<String> = (0..2500)
             .map(|i| format!("10.244.{}.{}", i / 250, i % 250 + 1))
@@ -1114,7 +1096,7 @@ mod tests {
             cluster_id: "east".into(),
             count: 1,
         }];
-        let p = plan(&imports, &local);
+        let p = plan_in("north", &[], &BTreeMap::new(), &imports);
         let slices: Vec<(String, usize)> = p
             .mcs_slices
             .iter()
