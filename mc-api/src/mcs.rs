@@ -14,6 +14,10 @@ pub mod labels {
     /// Who manages a slice (the stock controller's value is `endpointslice-controller.k8s.io`).
     pub const SLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
     pub const SLICE_MANAGER: &str = "strait-mc-controller.strait.io";
+    /// The Service an EndpointSlice belongs to, for kube-proxy (and the Service's own slices).
+    pub const KUBE_SERVICE_NAME: &str = "kubernetes.io/service-name";
+    /// On an Endpoints object: Kubernetes' EndpointSlice mirroring leaves it alone.
+    pub const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 }
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as MetaCondition;

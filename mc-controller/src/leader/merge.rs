@@ -43,17 +43,17 @@ pub struct Merged {
 /// `(name, port, protocol)` of a Service port: what importers need to agree on.
 type PortKey = (String, i32, String);
 
+fn port_key(p: &ServicePort) -> PortKey {
+    (
+        p.name.clone().unwrap_or_default(),
+        p.port,
+        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+    )
+}
+
+/// The keys of `ports`, sorted (what exporters compare).
 fn port_keys(ports: &[ServicePort]) -> Vec<PortKey> {
-    let mut keys: Vec<PortKey> = ports
-        .iter()
-        .map(|p| {
-            (
-                p.name.clone().unwrap_or_default(),
-                p.port,
-                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-            )
-        })
-        .collect();
+    let mut keys: Vec<PortKey> = ports.iter().map(port_key).collect();
     keys.sort();
     keys
 }
@@ -280,16 +280,7 @@ impl Shape {
             serde_json::from_value(si.pointer("/spec/ports")?.clone()).ok()?;
         Some(Shape {
             headless: si.pointer("/spec/type").and_then(Value::as_str) == Some("Headless"),
-            ports: ports
-                .iter()
-                .map(|p| {
-                    (
-                        p.name.clone().unwrap_or_default(),
-                        p.port,
-                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                    )
-                })
-                .collect(),
+            ports: ports.iter().map(port_key).collect(),
         })
     }
 

@@ -11,7 +11,7 @@ impl Member {
     ) -> BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> {
         let mut slices: BTreeMap<(String, String), Vec<Arc<EndpointSlice>>> = BTreeMap::new();
         for s in self.local.slices.covered(work) {
-            if let Some(svc) = s.labels().get("kubernetes.io/service-name") {
+            if let Some(svc) = s.labels().get(mc_api::mcs::labels::KUBE_SERVICE_NAME) {
                 slices
                     .entry((s.namespace().unwrap_or_default(), svc.clone()))
                     .or_default()

@@ -390,16 +390,13 @@ fn imported_endpoints(
         metadata
             .labels
             .get_or_insert_default()
-            .insert(SKIP_MIRROR.to_owned(), "true".to_owned());
+            .insert(mcs::labels::SKIP_MIRROR.to_owned(), "true".to_owned());
     }
     Endpoints {
         metadata,
         subsets: Some(subsets),
     }
 }
-
-/// The label that keeps Kubernetes' EndpointSlice mirroring away from an Endpoints object.
-pub const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 
 /// The MCS EndpointSlices of one imported Service: per source cluster and subset, an IPv4 slice
 /// `<name>-<cluster>-<i>` labelled with the Service's name and the cluster (hostnames kept: DNS
@@ -462,7 +459,10 @@ fn mcs_slices(
                     labels.insert(k.to_owned(), v.to_owned());
                 }
                 if let Some(service) = proxy_for {
-                    labels.insert(KUBE_SERVICE_NAME.to_owned(), service.to_owned());
+                    labels.insert(
+                        mcs::labels::KUBE_SERVICE_NAME.to_owned(),
+                        service.to_owned(),
+                    );
                 }
                 plan.mcs_slices.push(EndpointSlice {
                     metadata,
@@ -489,9 +489,6 @@ fn mcs_slices(
 
 /// The most endpoints one EndpointSlice may hold (the API's validation).
 const MAX_SLICE_ENDPOINTS: usize = 1000;
-
-/// The label by which kube-proxy finds a Service's EndpointSlices.
-const KUBE_SERVICE_NAME: &str = "kubernetes.io/service-name";
 
 fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &ResourceImport) {
     if !importable(plan, local, ns, name) {
@@ -1028,7 +1025,7 @@ mod tests {
         // The Endpoints: east's as merged, west's ready Pod in place of what it exported.
         assert_eq!(endpoint_ips(&p), ["10.244.9.9", "10.245.7.7"]);
         let labels = p.endpoints[0].metadata.labels.as_ref().unwrap();
-        assert_eq!(labels[SKIP_MIRROR], "true", "no mirrored copy");
+        assert_eq!(labels[mcs::labels::SKIP_MIRROR], "true", "no mirrored copy");
         // The same endpoints in the slices, each under its cluster, read by kube-proxy.
         assert_eq!(
             slice_ips(&p),
@@ -1039,7 +1036,7 @@ mod tests {
         );
         for s in &p.mcs_slices {
             let l = s.metadata.labels.as_ref().unwrap();
-            assert_eq!(l[KUBE_SERVICE_NAME], "antrea-mc-web");
+            assert_eq!(l[mcs::labels::KUBE_SERVICE_NAME], "antrea-mc-web");
             assert_eq!(l[mcs::labels::SERVICE_NAME], "web");
             let port = &s.ports.as_ref().unwrap()[0];
             assert_eq!(
@@ -1075,7 +1072,7 @@ mod tests {
                 .labels
                 .as_ref()
                 .unwrap()
-                .contains_key(SKIP_MIRROR)
+                .contains_key(mcs::labels::SKIP_MIRROR)
         );
     }
 

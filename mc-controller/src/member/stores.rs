@@ -61,7 +61,8 @@ impl LocalStores {
             slices: Watched::keyed(
                 Api::all(c.clone()),
                 watcher::Config::default().labels(&format!(
-                    "kubernetes.io/service-name,{}!={}",
+                    "{},{}!={}",
+                    mcs::labels::KUBE_SERVICE_NAME,
                     labels::MANAGED_BY,
                     labels::MANAGED_BY_VALUE
                 )),
@@ -69,7 +70,7 @@ impl LocalStores {
                 "EndpointSlice",
                 trim_slice,
                 |s| {
-                    let svc = s.labels().get("kubernetes.io/service-name")?;
+                    let svc = s.labels().get(mcs::labels::KUBE_SERVICE_NAME)?;
                     Some(vec![service_key(
                         s.metadata.namespace.as_deref().unwrap_or_default(),
                         svc,
