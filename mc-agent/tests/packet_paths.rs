@@ -806,11 +806,11 @@ fn bad_tunnel_packets_are_dropped_and_counted_and_others_tunnels_left_alone() {
     let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
     let good = geneve(N, G, PORT, &inner);
 
-    // Unknown outer source: not Strait's, never decapsulated nor forwarded; the kernel gets it
-    // as it came.
+    // Strait's Geneve from an unknown outer source: never decapsulated nor forwarded, and not
+    // left to the stack either (nothing there takes it): dropped and counted.
     let stranger = eth(&geneve(STRANGER, G, PORT, &inner));
-    let (v, out) = f.run(Direction::Ingress, &stranger);
-    assert_eq!((v, out), (NEXT, stranger));
+    let (v, _) = f.run(Direction::Ingress, &stranger);
+    assert_eq!(v, SHOT, "Strait's Geneve from a stranger");
 
     // Truncated inside the Geneve header (the outer lengths still claim the full packet).
     let frame = eth(&good);
@@ -863,7 +863,8 @@ fn bad_tunnel_packets_are_dropped_and_counted_and_others_tunnels_left_alone() {
     // Nothing of the above was forwarded, and no SNAT state was created by it.
     assert_eq!(f.snat_entries(), (0, 0));
     f.assert_counters(&[
-        (Counter::PassForeignTunnel, 4),
+        (Counter::PassForeignTunnel, 3),
+        (Counter::DropUnknownPeer, 1),
         (Counter::DropTruncated, 2),
         (Counter::DropBadGeneve, 1),
         (Counter::DropNoSnatEntry, 1),

@@ -83,8 +83,8 @@ counters! {
     /// Gateway, ingress: a local Node's reply to a remote-opened flow, decapsulated to the stack
     /// (conntrack there reverses kube-proxy's DNAT).
     RxReplyFromNode = 13, "rx_reply_from_node", false;
-    /// Tunnel traffic from a peer of a kind this program does not serve (kept for the layout:
-    /// traffic from non-peers is `pass_foreign_tunnel`).
+    /// Gateway, ingress: Strait's tunnel packet (Geneve version 0 carrying IPv4 on the tunnel
+    /// port) from an address that is neither a local Node nor a remote gateway.
     DropUnknownPeer = 14, "drop_unknown_peer", true;
     /// Strait's Geneve (from a peer, version 0, IPv4 inside) whose inner IPv4 header does not
     /// parse.
@@ -127,8 +127,8 @@ counters! {
     /// cluster's to serve: another remote cluster's prefix (the gateway relays nothing between
     /// members), or a Node's or gateway's own address.
     DropNotLocal = 28, "drop_not_local", true;
-    /// UDP to the tunnel port that is not Strait's: from an address that is not one of this
-    /// Node's tunnel peers, or not Geneve version 0 carrying IPv4 (a CNI tunnelling Ethernet on
+    /// UDP to the tunnel port that is not Strait's: on a regular Node from an address that is
+    /// not its gateway, or not Geneve version 0 carrying IPv4 (a CNI tunnelling Ethernet on
     /// the same port between its Nodes, anyone else's datagram, a fragment). Left to the kernel
     /// untouched: Strait never decapsulates it.
     PassForeignTunnel = 29, "pass_foreign_tunnel", false;

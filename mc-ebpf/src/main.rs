@@ -221,8 +221,11 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node, tunnel::now())?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
-        // Neither a local Node nor a remote gateway: not Strait's, the kernel's.
-        _ => Ok((Counter::PassForeignTunnel, VERDICT_NEXT)),
+        // Strait's tunnel packet from neither a local Node nor a remote gateway: a gateway that
+        // left, a Node not known yet, or a flood at the gateway's public address. Nothing on
+        // this Node would take it (a CNI's Geneve carries Ethernet and is `Foreign`), so it is
+        // dropped here, counted, before the stack spends anything on it.
+        _ => Err(Counter::DropUnknownPeer),
     }
 }
 

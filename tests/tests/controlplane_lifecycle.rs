@@ -2,6 +2,7 @@
 //! leaving and going silent, controllers killed mid-flow, and the leader's API server down.
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
     time::{Duration, Instant},
 };
@@ -589,6 +590,11 @@ impl Drop for Resume {
 
 /// Every object in the leader's namespace and the members' imports, as (kind, name) sets.
 fn snapshot(tb: &Testbed, ns: &str) -> Vec<String> {
+    snapshot_in(tb, ns, &[])
+}
+
+/// `snapshot` of the clusters `only` (every cluster when empty).
+fn snapshot_in(tb: &Testbed, ns: &str, only: &[&str]) -> Vec<String> {
     let mut all = Vec::new();
     for (cluster, kind, namespace) in [
         ("north", "resourceexport", LEADER_NS),
@@ -598,6 +604,9 @@ fn snapshot(tb: &Testbed, ns: &str) -> Vec<String> {
         ("west", "service", ns),
         ("west", "serviceimport", ns),
     ] {
+        if !only.is_empty() && !only.contains(&cluster) {
+            continue;
+        }
         let list = tb.get_json(cluster, &["get", kind, "-n", namespace]);
         for item in list["items"].as_array().into_iter().flatten() {
             if item["metadata"]["deletionTimestamp"].is_null() {
@@ -787,121 +796,22 @@ fn etcd_and_the_leaders_api_server_killed_in_a_burst_lose_and_duplicate_nothing(
         });
     }
 
-    let expected = |cluster: &str| -> Vec<String> {
-        let mut v: Vec<String> = match cluster {
-            "north" => names
-                .iter()
-                .flat_map(|(s, _)| {
-                    let west = id("west");
-                    [
-                        format!("north/resourceexport/{west}-{ns}-{s}-endpoints"),
-                        format!("north/resourceexport/{west}-{ns}-{s}-service"),
-                        format!("north/resourceimport/{ns}-{s}-endpoints"),
-                        format!("north/resourceimport/{ns}-{s}-service"),
-                    ]
-                })
-                .collect(),
-            m => names
-                .iter()
-                .flat_map(|(s, _)| {
-                    let own = (m == "west").then(|| format!("{m}/service/{s}"));
-                    [
-                        format!("{m}/service/antrea-mc-{s}"),
-                        format!("{m}/serviceimport/{s}"),
-                    ]
-                    .into_iter()
-                    .chain(own)
-                })
-                .collect(),
-        };
-        v.sort();
-        v
-    };
-    let mut want: Vec<String> = ["north", "east", "west"]
-        .iter()
-        .flat_map(|c| expected(c))
-        .collect();
-    want.sort();
+    let exported: Vec<(&str, &str)> = names.iter().map(|(s, _)| ("west", s.as_str())).collect();
+    let want = expected_snapshot(ns, &exported, &exported);
     wait_for(
         "exactly the burst's objects everywhere",
         Duration::from_secs(240),
-        || {
-            let snap: Vec<String> = snapshot(&tb, ns)
-                .into_iter()
-                .filter(|s| !s.starts_with("north/") || s.contains(ns))
-                .collect();
-            if snap == want {
-                Ok(())
-            } else {
-                let missing = want.iter().filter(|w| !snap.contains(w)).count();
-                let extra: Vec<&String> = snap.iter().filter(|s| !want.contains(s)).collect();
-                Err(format!("{missing} missing, extra: {extra:?}"))
-            }
-        },
+        || exact(&tb, ns, &want, &[]),
     );
     let objects = restarted.elapsed();
-    // Every imported Service serves its one endpoint (in east west's Service's ClusterIP, as
-    // `endpointIPType: ClusterIP` exports it; in west its own endpoint), and every ServiceImport
-    // has its IP.
-    let west_ips: std::collections::BTreeMap<String, String> = tb
-        .get_json("west", &["get", "service", "-n", ns])["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| {
-            Some((
-                s["metadata"]["name"].as_str()?.to_owned(),
-                s["spec"]["clusterIP"].as_str()?.to_owned(),
-            ))
-        })
-        .collect();
+    // Every imported Service serves its one endpoint, and every ServiceImport has its IP.
+    let burst: Vec<(&str, &str, &str)> = refs.iter().map(|(s, ip)| ("west", *s, *ip)).collect();
+    let ips = cluster_ips(&tb, ns, &["west"]);
     for m in MEMBERS {
         wait_for(
             &format!("{m}: every import serves its endpoint"),
             Duration::from_secs(120),
-            || {
-                let eps = tb.get_json(m, &["get", "endpoints", "-n", ns]);
-                let mut served = 0;
-                for e in eps["items"].as_array().into_iter().flatten() {
-                    let name = e["metadata"]["name"].as_str().unwrap_or_default();
-                    let Some(svc) = name.strip_prefix("antrea-mc-") else {
-                        continue;
-                    };
-                    let ips: Vec<&str> = e["subsets"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .flat_map(|s| s["addresses"].as_array().into_iter().flatten())
-                        .filter_map(|a| a["ip"].as_str())
-                        .collect();
-                    let want = if m == "west" {
-                        &names
-                            .iter()
-                            .find(|(s, _)| s == svc)
-                            .expect("a burst Service")
-                            .1
-                    } else {
-                        &west_ips[svc]
-                    };
-                    if ips == [want.as_str()] {
-                        served += 1;
-                    }
-                }
-                let sis = tb.get_json(m, &["get", "serviceimport", "-n", ns]);
-                let with_ip = sis["items"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|si| si["spec"]["ips"][0].is_string())
-                    .count();
-                if served == N && with_ip == N {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{served} Endpoints serve, {with_ip} ServiceImports with an IP"
-                    ))
-                }
-            },
+            || imports_serving(&tb, m, ns, &burst, &ips),
         );
     }
     join::wait_ready(&tb);
@@ -909,6 +819,253 @@ fn etcd_and_the_leaders_api_server_killed_in_a_burst_lose_and_duplicate_nothing(
         "burst fault: killed with {in_flight} of {} ResourceExports in the leader; after the \
          restart every object exact in {:.1} s, every import serving in {:.1} s",
         2 * N,
+        objects.as_secs_f64(),
+        restarted.elapsed().as_secs_f64()
+    );
+}
+
+/// The ClusterIPs of the Services in `ns` of each of `clusters`, by cluster and Service.
+fn cluster_ips(
+    tb: &Testbed,
+    ns: &str,
+    clusters: &[&str],
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    clusters
+        .iter()
+        .map(|c| {
+            let ips = tb.get_json(c, &["get", "service", "-n", ns])["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| {
+                    Some((
+                        s["metadata"]["name"].as_str()?.to_owned(),
+                        s["spec"]["clusterIP"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect();
+            ((*c).to_owned(), ips)
+        })
+        .collect()
+}
+
+/// Whether member `m` imports exactly the `(exporter, service, endpoint IP)` in `exported`: every
+/// `antrea-mc-<svc>` Endpoints holds its one endpoint (the exporter's Service's ClusterIP from
+/// `ips`, as `endpointIPType: ClusterIP` exports it; in the exporter itself its own endpoint), no
+/// other imported Endpoints exists, kube-proxy's EndpointSlices of `antrea-mc-<svc>` hold the same
+/// endpoint, and every ServiceImport has its IP.
+fn imports_serving(
+    tb: &Testbed,
+    m: &str,
+    ns: &str,
+    exported: &[(&str, &str, &str)],
+    ips: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<(), String> {
+    let want: BTreeMap<String, Vec<String>> = exported
+        .iter()
+        .map(|(exporter, svc, ip)| {
+            let ip = if *exporter == m {
+                (*ip).to_owned()
+            } else {
+                ips[*exporter][*svc].clone()
+            };
+            ((*svc).to_owned(), vec![ip])
+        })
+        .collect();
+    let eps = tb.get_json(m, &["get", "endpoints", "-n", ns]);
+    let mut have = BTreeMap::new();
+    for e in eps["items"].as_array().into_iter().flatten() {
+        let name = e["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(svc) = name.strip_prefix("antrea-mc-") else {
+            continue;
+        };
+        let ips: Vec<String> = e["subsets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["addresses"].as_array().into_iter().flatten())
+            .filter_map(|a| a["ip"].as_str().map(str::to_owned))
+            .collect();
+        have.insert(svc.to_owned(), ips);
+    }
+    // What kube-proxy reads: the slices of `antrea-mc-<svc>` (Strait's, per source cluster).
+    let slices = tb.get_json(m, &["get", "endpointslices", "-n", ns]);
+    let mut sliced: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for sl in slices["items"].as_array().into_iter().flatten() {
+        let labels = &sl["metadata"]["labels"];
+        let Some(svc) = labels["kubernetes.io/service-name"]
+            .as_str()
+            .and_then(|n| n.strip_prefix("antrea-mc-"))
+        else {
+            continue;
+        };
+        let ips = sl["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+            .filter_map(|a| a.as_str().map(str::to_owned));
+        sliced.entry(svc.to_owned()).or_default().extend(ips);
+    }
+    let sis = tb.get_json(m, &["get", "serviceimport", "-n", ns]);
+    let with_ip = sis["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|si| si["spec"]["ips"][0].is_string())
+        .count();
+    let serving = want
+        .iter()
+        .filter(|(s, ips)| have.get(*s) == Some(ips))
+        .count();
+    let in_slices = want
+        .iter()
+        .filter(|(s, ips)| sliced.get(*s) == Some(ips))
+        .count();
+    let n = want.len();
+    if have.len() == n && serving == n && sliced.len() == n && in_slices == n && with_ip == n {
+        Ok(())
+    } else {
+        Err(format!(
+            "{serving} of {n} Endpoints serve ({} imported Endpoints), {in_slices} in their \
+             EndpointSlices ({} sliced), {with_ip} ServiceImports with an IP",
+            have.len(),
+            sliced.len()
+        ))
+    }
+}
+
+/// The objects `snapshot` lists when `exported` holds the `(exporter, service)` exported from the
+/// namespace `ns` and `own` the `(cluster, service)` Services that exist there: two
+/// ResourceExports and two ResourceImports per export in the leader, and in each member its own
+/// Services plus one `antrea-mc-<svc>` Service and one ServiceImport per export.
+fn expected_snapshot(ns: &str, exported: &[(&str, &str)], own: &[(&str, &str)]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for (exporter, s) in exported {
+        let cluster = id(exporter);
+        for kind in ["endpoints", "service"] {
+            v.push(format!("north/resourceexport/{cluster}-{ns}-{s}-{kind}"));
+            v.push(format!("north/resourceimport/{ns}-{s}-{kind}"));
+        }
+        for m in MEMBERS {
+            v.push(format!("{m}/service/antrea-mc-{s}"));
+            v.push(format!("{m}/serviceimport/{s}"));
+        }
+    }
+    v.extend(own.iter().map(|(c, s)| format!("{c}/service/{s}")));
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Whether the `snapshot` of the clusters `only` (every cluster when empty), without other
+/// namespaces' objects in the leader, equals `want` (restricted to those clusters).
+fn exact(tb: &Testbed, ns: &str, want: &[String], only: &[&str]) -> Result<(), String> {
+    let snap: Vec<String> = snapshot_in(tb, ns, only)
+        .into_iter()
+        .filter(|s| !s.starts_with("north/") || s.contains(ns))
+        .collect();
+    let keep =
+        |s: &&String| only.is_empty() || only.iter().any(|c| s.starts_with(&format!("{c}/")));
+    let want: Vec<&String> = want.iter().filter(keep).collect();
+    if snap.iter().eq(want.iter().copied()) {
+        Ok(())
+    } else {
+        let missing = want.iter().filter(|w| !snap.contains(w)).count();
+        let extra: Vec<&String> = snap.iter().filter(|s| !want.contains(s)).collect();
+        Err(format!("{missing} missing, extra: {extra:?}"))
+    }
+}
+
+/// A member's API server down for 60 s (issue 24): its controller keeps its connection to the
+/// leader, so its exports stay in the ClusterSet; the leader and the other member go on
+/// exporting, withdrawing and importing meanwhile; once the API server is back, every object is
+/// exact in every cluster, nothing lost and nothing duplicated, and every import serves its
+/// endpoint. Prints how long the member took to catch up.
+#[test]
+fn a_members_api_server_down_for_60_s_loses_and_duplicates_nothing() {
+    const DOWN: Duration = Duration::from_secs(60);
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "member-down");
+    let ns = ns.name.as_str();
+    let svcs: Vec<(&str, String, String)> = (0..8)
+        .map(|i| ("west", format!("w{i}"), format!("10.244.3.{}", i + 1)))
+        .chain((0..5).map(|i| ("east", format!("e{i}"), format!("10.244.4.{}", i + 1))))
+        .collect();
+    let of = |cluster: &str, range: std::ops::Range<usize>| -> Vec<(&str, &str)> {
+        svcs.iter()
+            .filter(|(c, s, _)| *c == cluster && range.contains(&s[1..].parse().unwrap()))
+            .map(|(_, s, ip)| (s.as_str(), ip.as_str()))
+            .collect()
+    };
+    services_and_exports(&tb, "west", ns, &of("west", 0..5));
+    services_and_exports(&tb, "east", ns, &of("east", 0..5));
+    let state = |west: std::ops::Range<usize>, withdrawn: &[&str]| {
+        let all: Vec<(&str, &str, &str)> = svcs
+            .iter()
+            .filter(|(c, s, _)| {
+                let i: usize = s[1..].parse().unwrap();
+                (*c == "east" || west.contains(&i)) && !withdrawn.contains(&s.as_str())
+            })
+            .map(|(c, s, ip)| (*c, s.as_str(), ip.as_str()))
+            .collect();
+        let own: Vec<(&str, &str)> = svcs
+            .iter()
+            .filter(|(c, s, _)| *c == "east" || west.contains(&s[1..].parse().unwrap()))
+            .map(|(c, s, _)| (*c, s.as_str()))
+            .collect();
+        let exported: Vec<(&str, &str)> = all.iter().map(|(c, s, _)| (*c, *s)).collect();
+        (expected_snapshot(ns, &exported, &own), all)
+    };
+    let (before, _) = state(0..5, &[]);
+    wait_for("both members' exports imported", T, || {
+        exact(&tb, ns, &before, &[])
+    });
+    // East's ClusterIPs are read now: east cannot be asked while it is down.
+    let mut ips = cluster_ips(&tb, ns, &["east"]);
+
+    let apiserver = procs::kill("east-apiserver");
+    let down = Instant::now();
+    // Meanwhile west exports three more Services and withdraws one.
+    services_and_exports(&tb, "west", ns, &of("west", 5..8));
+    ips.extend(cluster_ips(&tb, ns, &["west"]));
+    tb.ok("west", &["delete", "serviceexport", "-n", ns, "w0"]);
+    let (after, serving) = state(0..8, &["w0"]);
+    wait_for("the leader and west without east", DOWN, || {
+        exact(&tb, ns, &after, &["north", "west"])
+    });
+    wait_for("west's imports serving", DOWN, || {
+        imports_serving(&tb, "west", ns, &serving, &ips)
+    });
+    std::thread::sleep(DOWN.saturating_sub(down.elapsed()));
+    // East's exports were not withdrawn while its API server was away.
+    exact(&tb, ns, &after, &["north"]).expect("the leader after 60 s without east's API server");
+    procs::start("east-apiserver", &apiserver);
+    let restarted = Instant::now();
+    wait_for("east's API server back", T, || {
+        tb.try_json("east", &["get", "namespace", ns])
+            .ok_or("no answer".to_owned())
+    });
+    wait_for(
+        "exactly the exports everywhere",
+        Duration::from_secs(240),
+        || exact(&tb, ns, &after, &[]),
+    );
+    let objects = restarted.elapsed();
+    for m in MEMBERS {
+        wait_for(
+            &format!("{m}: every import serves its endpoint"),
+            Duration::from_secs(120),
+            || imports_serving(&tb, m, ns, &serving, &ips),
+        );
+    }
+    join::wait_ready(&tb);
+    eprintln!(
+        "member API server down for {} s: the leader kept east's {} exports; after the restart \
+         every object exact in {:.1} s, every import serving in {:.1} s",
+        DOWN.as_secs(),
+        of("east", 0..5).len(),
         objects.as_secs_f64(),
         restarted.elapsed().as_secs_f64()
     );

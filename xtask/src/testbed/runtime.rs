@@ -324,6 +324,11 @@ nodeLeaseDurationSeconds: 8
 nodeStatusUpdateFrequency: 4s
 serializeImagePulls: false
 maxPods: 60
+# A crashed container is restarted within a second (the default back-off grows to 5 min): the
+# agent fault test kills the gateway's agent 20 times in a row (KubeletCrashLoopBackOffMax, beta
+# and on by default since 1.35).
+crashLoopBackOff:
+  maxContainerRestartPeriod: 1s
 "#,
         cluster = node.cluster.name,
         name = node.name,
