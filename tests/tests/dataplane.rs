@@ -962,6 +962,21 @@ fn assert_slow_body(all: &[u8], size: usize) {
     );
 }
 
+/// West's Pod `web` behind an exported Service of the same name and east's Pod `client` (both on
+/// node-b): the address of the imported Service in east. `drop_web_across` removes them.
+fn web_across(tb: &Testbed, web: &str, client: &str) -> SocketAddr {
+    export_web(tb, "west", "node-b", web, web);
+    xtask(&["testbed", "pod", "add", "east", "node-b", client]);
+    let ip = imported_ip(tb, "east", web);
+    format!("{ip}:80").parse().unwrap()
+}
+
+fn drop_web_across(tb: &Testbed, web: &str, client: &str) {
+    xtask(&["testbed", "pod", "del", "east", client]);
+    xtask(&["testbed", "pod", "del", "west", web]);
+    tb.delete("west", &["-n", "default", "service,serviceexport", web]);
+}
+
 /// The PID of the agent in `cluster`/`node`'s network namespace (a kubelet's container or a
 /// testbed process), if one runs.
 fn agent_pid(cluster: &str, node: &str) -> Option<i32> {
@@ -994,10 +1009,7 @@ fn an_established_stream_survives_the_gateways_agent_killed_20_times() {
     };
     const KILLS: u64 = 20;
     let tb = joined_with_gateways();
-    export_web(&tb, "west", "node-b", "web-kill", "web-kill");
-    xtask(&["testbed", "pod", "add", "east", "node-b", "kill-client"]);
-    let ip = imported_ip(&tb, "east", "web-kill");
-    let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
+    let addr = web_across(&tb, "web-kill", "kill-client");
     wait_for("web-kill answers from east", T, || {
         in_pod("east", "kill-client", move || http_body(addr))
     });
@@ -1087,12 +1099,7 @@ fn an_established_stream_survives_the_gateways_agent_killed_20_times() {
         kills.as_secs_f64(),
         longest.as_millis()
     );
-    xtask(&["testbed", "pod", "del", "east", "kill-client"]);
-    xtask(&["testbed", "pod", "del", "west", "web-kill"]);
-    tb.delete(
-        "west",
-        &["-n", "default", "service,serviceexport", "web-kill"],
-    );
+    drop_web_across(&tb, "web-kill", "kill-client");
 }
 
 /// The `gatewayIP` of `cluster`'s Gateway (node-a).
@@ -1211,10 +1218,7 @@ fn a_geneve_flood_from_a_stranger_is_dropped_and_counted_and_real_traffic_keeps_
     const WINDOW: Duration = Duration::from_secs(3);
     const ROUNDS: usize = 4;
     let tb = joined_with_gateways();
-    export_web(&tb, "west", "node-b", "web-flood", "web-flood");
-    xtask(&["testbed", "pod", "add", "east", "node-b", "flood-client"]);
-    let ip = imported_ip(&tb, "east", "web-flood");
-    let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
+    let addr = web_across(&tb, "web-flood", "flood-client");
     wait_for("web-flood echoes from east", T, || {
         in_pod("east", "flood-client", move || udp_echo(addr, "hello"))
     });
@@ -1277,12 +1281,7 @@ fn a_geneve_flood_from_a_stranger_is_dropped_and_counted_and_real_traffic_keeps_
         flooded_rate >= 0.9 * quiet_rate,
         "the round trips kept {flooded_rate:.0}/s of {quiet_rate:.0}/s under the flood"
     );
-    xtask(&["testbed", "pod", "del", "east", "flood-client"]);
-    xtask(&["testbed", "pod", "del", "west", "web-flood"]);
-    tb.delete(
-        "west",
-        &["-n", "default", "service,serviceexport", "web-flood"],
-    );
+    drop_web_across(&tb, "web-flood", "flood-client");
 }
 
 /// The underlay between two addresses cut in the testbed's router (a blackhole rule each way in
@@ -1344,10 +1343,7 @@ fn an_established_stream_survives_a_30_s_underlay_cut_between_the_gateways() {
         atomic::{AtomicUsize, Ordering},
     };
     let tb = joined_with_gateways();
-    export_web(&tb, "west", "node-b", "web-cut", "web-cut");
-    xtask(&["testbed", "pod", "add", "east", "node-b", "cut-client"]);
-    let ip = imported_ip(&tb, "east", "web-cut");
-    let addr: SocketAddr = format!("{ip}:80").parse().unwrap();
+    let addr = web_across(&tb, "web-cut", "cut-client");
     wait_for("web-cut answers from east", T, || {
         in_pod("east", "cut-client", move || http_body(addr))
     });
@@ -1401,12 +1397,7 @@ fn an_established_stream_survives_a_30_s_underlay_cut_between_the_gateways() {
         restored.elapsed().as_secs_f64(),
         fresh.elapsed().as_millis()
     );
-    xtask(&["testbed", "pod", "del", "east", "cut-client"]);
-    xtask(&["testbed", "pod", "del", "west", "web-cut"]);
-    tb.delete(
-        "west",
-        &["-n", "default", "service,serviceexport", "web-cut"],
-    );
+    drop_web_across(&tb, "web-cut", "cut-client");
 }
 
 /// Waits until `cluster`'s `antrea-mc-<service>` Endpoints hold exactly `want` (in any order),

@@ -18,7 +18,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::{Endpoints, Namespace, Service};
+use k8s_openapi::api::{
+    core::v1::{Endpoints, Namespace, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, ResourceExt as _,
     api::{DeleteParams, PostParams},
@@ -217,6 +220,18 @@ fn hop_watches(
             "east ServiceImport with an IP",
             first_seen(Api::<ServiceImport>::namespaced(east.clone(), ns), |o| {
                 (!o.spec.ips.is_empty()).then(|| o.name_any())
+            }),
+        ),
+        (
+            "east kube-proxy's EndpointSlice with an endpoint",
+            first_seen(Api::<EndpointSlice>::namespaced(east.clone(), ns), |o| {
+                if o.endpoints.as_ref().is_none_or(Vec::is_empty) {
+                    return None;
+                }
+                o.labels()
+                    .get(mc_api::mcs::labels::KUBE_SERVICE_NAME)?
+                    .strip_prefix("antrea-mc-")
+                    .map(str::to_owned)
             }),
         ),
     ]
@@ -533,6 +548,23 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let total = started.elapsed();
+        // Where the burst's time goes: when each hop had seen half and all of the Services.
+        let burst_hops: Vec<String> = hops
+            .iter()
+            .map(|(hop, (seen, _))| {
+                let s = seen.lock().expect("hop");
+                let mut at: Vec<Duration> = (0..n)
+                    .filter_map(|i| s.get(&format!("svc-{i}")))
+                    .map(|t| t.saturating_duration_since(started))
+                    .collect();
+                at.sort();
+                let all = match at.len() {
+                    k if k == n => format!("{:.1?}", at[k - 1]),
+                    k => format!("{k} of {n}"),
+                };
+                format!("{hop} {:.1?}/{all}", percentile(&at, 0.5))
+            })
+            .collect();
         // Steady state first: every ServiceExport reports Ready (its statuses written too).
         let ready_deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 5);
         let all_ready = loop {
@@ -561,11 +593,16 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         };
         let writes_after = wait_quiet(&clusters).await?;
         let cpu_after = testbed_cpu();
-        let cost = burst_cost(
-            n,
-            (&writes_before, &writes_after),
-            started.elapsed(),
-            (&cpu_before, &cpu_after),
+        let cost = format!(
+            "{}\n  burst of {n}, when each hop had seen half / all of the Services after the first \
+             create request: {}",
+            burst_cost(
+                n,
+                (&writes_before, &writes_after),
+                started.elapsed(),
+                (&cpu_before, &cpu_after),
+            ),
+            burst_hops.join(", ")
         );
         // At this scale, one more at a time.
         let mut steady = Vec::new();

@@ -349,29 +349,7 @@ fn service(
     service_ok: &mut Accepted,
     out: &mut Merged,
 ) -> Option<Value> {
-    let exporters: Vec<Exporter> = tuple
-        .exports
-        .iter()
-        .filter_map(|re| {
-            let payload = re.spec.service.as_ref();
-            let spec = payload.and_then(|s| s.service_spec.as_deref());
-            let shape = spec.and_then(Shape::of);
-            if shape.is_none() {
-                out.verdicts.insert(
-                    re.name_any(),
-                    Verdict::Failure(
-                        "a Service export needs spec.service.serviceSpec.ports".into(),
-                    ),
-                );
-            }
-            Some(Exporter {
-                re,
-                spec: spec?,
-                shape: shape?,
-                payload: payload?,
-            })
-        })
-        .collect();
+    let exporters = exporters(tuple, out);
     let oldest = exporters.first()?;
     let imported = imported
         .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::SERVICE_IMPORT))
@@ -474,6 +452,40 @@ fn service(
         };
         out.verdicts.insert(e.re.name_any(), verdict);
     }
+    Some(service_import(tuple, &claimed, headless, chosen))
+}
+
+/// The exports of `tuple` that carry a Service spec with ports, oldest first; the others are
+/// told they failed.
+fn exporters<'a>(tuple: &Tuple<'a>, out: &mut Merged) -> Vec<Exporter<'a>> {
+    tuple
+        .exports
+        .iter()
+        .filter_map(|re| {
+            let payload = re.spec.service.as_ref();
+            let spec = payload.and_then(|s| s.service_spec.as_deref());
+            let shape = spec.and_then(Shape::of);
+            if shape.is_none() {
+                out.verdicts.insert(
+                    re.name_any(),
+                    Verdict::Failure(
+                        "a Service export needs spec.service.serviceSpec.ports".into(),
+                    ),
+                );
+            }
+            Some(Exporter {
+                re,
+                spec: spec?,
+                shape: shape?,
+                payload: payload?,
+            })
+        })
+        .collect()
+}
+
+/// The ServiceImport of `tuple`: the `claimed` ports, its type, the traits, labels and
+/// annotations of the `chosen` export.
+fn service_import(tuple: &Tuple, claimed: &[PortKey], headless: bool, chosen: &Exporter) -> Value {
     let ports: Vec<Value> = claimed
         .iter()
         .map(|(name, port, protocol)| {
@@ -506,7 +518,7 @@ fn service(
     if !chosen.payload.exported_annotations.is_empty() {
         metadata["annotations"] = json!(chosen.payload.exported_annotations);
     }
-    Some(json!({"metadata": metadata, "spec": spec}))
+    json!({"metadata": metadata, "spec": spec})
 }
 
 /// The policy of an ACNP's exports: the oldest's; an export with another spec fails.

@@ -540,11 +540,28 @@ impl Leader {
             }
         }
         let issued = ids.issued_up_to();
+        failures += self
+            .record_label_ids(issued, marked, set.as_ref(), merged, &mut imports)
+            .await;
+        (imports, failures)
+    }
+
+    /// Records `issued` (the highest label ID handed out) on the ClusterSet when it says less
+    /// (`marked`); if that fails, the imports with IDs above what is recorded wait (left out of
+    /// `merged` and `imports`, their keys for the next pass). Returns the failures.
+    async fn record_label_ids(
+        &mut self,
+        issued: u32,
+        marked: u32,
+        set: Option<&Arc<ClusterSet>>,
+        merged: &mut merge::Merged,
+        imports: &mut Vec<Arc<ResourceImport>>,
+    ) -> usize {
         // After a write of ours the store may lag a moment: the mark is then written again,
         // which changes nothing.
         let recorded = self.ids_recorded.max(marked);
         if issued > marked {
-            let written = match &set {
+            let written = match set {
                 Some(set) => {
                     let patch = json!({"metadata": {"annotations": {
                         annotations::LABEL_IDS_ISSUED: issued.to_string()}}});
@@ -583,11 +600,11 @@ impl Leader {
                     for name in unrecorded {
                         self.pending.add(name);
                     }
-                    failures += 1;
+                    return 1;
                 }
             }
         }
-        (imports, failures)
+        0
     }
 
     /// Removes the leader's finalizer from a deleting export.

@@ -61,18 +61,7 @@ impl Member {
 
     /// Writes the imports; returns the failures and whether anything was written.
     pub(super) async fn import(&mut self, conn: &Connection, work: &Work) -> (usize, bool) {
-        // A namespace being deleted takes its objects with it: nothing is written into it, and
-        // nothing in it is deleted one by one.
-        let (namespaces, terminating): (BTreeSet<String>, BTreeSet<String>) = {
-            let (live, dying): (Vec<_>, Vec<_>) = self
-                .local
-                .namespaces
-                .all()
-                .into_iter()
-                .partition(|n| n.metadata.deletion_timestamp.is_none());
-            let names = |v: Vec<Arc<Namespace>>| v.iter().map(|n| n.name_any()).collect();
-            (names(live), names(dying))
-        };
+        let (namespaces, terminating) = self.namespaces();
         let dying = |ns: &str| terminating.contains(ns);
         let services_v = self.local.services.covered(work);
         let services = by_ns_name(&services_v);
@@ -105,53 +94,9 @@ impl Member {
                 stretched: self.config.enable_stretched_network_policy,
             },
         );
-        let w = &self.writer;
-        let c = &self.client;
-        fn ns_of<K: Resource>(o: &K) -> &str {
-            o.meta().namespace.as_deref().unwrap_or_default()
-        }
-        // A ServiceImport waits for its Service's ClusterIP; it is not deleted meanwhile.
-        let want_si: BTreeSet<(String, String)> = plan
-            .services
-            .iter()
-            .map(|svc| {
-                let name = svc.name_any();
-                let name = name.strip_prefix(names::IMPORTED_PREFIX).unwrap_or(&name);
-                (ns_of(svc).to_owned(), name.to_owned())
-            })
-            .collect();
-        // A new imported Service's ServiceImport follows its apply, with the ClusterIP the API
-        // server allocated (one write sooner than waiting for the Service's watch event).
-        let mut awaiting = plan.awaiting_ip;
-        let then = |svc: &Service| -> Option<Then<Service>> {
-            let mut si = awaiting.remove(&(ns_of(svc).to_owned(), svc.name_any()))?;
-            let (w, api) = (
-                w.clone(),
-                Api::<ServiceImport>::namespaced(c.clone(), ns_of(svc)),
-            );
-            Some(Box::new(move |stored: Service| {
-                let ip = stored
-                    .spec?
-                    .cluster_ip
-                    .filter(|ip| ip != "None" && !ip.is_empty())?;
-                si.spec.ips = vec![ip];
-                Some(w.apply_op(&api, si).1)
-            }))
-        };
-        let mut ops = w.converge_then(
-            plan.services,
-            &services_v,
-            Compare::Fields,
-            |ns: &str| Api::namespaced(c.clone(), ns),
-            |svc| {
-                is_managed(svc)
-                    && svc
-                        .annotations()
-                        .contains_key(annotations::IMPORTED_SERVICE)
-                    && !dying(ns_of(svc))
-            },
-            then,
-        );
+        let (w, c) = (&self.writer, &self.client);
+        let (mut ops, want_si) =
+            service_writes(w, c, plan.services, plan.awaiting_ip, &services_v, &dying);
         let endpoints_v = self.local.endpoints.covered(work);
         ops.extend(w.converge(
             plan.endpoints,
@@ -210,6 +155,19 @@ impl Member {
             failures += self.report_acnp_failures(conn, plan.acnp_failures).await;
         }
         (failures, wrote)
+    }
+
+    /// Names of the live and the terminating Namespaces. A namespace being deleted takes its
+    /// objects with it: nothing is written into it, and nothing in it is deleted one by one.
+    fn namespaces(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let (live, dying): (Vec<_>, Vec<_>) = self
+            .local
+            .namespaces
+            .all()
+            .into_iter()
+            .partition(|n| n.metadata.deletion_timestamp.is_none());
+        let names = |v: Vec<Arc<Namespace>>| v.iter().map(|n| n.name_any()).collect();
+        (names(live), names(dying))
     }
 
     /// ACNP import failures become Warning Events `ACNPImportFailed` in the leader, on the
@@ -346,6 +304,68 @@ impl Member {
 }
 
 /// Objects by `(namespace, name)`.
+/// The writes of the imported Services, each new one's ServiceImport chained to its apply (see
+/// `import`), and the ServiceImports they stand for (not to be deleted while they wait for a
+/// ClusterIP).
+fn service_writes(
+    w: &Writer,
+    c: &Client,
+    services: Vec<Service>,
+    awaiting_ip: BTreeMap<(String, String), ServiceImport>,
+    stored: &[Arc<Service>],
+    dying: &impl Fn(&str) -> bool,
+) -> (Vec<(String, Op)>, BTreeSet<NsName>) {
+    // A ServiceImport waits for its Service's ClusterIP; it is not deleted meanwhile.
+    let want_si: BTreeSet<(String, String)> = services
+        .iter()
+        .map(|svc| {
+            let name = svc.name_any();
+            let name = name.strip_prefix(names::IMPORTED_PREFIX).unwrap_or(&name);
+            (ns_of(svc).to_owned(), name.to_owned())
+        })
+        .collect();
+    // A new imported Service's ServiceImport follows its apply, with the ClusterIP the API
+    // server allocated (one write sooner than waiting for the Service's watch event).
+    let mut awaiting = awaiting_ip;
+    let then = |svc: &Service| -> Option<Then<Service>> {
+        let mut si = awaiting.remove(&(ns_of(svc).to_owned(), svc.name_any()))?;
+        let (w, api) = (
+            w.clone(),
+            Api::<ServiceImport>::namespaced(c.clone(), ns_of(svc)),
+        );
+        Some(Box::new(move |stored: Service| {
+            let ip = stored
+                .spec?
+                .cluster_ip
+                .filter(|ip| ip != "None" && !ip.is_empty())?;
+            si.spec.ips = vec![ip];
+            Some(w.apply_op(&api, si).1)
+        }))
+    };
+    let ops = w.converge_then(
+        services,
+        stored,
+        Compare::Fields,
+        |ns: &str| Api::namespaced(c.clone(), ns),
+        |svc| {
+            is_managed(svc)
+                && svc
+                    .annotations()
+                    .contains_key(annotations::IMPORTED_SERVICE)
+                && !dying(ns_of(svc))
+        },
+        then,
+    );
+    (ops, want_si)
+}
+
+/// A namespace and a name.
+type NsName = (String, String);
+
+fn ns_of<K: Resource>(o: &K) -> &str {
+    o.meta().namespace.as_deref().unwrap_or_default()
+}
+
 fn by_ns_name<K: Resource>(objects: &[Arc<K>]) -> BTreeMap<(String, String), &K> {
     objects
         .iter()
