@@ -59,6 +59,17 @@ pub fn cluster_ip(tb: &Testbed, cluster: &str, ns: &str, name: &str) -> String {
         .to_owned()
 }
 
+/// The ready addresses of an Endpoints object (as `kubectl get -o json` gives it), in its order.
+pub fn addresses_of(endpoints: &serde_json::Value) -> Vec<String> {
+    endpoints["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["addresses"].as_array().into_iter().flatten())
+        .filter_map(|a| a["ip"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// The IPs of Endpoints `ns/name`, sorted; Err when it does not exist.
 pub fn endpoint_ips(
     tb: &Testbed,
@@ -69,13 +80,7 @@ pub fn endpoint_ips(
     let e = tb
         .try_json(cluster, &["get", "endpoints", "-n", ns, name])
         .ok_or_else(|| format!("no Endpoints {ns}/{name} in {cluster}"))?;
-    let mut ips: Vec<String> = e["subsets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a["ip"].as_str().map(str::to_owned))
-        .collect();
+    let mut ips = addresses_of(&e);
     ips.sort();
     Ok(ips)
 }

@@ -12,7 +12,7 @@ use mc_integration::{
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
     net::{http_get, in_core},
     procs,
-    services::{cluster_ip, endpoint_ips, service_and_export, services_and_exports},
+    services::{addresses_of, cluster_ip, endpoint_ips, service_and_export, services_and_exports},
     wait_for,
 };
 use serde_json::{Value, json};
@@ -879,14 +879,7 @@ fn imports_serving(
         let Some(svc) = name.strip_prefix("antrea-mc-") else {
             continue;
         };
-        let ips: Vec<String> = e["subsets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|s| s["addresses"].as_array().into_iter().flatten())
-            .filter_map(|a| a["ip"].as_str().map(str::to_owned))
-            .collect();
-        have.insert(svc.to_owned(), ips);
+        have.insert(svc.to_owned(), addresses_of(e));
     }
     // What kube-proxy reads: the slices of `antrea-mc-<svc>` (Strait's, per source cluster).
     let slices = tb.get_json(m, &["get", "endpointslices", "-n", ns]);
