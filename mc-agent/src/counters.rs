@@ -43,3 +43,22 @@ pub fn read<T: std::borrow::Borrow<MapData>>(
         })
         .collect()
 }
+
+/// Reads the per-rule counters of the policy program: `(name, packets, bytes)` for each name of
+/// `names` (the compiled rules', by index; [`crate::policy::Compiled::rules`]).
+pub fn read_rules<T: std::borrow::Borrow<MapData>>(
+    map: &PerCpuArray<T, CounterValue>,
+    names: &[String],
+) -> Result<Vec<(String, u64, u64)>, MapError> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let per_cpu = map.get(&(i as u32), 0)?;
+            let (packets, bytes) = per_cpu
+                .iter()
+                .fold((0u64, 0u64), |(p, b), v| (p + v.packets, b + v.bytes));
+            Ok((name.clone(), packets, bytes))
+        })
+        .collect()
+}

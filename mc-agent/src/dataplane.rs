@@ -20,7 +20,10 @@ use aya::{
 };
 use mc_common::{
     CounterValue,
-    dataplane::{FlowKey, LocalConfig, NextHop, Peer, PodIdentity, RemoteRoute, SnatEntry},
+    dataplane::{
+        FlowKey, LocalConfig, NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict, RemoteRoute,
+        SnatEntry,
+    },
     maps, programs,
 };
 use serde::Serialize;
@@ -161,6 +164,8 @@ impl Dataplane {
         let mut snat = None;
         let mut next_hops = None;
         let mut pod_ids = None;
+        let mut ingress_policy = None;
+        let mut protected_pods = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
@@ -169,6 +174,8 @@ impl Dataplane {
                 maps::SNAT => snat = Some(map),
                 maps::NEXT_HOPS => next_hops = Some(map),
                 maps::POD_IDS => pod_ids = Some(map),
+                maps::INGRESS_POLICY => ingress_policy = Some(map),
+                maps::PROTECTED_PODS => protected_pods = Some(map),
                 _ => {}
             }
         }
@@ -185,6 +192,14 @@ impl Dataplane {
                 .map_err(map_err)?,
             pod_ids: HashMap::try_from(pod_ids.ok_or_else(|| missing(maps::POD_IDS))?)
                 .map_err(map_err)?,
+            ingress_policy: HashMap::try_from(
+                ingress_policy.ok_or_else(|| missing(maps::INGRESS_POLICY))?,
+            )
+            .map_err(map_err)?,
+            protected_pods: HashMap::try_from(
+                protected_pods.ok_or_else(|| missing(maps::PROTECTED_PODS))?,
+            )
+            .map_err(map_err)?,
         })
     }
 
@@ -204,6 +219,10 @@ pub struct DataplaneMaps<T> {
     pub next_hops: HashMap<T, [u8; 4], NextHop>,
     /// This Node's Pods' label identities (the VNI of their tunnelled packets).
     pub pod_ids: HashMap<T, [u8; 4], PodIdentity>,
+    /// The gateway's compiled ClusterSet-scoped ingress rules.
+    pub ingress_policy: HashMap<T, PolicyKey, PolicyVerdict>,
+    /// The Pods those rules cover, and what a flow without an identity gets.
+    pub protected_pods: HashMap<T, [u8; 4], PolicyVerdict>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -218,6 +237,8 @@ impl DataplaneMaps<MapData> {
             snat: open(maps::SNAT)?.try_into()?,
             next_hops: open(maps::NEXT_HOPS)?.try_into()?,
             pod_ids: open(maps::POD_IDS)?.try_into()?,
+            ingress_policy: open(maps::INGRESS_POLICY)?.try_into()?,
+            protected_pods: open(maps::PROTECTED_PODS)?.try_into()?,
         })
     }
 }

@@ -7,6 +7,8 @@ pub mod config;
 pub mod counters;
 pub mod dataplane;
 pub mod host;
+pub mod netfilter;
+pub mod policy;
 pub mod routes;
 pub mod run;
 pub mod state;

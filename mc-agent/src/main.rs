@@ -59,6 +59,9 @@ enum Command {
     Attach {
         #[arg(long)]
         uplink: String,
+        /// Also attach the stretched NetworkPolicy program at netfilter's PREROUTING.
+        #[arg(long)]
+        stretched_policy: bool,
     },
     /// Take Strait off this Node: detach and unpin every program, remove the maps, the routes
     /// (proto 167) and restore the sysctls the agent changed. Stop the agent first (delete its
@@ -156,7 +159,10 @@ fn main() -> anyhow::Result<()> {
                 }
             })
         }
-        Command::Attach { uplink } => attach(layout, &uplink),
+        Command::Attach {
+            uplink,
+            stretched_policy,
+        } => attach(layout, &uplink, stretched_policy),
         Command::Uninstall { check, stay } => {
             let state = HostState::new(&cli.state_dir);
             if check {
@@ -233,9 +239,13 @@ fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn attach(layout: PinLayout, uplink: &str) -> anyhow::Result<()> {
+fn attach(layout: PinLayout, uplink: &str, stretched_policy: bool) -> anyhow::Result<()> {
     let root = layout.root().to_owned();
-    let mut dataplane = Dataplane::load(layout)?;
+    let mut dataplane = Dataplane::load(layout.clone())?;
+    if stretched_policy {
+        let link = mc_agent::netfilter::attach(mc_agent::EBPF_OBJECT, &layout)?;
+        tracing::info!(link = %link.display(), "attached the policy program at PREROUTING");
+    }
     for hook in dataplane.attach_uplink(uplink)? {
         tracing::info!(
             uplink,

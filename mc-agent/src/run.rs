@@ -9,8 +9,13 @@
 use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, PodStatus};
-use kube::{Api, Client, ResourceExt as _, runtime::watcher};
-use mc_api::{clusterinfo::ClusterInfoImport, gateway::Gateway, labelidentity::LabelIdentity};
+use kube::{Api, Client, ResourceExt as _};
+use mc_api::{
+    antrea::{ClusterNetworkPolicy, NetworkPolicy as AntreaNetworkPolicy, Tier},
+    clusterinfo::ClusterInfoImport,
+    gateway::Gateway,
+    labelidentity::LabelIdentity,
+};
 use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, watch::WatchHealth};
 
 use crate::{
@@ -19,6 +24,7 @@ use crate::{
     counters,
     dataplane::Dataplane,
     host::HostState,
+    policy::PolicyObject,
     routes,
     state::{ClusterInfoObject, Desired, GatewayObject, Inputs, PodObject, Routed, desired},
     sync,
@@ -74,10 +80,28 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         .then(|| Stretched {
             pods: Watched::trimmed(
                 Api::<Pod>::all(client.clone()),
-                watcher::Config::default().fields(&format!("spec.nodeName={}", opts.node_name)),
+                Default::default(),
                 trigger.clone(),
                 "Pod",
                 trim_pod,
+            ),
+            acnps: Watched::new(
+                Api::<ClusterNetworkPolicy>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "ClusterNetworkPolicy",
+            ),
+            anps: Watched::new(
+                Api::<AntreaNetworkPolicy>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "NetworkPolicy.crd.antrea.io",
+            ),
+            tiers: Watched::new(
+                Api::<Tier>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "Tier",
             ),
             namespaces: Watched::new(
                 Api::<Namespace>::all(client.clone()),
@@ -124,41 +148,68 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
     Ok(())
 }
 
-/// What the label identities of this Node's Pods come from (stretched NetworkPolicy).
+/// What the label identities of this Node's Pods, and the gateway's policy decisions, come from
+/// (stretched NetworkPolicy).
 struct Stretched {
-    /// This Node's Pods only (a field selector on `spec.nodeName`).
+    /// Every Pod of the cluster: this Node's get identities; the gateway decides for all.
     pods: Watched<Pod>,
     namespaces: Watched<Namespace>,
     identities: Watched<LabelIdentity>,
+    acnps: Watched<ClusterNetworkPolicy>,
+    anps: Watched<AntreaNetworkPolicy>,
+    tiers: Watched<Tier>,
 }
 
 impl Stretched {
     fn inputs(&self, inputs: &mut Inputs) {
-        inputs.pods = self
-            .pods
+        inputs.stretched_policy = true;
+        let pods = self.pods.all();
+        let on_node = |p: &&std::sync::Arc<Pod>| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&inputs.node_name)
+        };
+        let object = |p: &std::sync::Arc<Pod>| PodObject {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+            labels: p.labels().clone(),
+            ips: p
+                .status
+                .iter()
+                .flat_map(|s| s.pod_ips.iter().flatten())
+                .map(|ip| ip.ip.clone())
+                .collect(),
+            host_network: p
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_network)
+                .unwrap_or(false),
+            finished: p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|ph| ph == "Succeeded" || ph == "Failed"),
+        };
+        inputs.pods = pods.iter().filter(on_node).map(object).collect();
+        inputs.cluster_pods = pods.iter().map(object).collect();
+        inputs.policies = self
+            .acnps
             .all()
             .iter()
-            .map(|p| PodObject {
-                namespace: p.namespace().unwrap_or_default(),
+            .map(|p| PolicyObject {
+                namespace: None,
                 name: p.name_any(),
-                labels: p.labels().clone(),
-                ips: p
-                    .status
-                    .iter()
-                    .flat_map(|s| s.pod_ips.iter().flatten())
-                    .map(|ip| ip.ip.clone())
-                    .collect(),
-                host_network: p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.host_network)
-                    .unwrap_or(false),
-                finished: p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.as_deref())
-                    .is_some_and(|ph| ph == "Succeeded" || ph == "Failed"),
+                spec: p.spec.clone(),
             })
+            .chain(self.anps.all().iter().map(|p| PolicyObject {
+                namespace: p.namespace(),
+                name: p.name_any(),
+                spec: p.spec.policy.clone(),
+            }))
+            .collect();
+        inputs.tiers = self
+            .tiers
+            .all()
+            .iter()
+            .map(|t| (t.name_any(), t.spec.priority))
             .collect();
         inputs.namespace_labels = self
             .namespaces
@@ -178,8 +229,10 @@ impl Stretched {
 /// What the agent reads of a Pod: namespace, name, labels, host networking, phase and addresses.
 fn trim_pod(pod: &mut Pod) {
     let host_network = pod.spec.as_ref().and_then(|s| s.host_network);
+    let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     pod.spec = Some(PodSpec {
         host_network,
+        node_name,
         ..Default::default()
     });
     pod.status = pod.status.take().map(|s| PodStatus {
@@ -220,6 +273,9 @@ impl Reconciler for Agent {
                 ("Pods", s.pods.health()),
                 ("Namespaces", s.namespaces.health()),
                 ("LabelIdentities", s.identities.health()),
+                ("ClusterNetworkPolicies", s.acnps.health()),
+                ("NetworkPolicies.crd.antrea.io", s.anps.health()),
+                ("Tiers", s.tiers.health()),
             ]);
         }
         w
@@ -359,7 +415,7 @@ fn pass(
     // Only routes already in place toward this gateway, for every prefix, let the programs keep
     // the kernel's Ethernet header (after a gateway change or a new cluster, the flag follows
     // the routes, never leads them).
-    want.config.flags = want.routed_flag(a.routed.as_ref());
+    want.config.flags |= want.routed_flag(a.routed.as_ref());
     let mut problems = want.skipped.clone();
     let mut not_ready = want.not_ready.clone();
     if let Some(why) = &want.not_ready {
@@ -418,10 +474,11 @@ fn pass(
             not_ready.get_or_insert(why);
         }
     }
-    let flags = want.routed_flag(a.routed.as_ref());
+    let routed = want.routed_flag(a.routed.as_ref());
+    let flags = (want.config.flags & !mc_common::dataplane::CONFIG_ROUTED_VIA_GATEWAY) | routed;
     // Turning the flag on waits for a pass with nothing wrong; turning it off never waits
     // (a failed route sync leaves the kernel's routes unknown).
-    if flags != want.config.flags && (flags == 0 || not_ready.is_none()) {
+    if flags != want.config.flags && (routed == 0 || not_ready.is_none()) {
         want.config.flags = flags;
         if let Err(e) = write_maps(&want) {
             problems.push(e.clone());
@@ -445,7 +502,15 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         opts.config.uplink.clone()
     };
     let layout = PinLayout::new(&opts.config.pin_path);
-    let mut dataplane = Dataplane::load(layout).map_err(|e| e.to_string())?;
+    let mut dataplane = Dataplane::load(layout.clone()).map_err(|e| e.to_string())?;
+    if opts.config.enable_stretched_network_policy {
+        let link = crate::netfilter::attach(crate::EBPF_OBJECT, &layout)
+            .map_err(|e| format!("the stretched NetworkPolicy program: {e}"))?;
+        tracing::info!(
+            link = %link.display(),
+            "attached the policy program at netfilter's PREROUTING, after the DNAT"
+        );
+    }
     let hooks = dataplane
         .attach_uplink(&uplink)
         .map_err(|e| e.to_string())?;
@@ -499,6 +564,9 @@ fn log_change(want: &Desired, report: &sync::SyncReport) {
         peers_removed = report.peers_removed,
         pod_ids_written = report.pod_ids_written,
         pod_ids_removed = report.pod_ids_removed,
+        protected_pods = want.policy.protected.len(),
+        policy_written = report.policy_written,
+        policy_removed = report.policy_removed,
         config_changed = report.config_changed,
         "dataplane maps updated"
     );

@@ -14,8 +14,8 @@ pub use mc_api::net::Prefix;
 
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
-    CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
-    PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+    CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, LocalConfig,
+    PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
 
 /// A Pod of this Node, as read from the API.
@@ -73,6 +73,15 @@ pub struct Inputs {
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// The LabelIdentities: normalized label -> ID.
     pub label_ids: BTreeMap<String, u32>,
+    /// Stretched NetworkPolicy is on in the agent config: the gateway records remote flows'
+    /// identities and decides ClusterSet-scoped ingress rules.
+    pub stretched_policy: bool,
+    /// Every Pod of the cluster (stretched NetworkPolicy only): the gateway decides for all.
+    pub cluster_pods: Vec<PodObject>,
+    /// The Antrea-native policies of the cluster (stretched NetworkPolicy only).
+    pub policies: Vec<crate::policy::PolicyObject>,
+    /// The Tiers (name, priority) besides Antrea's default ones.
+    pub tiers: Vec<(String, i32)>,
 }
 
 /// A remote cluster as it ended up in the maps.
@@ -101,6 +110,8 @@ pub struct Desired {
     pub clusters: Vec<RemoteCluster>,
     /// This Node's Pod addresses with a label identity.
     pub pod_ids: BTreeMap<Ipv4Addr, PodIdentity>,
+    /// The gateway's compiled ClusterSet-scoped ingress rules (empty elsewhere).
+    pub policy: crate::policy::Compiled,
     /// Human-readable reasons for every skipped object or entry.
     pub skipped: Vec<String>,
     /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
@@ -247,8 +258,28 @@ pub fn desired(inputs: &Inputs) -> Desired {
             inputs.tunnel_port
         },
         mtu: inputs.mtu,
+        flags: if is_gateway && inputs.stretched_policy {
+            CONFIG_STRETCHED_POLICY
+        } else {
+            0
+        },
         ..Default::default()
     };
+    if is_gateway && inputs.stretched_policy {
+        out.policy = crate::policy::compile(
+            &inputs.policies,
+            &crate::policy::tier_priorities(&inputs.tiers),
+            &inputs.cluster_pods,
+            &inputs.namespace_labels,
+            &inputs.label_ids,
+        );
+        out.skipped.extend(
+            out.policy
+                .skipped
+                .iter()
+                .map(|s| format!("stretched NetworkPolicy: {s}")),
+        );
+    }
 
     // Local prefixes a remote one must not overlap.
     let mut taken: Vec<(Prefix, String)> = Vec::new();

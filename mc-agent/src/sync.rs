@@ -6,9 +6,14 @@
 //! either the old state or the new one, or the new one with a few extra stale entries, never a
 //! config that points at entries not written yet.
 
-use std::{borrow::BorrowMut, collections::BTreeSet, net::Ipv4Addr};
+use std::{
+    borrow::BorrowMut,
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
 
 use aya::maps::{MapData, MapError, lpm_trie::Key};
+use mc_common::dataplane::{PolicyKey, PolicyVerdict};
 
 use crate::{
     dataplane::DataplaneMaps,
@@ -24,6 +29,8 @@ pub struct SyncReport {
     pub peers_removed: usize,
     pub pod_ids_written: usize,
     pub pod_ids_removed: usize,
+    pub policy_written: usize,
+    pub policy_removed: usize,
     pub config_changed: bool,
 }
 
@@ -69,6 +76,34 @@ pub fn apply<T: BorrowMut<MapData>>(
         }
     }
 
+    // A Pod's verdicts before the Pod is protected, so that it is never protected with some of
+    // them missing (a missing one allows); unprotected first, then its verdicts go.
+    let current_policy: Vec<(PolicyKey, _)> = maps
+        .ingress_policy
+        .iter()
+        .collect::<Result<_, MapError>>()?;
+    let have: BTreeMap<PolicyKey, PolicyVerdict> = current_policy.iter().copied().collect();
+    for (key, v) in &desired.policy.entries {
+        if have.get(key) != Some(v) {
+            maps.ingress_policy.insert(key, v, 0)?;
+            report.policy_written += 1;
+        }
+    }
+    let current_protected: Vec<([u8; 4], _)> = maps
+        .protected_pods
+        .iter()
+        .collect::<Result<_, MapError>>()?;
+    for (addr, v) in &desired.policy.protected {
+        let key = addr.octets();
+        if !current_protected
+            .iter()
+            .any(|(k, have)| *k == key && have == v)
+        {
+            maps.protected_pods.insert(&key, v, 0)?;
+            report.policy_written += 1;
+        }
+    }
+
     let current_config = maps.config.get(&0, 0)?;
     if current_config != desired.config {
         maps.config.set(0, &desired.config, 0)?;
@@ -95,6 +130,18 @@ pub fn apply<T: BorrowMut<MapData>>(
         if !desired.pod_ids.contains_key(&Ipv4Addr::from(*key)) {
             remove_absent(maps.pod_ids.remove(key))?;
             report.pod_ids_removed += 1;
+        }
+    }
+    for (key, _) in &current_protected {
+        if !desired.policy.protected.contains_key(&Ipv4Addr::from(*key)) {
+            remove_absent(maps.protected_pods.remove(key))?;
+            report.policy_removed += 1;
+        }
+    }
+    for (key, _) in &current_policy {
+        if !desired.policy.entries.contains_key(key) {
+            remove_absent(maps.ingress_policy.remove(key))?;
+            report.policy_removed += 1;
         }
     }
     Ok(report)

@@ -147,8 +147,10 @@ impl Node {
         self.fs.pin_root()
     }
 
-    fn attach(&self) -> String {
-        agent(&self.ns, &self.pin_root(), &["attach", "--uplink", "eth0"])
+    fn attach(&self, extra: &[&str]) -> String {
+        let mut args = vec!["attach", "--uplink", "eth0"];
+        args.extend_from_slice(extra);
+        agent(&self.ns, &self.pin_root(), &args)
     }
 
     fn sync(&self, inputs: &Inputs) {
@@ -167,6 +169,28 @@ impl Node {
             .find(|r| r.name == name)
             .unwrap_or_else(|| panic!("no counter {name}"))
             .packets
+    }
+
+    /// Packets per policy rule, by the names `inputs` compile to.
+    fn rule_counters(&self, inputs: &Inputs) -> std::collections::BTreeMap<String, u64> {
+        let names = desired(inputs).policy.rules;
+        let map = counters::open_pinned(&self.pin_root().join("mc_rule_counters"))
+            .expect("rule counters");
+        counters::read_rules(&map, &names)
+            .expect("read")
+            .into_iter()
+            .map(|(name, packets, _)| (name, packets))
+            .collect()
+    }
+
+    fn nonzero(&self) -> Vec<(&'static str, u64)> {
+        let map = counters::open_pinned(&self.pin_root().join("mc_counters")).expect("counters");
+        counters::read(&map)
+            .expect("read")
+            .into_iter()
+            .filter(|r| r.packets > 0)
+            .map(|r| (r.name, r.packets))
+            .collect()
     }
 
     fn drops(&self) -> Vec<(&'static str, u64)> {
@@ -217,24 +241,37 @@ fn inputs(
     }
 }
 
-#[test]
-fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
-    require_root();
-    let router = NetNs::new("mc-x-router");
+/// Two clusters of network namespaces (the picture at the top), the programs attached by the
+/// agent binary (`attach_args` after `attach --uplink eth0`) and the maps written by its sync.
+/// `tag` names the namespaces, so that tests may build theirs side by side.
+struct World {
+    router: NetNs,
+    east_gw: Node,
+    east_node: Node,
+    west_gw: Node,
+    /// What east's regular Node and west's gateway were synced with.
+    east_node_inputs: Inputs,
+    west_gw_inputs: Inputs,
+    pod_n: NetNs,
+    pod_w: NetNs,
+}
+
+fn world(tag: &str, attach_args: &[&str]) -> World {
+    let router = NetNs::new(&format!("mc-{tag}-router"));
     let east_gw = Node {
-        ns: NetNs::new("mc-x-egw"),
-        fs: Bpffs::new("x-egw"),
+        ns: NetNs::new(&format!("mc-{tag}-egw")),
+        fs: Bpffs::new(&format!("{tag}-egw")),
     };
     let east_node = Node {
-        ns: NetNs::new("mc-x-enode"),
-        fs: Bpffs::new("x-enode"),
+        ns: NetNs::new(&format!("mc-{tag}-enode")),
+        fs: Bpffs::new(&format!("{tag}-enode")),
     };
     let west_gw = Node {
-        ns: NetNs::new("mc-x-wgw"),
-        fs: Bpffs::new("x-wgw"),
+        ns: NetNs::new(&format!("mc-{tag}-wgw")),
+        fs: Bpffs::new(&format!("{tag}-wgw")),
     };
-    let pod_n = NetNs::new("mc-x-podn");
-    let pod_w = NetNs::new("mc-x-podw");
+    let pod_n = NetNs::new(&format!("mc-{tag}-podn"));
+    let pod_w = NetNs::new(&format!("mc-{tag}-podw"));
 
     // Underlay: east's Nodes on a bridge in the router, west's gateway on its own link.
     sh_in(
@@ -304,7 +341,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
 
     // The dataplane: attached by the agent, maps written by its sync.
     for node in [&east_gw, &east_node, &west_gw] {
-        let log = node.attach();
+        let log = node.attach(attach_args);
         assert!(log.contains("attached with TCX"), "{log}");
     }
     let east_nodes = [[198, 18, 1, 1], [198, 18, 1, 2]];
@@ -317,21 +354,47 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         west_remote,
         &east_nodes,
     ));
-    east_node.sync(&inputs(
+    let east_node_inputs = inputs(
         "east-node",
         [198, 18, 1, 2],
         east_gateway,
         west_remote,
         &east_nodes,
-    ));
-    west_gw.sync(&inputs(
+    );
+    east_node.sync(&east_node_inputs);
+    let west_gw_inputs = inputs(
         "west-gw",
         [198, 18, 2, 1],
         ("west-gw", [198, 18, 2, 1], "10.98.0.0/16"),
         ("east", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16"),
         &[[198, 18, 2, 1]],
-    ));
+    );
+    west_gw.sync(&west_gw_inputs);
 
+    World {
+        router,
+        east_gw,
+        east_node,
+        west_gw,
+        east_node_inputs,
+        west_gw_inputs,
+        pod_n,
+        pod_w,
+    }
+}
+
+#[test]
+fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
+    require_root();
+    let World {
+        router,
+        east_gw,
+        east_node,
+        west_gw,
+        pod_n,
+        pod_w,
+        ..
+    } = world("x", &[]);
     // Servers in pod-w: HTTP and a UDP echo.
     let stop = Arc::new(AtomicBool::new(false));
     let http = {
@@ -459,7 +522,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     let slow = in_netns(&pod_n, move || http_get(service, "/slow/4000000"));
     thread::sleep(Duration::from_millis(400));
     for node in [&east_gw, &east_node, &west_gw] {
-        let log = node.attach();
+        let log = node.attach(&[]);
         assert!(
             log.contains("reused=true"),
             "restart must reuse the links: {log}"
@@ -542,5 +605,232 @@ fn assert_only_geneve_between_gateways(pcap: &Path) {
             ok,
             "a packet between the router and west that is not gateway-to-gateway Geneve:\n{line}"
         );
+    }
+}
+
+/// Whether a TCP connection to `addr` opens within 0.8 s: before the first SYN is sent again
+/// (after 1 s), which would be a new flow to the DNAT and to the policy.
+fn connects(ns: &NetNs, addr: SocketAddr) -> bool {
+    in_netns(ns, move || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(800)).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Whether a UDP datagram to `addr` comes back within a second.
+fn echoes(ns: &NetNs, addr: SocketAddr) -> bool {
+    in_netns(ns, move || {
+        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        sock.send_to(b"ping", addr).unwrap();
+        let mut buf = [0u8; 16];
+        sock.recv_from(&mut buf).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Stretched NetworkPolicy on real packets (docs/design.md §4b): east's Pod carries its label
+/// identity in the VNI, west's gateway records it per flow, and the policy program at
+/// PREROUTING decides after the DNAT (nftables playing kube-proxy) for the Pod chosen. The
+/// guide's `drop-tenant-access-to-admin-namespace` (with `Drop`) protects west's Pods in a
+/// `role=admin` Namespace. What is decided is only new flows; the decision follows the
+/// source's identity (its Namespace's labels) and the Pod the DNAT picked, and a flow without
+/// an identity is dropped.
+#[test]
+fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_chose() {
+    use mc_agent::{policy::PolicyObject, state::PodObject};
+    use mc_api::labelidentity::normalized_label;
+
+    require_root();
+    // (Every part is bound: a namespace goes when its handle is dropped.)
+    let World {
+        router: _router,
+        east_gw: _east_gw,
+        east_node,
+        west_gw,
+        pod_n,
+        pod_w,
+        east_node_inputs,
+        west_gw_inputs,
+    } = world("p", &["--stretched-policy"]);
+    // A second Pod in west, in a Namespace the policy does not cover, and a Service whose two
+    // endpoints are pod-w (covered) and it, chosen in turn.
+    let pod_w2 = NetNs::new("mc-p-podw2");
+    veth(&pod_w2, "eth0", &west_gw.ns, "vpod2");
+    sh_in(
+        &west_gw.ns,
+        "ip addr add 10.245.1.1/24 dev vpod2 && ip link set vpod2 up \
+         && nft add rule ip strait_test pre ip daddr 10.98.0.20 tcp dport 80 dnat to numgen inc mod 2 map { 0 : 10.245.0.7, 1 : 10.245.1.8 }:8080",
+    );
+    sh_in(
+        &pod_w2,
+        "ip addr add 10.245.1.8/24 dev eth0 && ip link set eth0 up && ip route add default via 10.245.1.1",
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut servers = Vec::new();
+    for (ns, ip) in [(&pod_w, "10.245.0.7"), (&pod_w2, "10.245.1.8")] {
+        let stop_http = stop.clone();
+        let addr = format!("{ip}:{PORT_HTTP}");
+        servers.push(in_netns(ns, move || {
+            serve_http(TcpListener::bind(addr).expect("bind http"), stop_http)
+        }));
+        let stop = stop.clone();
+        let addr = format!("{ip}:5353");
+        servers.push(in_netns(ns, move || {
+            let sock = UdpSocket::bind(addr).expect("bind udp");
+            sock.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    let _ = sock.send_to(&buf[..n], from);
+                }
+            }
+        }));
+    }
+
+    // Identities: pod-n in a tenant Namespace is 7; in an unlabelled one, 8.
+    let ns_of = |name: &str, extra: &[(&str, &str)]| {
+        let mut l = labels(extra);
+        l.insert("kubernetes.io/metadata.name".into(), name.into());
+        l
+    };
+    let tenant_ns = ns_of("t1", &[("role", "tenant")]);
+    let plain_ns = ns_of("t1", &[]);
+    let client = labels(&[("app", "client")]);
+    let label_ids: std::collections::BTreeMap<String, u32> = [
+        (normalized_label(&tenant_ns, &client), 7),
+        (normalized_label(&plain_ns, &client), 8),
+    ]
+    .into();
+    let pod = |ns: &str, name: &str, ip: &str, l: &[(&str, &str)]| PodObject {
+        namespace: ns.into(),
+        name: name.into(),
+        labels: labels(l),
+        ips: vec![ip.into()],
+        ..Default::default()
+    };
+    // east's Node: pod-n's identity follows its Namespace's labels.
+    let east_as = |ns_labels: Option<&std::collections::BTreeMap<String, String>>| {
+        let mut i = east_node_inputs.clone();
+        if let Some(l) = ns_labels {
+            i.pods = vec![pod("t1", "pod-n", "10.244.1.5", &[("app", "client")])];
+            i.namespace_labels = [("t1".to_owned(), l.clone())].into();
+            i.label_ids = label_ids.clone();
+        }
+        i
+    };
+    // west's gateway: pod-w in admin (role=admin), pod-w2 in web; the guide's policy or none.
+    let policy = PolicyObject {
+        namespace: None,
+        name: "drop-tenant-access-to-admin-namespace".into(),
+        spec: serde_json::from_value(serde_json::json!({
+            "priority": 1, "tier": "securityops",
+            "appliedTo": [{"namespaceSelector": {"matchLabels": {"role": "admin"}}}],
+            "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet",
+                "namespaceSelector": {"matchLabels": {"role": "tenant"}}}]}],
+        }))
+        .unwrap(),
+    };
+    let west_with = |policies: Vec<PolicyObject>| {
+        let mut i = west_gw_inputs.clone();
+        i.stretched_policy = true;
+        i.cluster_pods = vec![
+            pod("admin", "pod-w", "10.245.0.7", &[("app", "db")]),
+            pod("web", "pod-w2", "10.245.1.8", &[("app", "db")]),
+        ];
+        i.namespace_labels = [
+            ("admin".to_owned(), ns_of("admin", &[("role", "admin")])),
+            ("web".to_owned(), ns_of("web", &[])),
+        ]
+        .into();
+        i.label_ids = label_ids.clone();
+        i.policies = policies;
+        i
+    };
+    let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
+    let mixed: SocketAddr = "10.98.0.20:80".parse().unwrap();
+    let pod_udp: SocketAddr = "10.245.0.7:5353".parse().unwrap();
+
+    // The policy in place, pod-n a tenant: its new flows to the admin Pod are dropped, through
+    // the Service and Pod to Pod alike, and counted under the rule.
+    west_gw.sync(&west_with(vec![policy.clone()]));
+    east_node.sync(&east_as(Some(&tenant_ns)));
+    assert!(!connects(&pod_n, service), "a tenant reached the admin Pod");
+    assert!(
+        !echoes(&pod_n, pod_udp),
+        "a tenant's datagram reached the admin Pod"
+    );
+    assert!(
+        west_gw.counter("policy_drop") >= 2,
+        "west's counters: {:?}; east's Node: {:?}",
+        west_gw.nonzero(),
+        east_node.nonzero()
+    );
+    let rules = west_gw.rule_counters(&west_with(vec![policy.clone()]));
+    let rule = "ClusterNetworkPolicy drop-tenant-access-to-admin-namespace ingress[0] Drop";
+    assert!(
+        rules.get(rule).copied().unwrap_or(0) >= 2,
+        "the rule's own counter: {rules:?}"
+    );
+    // The Service with a covered and an uncovered endpoint: the verdict is the chosen Pod's,
+    // so of four connections in turn the two DNATed to pod-w2 open and the two to pod-w not.
+    let opened = (0..4).filter(|_| connects(&pod_n, mixed)).count();
+    assert_eq!(opened, 2, "connections to the mixed Service that opened");
+
+    // Unlabelling the Namespace changes pod-n's identity: new connections open, and a stream
+    // opened then survives relabelling (only new flows are decided).
+    east_node.sync(&east_as(Some(&plain_ns)));
+    assert!(
+        connects(&pod_n, service),
+        "an unlabelled client must reach it"
+    );
+    assert!(echoes(&pod_n, pod_udp));
+    let allowed = west_gw.counter("policy_allow");
+    assert!(allowed >= 2, "policy_allow {allowed}");
+    let slow = in_netns(&pod_n, move || http_get(service, "/slow/2000000"));
+    thread::sleep(Duration::from_millis(300));
+    east_node.sync(&east_as(Some(&tenant_ns)));
+    assert_body(
+        &slow
+            .join()
+            .unwrap()
+            .expect("a stream opened before the relabelling"),
+        2_000_000,
+        "slow GET",
+    );
+    assert!(
+        !connects(&pod_n, service),
+        "relabelled: new flows are dropped"
+    );
+
+    // No identity (pod-n unknown to its Node): dropped towards the covered Pod, as Antrea does,
+    // while the uncovered one is reached.
+    east_node.sync(&east_as(None));
+    assert!(!connects(&pod_n, service));
+    assert!(west_gw.counter("policy_drop_unknown_identity") >= 1);
+    assert!(echoes(&pod_n, "10.245.1.8:5353".parse().unwrap()));
+
+    // A restart of west's agent keeps deciding (the new program attached before the old one
+    // is detached), and deleting the policy lifts it.
+    let log = west_gw.attach(&["--stretched-policy"]);
+    assert!(log.contains("attached the policy program"), "{log}");
+    east_node.sync(&east_as(Some(&tenant_ns)));
+    assert!(!connects(&pod_n, service), "after the agent's restart");
+    west_gw.sync(&west_with(vec![]));
+    assert!(connects(&pod_n, service), "with the policy deleted");
+
+    stop.store(true, Ordering::Relaxed);
+    for s in servers {
+        s.join().unwrap();
     }
 }

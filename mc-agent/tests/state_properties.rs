@@ -195,6 +195,8 @@ fn inputs() -> BoxedStrategy<Inputs> {
                             })
                         })
                         .collect(),
+                    // Stretched policy's gateway inputs: the policy module's own tests.
+                    ..Default::default()
                 }
             },
         )

@@ -211,6 +211,32 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         .pod_ids
         .insert(&[10, 244, 1, 5], &PodIdentity { id: 7 }, 0)
         .expect("pod identity");
+    let verdict = mc_common::dataplane::PolicyVerdict { action: 2, rule: 1 };
+    pinned
+        .protected_pods
+        .insert(&[10, 244, 1, 6], &verdict, 0)
+        .expect("protected Pod");
+    let policy_key = mc_common::dataplane::PolicyKey {
+        pod: [10, 244, 1, 6],
+        id: 7,
+        port: 80,
+        proto: 6,
+        _pad: 0,
+    };
+    pinned
+        .ingress_policy
+        .insert(&policy_key, &verdict, 0)
+        .expect("policy entry");
+    let mut flow_ids: aya::maps::HashMap<_, FlowKey, mc_common::dataplane::FlowIdentity> =
+        aya::maps::Map::from_map_data(
+            aya::maps::MapData::from_pin(layout.map(maps::FLOW_IDS)).expect("flow ids"),
+        )
+        .expect("flow ids")
+        .try_into()
+        .expect("flow ids");
+    flow_ids
+        .insert(&flow, &mc_common::dataplane::FlowIdentity { id: 7 }, 0)
+        .expect("flow identity");
     for name in maps::ALL {
         let fields = bpftool_fields(&layout.map(name));
         let expected: &[&str] = match *name {
@@ -221,6 +247,10 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::NEXT_HOPS => &["macs", "ifindex", "expires_ns"],
             maps::COUNTERS => &["packets", "bytes"],
             maps::POD_IDS => &["id"],
+            maps::FLOW_IDS => &["id"],
+            maps::INGRESS_POLICY | maps::PROTECTED_PODS => &["action", "rule"],
+            maps::RULE_COUNTERS => &["packets", "bytes"],
+            maps::KERNEL => &["skb_nfct", "skb_len", "ct_tuple_original", "ct_tuple_reply"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

@@ -54,6 +54,24 @@ pub fn normalized_label(
     format!("ns:{}&pod:{}", set(namespace_labels), set(pod_labels))
 }
 
+/// The Namespace and Pod labels a normalized label was made of; `None` when it is not one.
+pub fn parse_normalized_label(
+    label: &str,
+) -> Option<(BTreeMap<String, String>, BTreeMap<String, String>)> {
+    fn set(s: &str) -> Option<BTreeMap<String, String>> {
+        s.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=')?;
+                Some((k.to_owned(), v.to_owned()))
+            })
+            .collect()
+    }
+    let rest = label.strip_prefix("ns:")?;
+    let (ns, pod) = rest.split_once("&pod:")?;
+    Some((set(ns)?, set(pod)?))
+}
+
 /// The first 16 hex digits of the SHA-1 of a normalized label: the name of its ResourceImport
 /// and LabelIdentity, and the suffix of each member's ResourceExport `<clusterID>-<hash>`.
 pub fn label_hash(normalized: &str) -> String {
@@ -190,6 +208,18 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn a_normalized_label_parses_back_into_its_labels() {
+        let ns = labels(&[("kubernetes.io/metadata.name", "web"), ("role", "tenant")]);
+        for pod in [labels(&[]), labels(&[("app", "db"), ("x.io/tier", "a-1")])] {
+            let label = normalized_label(&ns, &pod);
+            assert_eq!(parse_normalized_label(&label), Some((ns.clone(), pod)));
+        }
+        for bad in ["", "pod:a=b", "ns:a=b", "ns:a&pod:", "ns:a=b&pod:c"] {
+            assert_eq!(parse_normalized_label(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod memberclusterannounce;
 pub mod names;
 pub mod net;
 mod schema;
+pub mod selector;
 
 /// API group of Strait's (Antrea's) multi-cluster CRDs.
 pub const GROUP: &str = "multicluster.crd.antrea.io";

@@ -132,6 +132,17 @@ counters! {
     /// the same port between its Nodes, anyone else's datagram, a fragment). Left to the kernel
     /// untouched: Strait never decapsulates it.
     PassForeignTunnel = 29, "pass_foreign_tunnel", false;
+    /// Gateway, the policy program after kube-proxy's DNAT (not one of the uplink programs'
+    /// verdicts): a new flow a remote cluster opened to a Pod a ClusterSet-scoped ingress rule
+    /// covers, allowed (by a rule, or matched by none).
+    PolicyAllow = 30, "policy_allow", false;
+    /// As `policy_allow`: dropped by a `Drop` rule.
+    PolicyDrop = 31, "policy_drop", true;
+    /// As `policy_allow`: refused by a `Reject` rule (dropped; no answer is sent yet).
+    PolicyReject = 32, "policy_reject", true;
+    /// As `policy_allow`: the flow came without a label identity (VNI 0xffffff): dropped, as
+    /// Antrea does towards Pods that ClusterSet-scoped ingress rules cover.
+    PolicyDropUnknownIdentity = 33, "policy_drop_unknown_identity", true;
 }
 
 impl Counter {

@@ -53,6 +53,11 @@ const _: () = assert!(core::mem::size_of::<LocalConfig>() == 32);
 /// those routes are in place for the current gateway.
 pub const CONFIG_ROUTED_VIA_GATEWAY: u32 = 1;
 
+/// [`LocalConfig::flags`], the gateway: stretched NetworkPolicy is on; the ingress program
+/// records the label identity of every flow a remote cluster opens (`mc_flow_ids`) for the
+/// policy program.
+pub const CONFIG_STRETCHED_POLICY: u32 = 2;
+
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).
 #[repr(C)]
@@ -157,6 +162,98 @@ pub struct PodIdentity {
 
 const _: () = assert!(core::mem::size_of::<PodIdentity>() == 4);
 
+/// Value of the gateway's flow identity map (LRU), keyed by the [`FlowKey`] of a flow a remote
+/// cluster opened as it enters this Node's stack (before kube-proxy's DNAT; ICMP echo: the
+/// identifier as `src_port`, `dst_port` 0): the VNI its first packets carried, the label ID of
+/// the Pod that opened it ([`VNI_UNKNOWN`] when it had none). Written by the ingress program,
+/// read by the policy program after the DNAT.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowIdentity {
+    pub id: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<FlowIdentity>() == 4);
+
+/// Key of the ingress policy map: a Pod of this cluster that a ClusterSet-scoped ingress rule
+/// covers, a source label ID and the destination port and protocol as the Pod receives them
+/// (after the DNAT). Port and protocol 0: every port no rule of the Pod names.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyKey {
+    pub pod: [u8; 4],
+    pub id: u32,
+    pub port: u16,
+    pub proto: u8,
+    pub _pad: u8,
+}
+
+const _: () = assert!(core::mem::size_of::<PolicyKey>() == 12);
+
+/// [`PolicyVerdict::action`]: the flow may open.
+pub const ACTION_ALLOW: u32 = 1;
+/// [`PolicyVerdict::action`]: the flow's packets are dropped.
+pub const ACTION_DROP: u32 = 2;
+/// [`PolicyVerdict::action`]: refused (Antrea's `Reject`); for now dropped like `Drop`, counted
+/// apart (docs/design.md §4b).
+pub const ACTION_REJECT: u32 = 3;
+
+/// Value of the ingress policy map and of the protected-Pod map: what a new flow gets, and the
+/// rule that decided it (an index of the rule counters; the agent names each index).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyVerdict {
+    /// [`ACTION_ALLOW`], [`ACTION_DROP`] or [`ACTION_REJECT`].
+    pub action: u32,
+    pub rule: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<PolicyVerdict>() == 8);
+
+/// Where the policy program finds what it reads of the kernel's objects (byte offsets, from the
+/// running kernel's BTF; the agent writes them before it attaches the program).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `struct sk_buff`, `_nfct` (the conntrack entry and its ctinfo in the low 3 bits).
+    pub skb_nfct: u32,
+    /// `struct sk_buff`, `len`.
+    pub skb_len: u32,
+    /// `struct nf_conn`: the ORIGINAL direction's `struct nf_conntrack_tuple`.
+    pub ct_tuple_original: u32,
+    /// `struct nf_conn`: the REPLY direction's tuple (its source is the DNATed destination).
+    pub ct_tuple_reply: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 16);
+
+/// Offsets inside `struct nf_conntrack_tuple`, unchanged since Linux 2.6.
+pub mod ct_tuple {
+    pub const SRC_IP: u32 = 0;
+    /// The source port, or the ICMP echo identifier (network order).
+    pub const SRC_PORT: u32 = 16;
+    /// `src.l3num`: 2 for IPv4.
+    pub const L3NUM: u32 = 18;
+    pub const DST_IP: u32 = 20;
+    /// The destination port, or the ICMP type and code.
+    pub const DST_PORT: u32 = 36;
+    pub const PROTO: u32 = 38;
+    /// The bytes read: up to and with `dst.protonum`.
+    pub const LEN: usize = 40;
+}
+
+/// conntrack's `IP_CT_NEW`: the ctinfo of a flow's packets before its first reply.
+pub const IP_CT_NEW: u64 = 2;
+
+/// Rules the per-rule counters can name.
+pub const MAX_POLICY_RULES: u32 = 1024;
+/// Remote-opened flows the gateway remembers the identity of.
+pub const MAX_FLOW_IDENTITIES: u32 = 65_536;
+/// (protected Pod, source identity) pairs with a verdict.
+pub const MAX_POLICY_ENTRIES: u32 = 262_144;
+/// Pods of the cluster a ClusterSet-scoped ingress rule covers.
+pub const MAX_PROTECTED_PODS: u32 = 16_384;
+
 /// Ports (and echo identifiers) the gateway allocates for SNAT.
 pub const SNAT_PORT_MIN: u16 = 32768;
 pub const SNAT_PORT_MAX: u16 = 65535;
@@ -181,4 +278,8 @@ mod pod {
     unsafe impl aya::Pod for super::SnatEntry {}
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::PodIdentity {}
+    unsafe impl aya::Pod for super::FlowIdentity {}
+    unsafe impl aya::Pod for super::PolicyKey {}
+    unsafe impl aya::Pod for super::PolicyVerdict {}
+    unsafe impl aya::Pod for super::KernelOffsets {}
 }

@@ -44,6 +44,32 @@ pub mod maps {
     /// Pod IPv4 address of this Node -> [`crate::dataplane::PodIdentity`]: the label ID its
     /// tunnelled packets carry in the VNI.
     pub const POD_IDS: &str = "mc_pod_ids";
+    /// The gateway's remote-opened flows (LRU): [`crate::dataplane::FlowKey`] ->
+    /// [`crate::dataplane::FlowIdentity`], the label ID they arrived with.
+    pub const FLOW_IDS: &str = "mc_flow_ids";
+    /// [`crate::dataplane::PolicyKey`] (protected Pod, source ID) ->
+    /// [`crate::dataplane::PolicyVerdict`]: ClusterSet-scoped ingress rules, compiled.
+    pub const INGRESS_POLICY: &str = "mc_ingress_policy";
+    /// Pod address -> [`crate::dataplane::PolicyVerdict`] for an unknown identity: the Pods a
+    /// ClusterSet-scoped ingress rule covers.
+    pub const PROTECTED_PODS: &str = "mc_protected_pods";
+    /// Per-CPU packets and bytes per policy rule (index: [`crate::dataplane::PolicyVerdict::rule`]).
+    pub const RULE_COUNTERS: &str = "mc_rule_counters";
+    /// The kernel's field offsets the policy program reads ([`crate::dataplane::KernelOffsets`]).
+    pub const KERNEL: &str = "mc_kernel";
     /// Every map the agent pins, for iteration.
-    pub const ALL: &[&str] = &[COUNTERS, CONFIG, ROUTES, PEERS, SNAT, NEXT_HOPS, POD_IDS];
+    pub const ALL: &[&str] = &[
+        COUNTERS,
+        CONFIG,
+        ROUTES,
+        PEERS,
+        SNAT,
+        NEXT_HOPS,
+        POD_IDS,
+        FLOW_IDS,
+        INGRESS_POLICY,
+        PROTECTED_PODS,
+        RULE_COUNTERS,
+        KERNEL,
+    ];
 }

@@ -18,6 +18,7 @@ mod maps;
 mod mtu;
 mod nat;
 mod packet;
+mod policy;
 mod tunnel;
 
 use aya_ebpf::{
@@ -28,8 +29,8 @@ use aya_ebpf::{
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
-        PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
+        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, LocalConfig,
+        PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
     },
 };
 
@@ -209,6 +210,9 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 let dst = tunnel.inner.dst;
                 if dst == cfg.node_ip || peer_kind(&dst) != 0 || remote_route(dst).is_some() {
                     return Err(Counter::DropNotLocal);
+                }
+                if cfg.flags & CONFIG_STRETCHED_POLICY != 0 {
+                    policy::record_flow(ctx, tunnel);
                 }
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxFromRemote, VERDICT_NEXT));

@@ -13,8 +13,10 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        FlowKey, LocalConfig, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_REMOTE_PREFIXES,
-        MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, RemoteRoute, SnatEntry, VNI_UNKNOWN,
+        FlowIdentity, FlowKey, KernelOffsets, LocalConfig, MAX_FLOW_IDENTITIES, MAX_NEXT_HOPS,
+        MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
+        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
+        PolicyVerdict, RemoteRoute, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -40,6 +42,32 @@ pub(crate) static NEXT_HOPS: LruHashMap<[u8; 4], NextHop, { MAX_NEXT_HOPS as usi
 
 #[btf_map(name = "mc_pod_ids")]
 static POD_IDS: HashMap<[u8; 4], PodIdentity, { MAX_POD_IDENTITIES as usize }> = HashMap::new();
+
+#[btf_map(name = "mc_flow_ids")]
+pub(crate) static FLOW_IDS: LruHashMap<FlowKey, FlowIdentity, { MAX_FLOW_IDENTITIES as usize }> =
+    LruHashMap::new();
+
+#[btf_map(name = "mc_ingress_policy")]
+pub(crate) static INGRESS_POLICY: HashMap<
+    PolicyKey,
+    PolicyVerdict,
+    { MAX_POLICY_ENTRIES as usize },
+> = HashMap::new();
+
+#[btf_map(name = "mc_protected_pods")]
+pub(crate) static PROTECTED_PODS: HashMap<[u8; 4], PolicyVerdict, { MAX_PROTECTED_PODS as usize }> =
+    HashMap::new();
+
+#[btf_map(name = "mc_rule_counters")]
+static RULE_COUNTERS: PerCpuArray<CounterValue, { MAX_POLICY_RULES as usize }> = PerCpuArray::new();
+
+#[btf_map(name = "mc_kernel")]
+static KERNEL: Array<KernelOffsets, 1> = Array::new();
+
+#[inline(always)]
+pub(crate) fn kernel_offsets() -> Option<KernelOffsets> {
+    KERNEL.get(0).copied().filter(|k| k.skb_nfct != 0)
+}
 
 #[inline(always)]
 pub(crate) fn config() -> LocalConfig {
@@ -74,11 +102,28 @@ pub(crate) fn peer_kind(addr: &[u8; 4]) -> u32 {
 
 #[inline(always)]
 pub(crate) fn count(ctx: &TcContext, counter: Counter) {
+    count_len(counter, ctx.len());
+}
+
+#[inline(always)]
+pub(crate) fn count_len(counter: Counter, len: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter.key()) {
         // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
         unsafe {
             (*slot).packets += 1;
-            (*slot).bytes += u64::from(ctx.len());
+            (*slot).bytes += u64::from(len);
+        }
+    }
+}
+
+/// Counts a packet under a policy rule's own counter.
+#[inline(always)]
+pub(crate) fn count_rule(rule: u32, len: u32) {
+    if let Some(slot) = RULE_COUNTERS.get_ptr_mut(rule) {
+        // SAFETY: as in `count_len`.
+        unsafe {
+            (*slot).packets += 1;
+            (*slot).bytes += u64::from(len);
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::{
     packet::{ETH_HLEN, ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, fold, sum_words, whole_ipv4_at},
 };
 
-const UDP_HLEN: usize = 8;
+pub const UDP_HLEN: usize = 8;
 const GENEVE_HLEN: usize = 8;
 const GENEVE_PROTO_IPV4: u16 = 0x0800;
 /// Outer IPv4 + UDP + Geneve without options.

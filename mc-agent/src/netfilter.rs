@@ -1,0 +1,457 @@
+//! The policy program at netfilter's PREROUTING (docs/design.md §4b): loaded from the same
+//! object as the uplink programs, with the same pinned maps, as `BPF_PROG_TYPE_NETFILTER`, which
+//! aya 0.16 does not know: the object is parsed and its map references relocated with aya-obj,
+//! then `BPF_PROG_LOAD`, `BPF_LINK_CREATE` and `BPF_OBJ_PIN` are called directly. The link is
+//! pinned as `links/netfilter_ingress`; a restart attaches the new program first and only then
+//! detaches the old one (a netfilter link cannot swap its program), so there is no moment
+//! without a decision.
+//!
+//! The program reads the kernel's `sk_buff` and conntrack entry at offsets this module finds in
+//! the running kernel's BTF (`/sys/kernel/btf/vmlinux`) and writes into `mc_kernel`.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    ffi::CString,
+    io,
+    os::{
+        fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::{Path, PathBuf},
+};
+
+use aya::maps::{Array, MapData};
+use mc_common::{dataplane::KernelOffsets, maps};
+
+use crate::bpffs::PinLayout;
+
+/// The program's name in the object.
+pub const PROGRAM: &str = "mc_nf_ingress";
+/// Just after the nat table's DNAT (`NF_IP_PRI_NAT_DST`, -100): the destination is the Pod.
+/// Two BPF links may not share a priority: a restart attaches its program at the other one of
+/// these two while the earlier link still holds the first, then detaches the earlier link.
+pub const PRIORITIES: [i32; 2] = [-99, -98];
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetfilterError {
+    #[error("reading the kernel's BTF ({path}): {source}")]
+    Btf {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "the kernel's BTF has no {0}: stretched ingress policy needs a kernel with BTF and \
+         conntrack built in (CONFIG_DEBUG_INFO_BTF, CONFIG_NF_CONNTRACK=y)"
+    )]
+    MissingType(String),
+    #[error("the eBPF object: {0}")]
+    Object(String),
+    #[error("the pinned map {name}: {message}")]
+    Map { name: String, message: String },
+    #[error("{what}: {source}")]
+    Syscall {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the kernel refused the policy program: {source}\n{log}")]
+    Verifier {
+        #[source]
+        source: io::Error,
+        log: String,
+    },
+}
+
+// ---- BTF: the few offsets the program needs ----
+
+const BTF_MAGIC: u16 = 0xeb9f;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+
+/// One struct or union of a BTF blob: its name, size and members (name, type, bit offset).
+#[derive(Debug, Clone)]
+struct Composite {
+    name: String,
+    size: u32,
+    members: Vec<(String, u32, u32)>,
+}
+
+/// Types of a BTF blob: every struct and union by type ID (others are only counted).
+#[derive(Debug, Default)]
+pub struct Btf {
+    composites: BTreeMap<u32, Composite>,
+}
+
+impl Btf {
+    /// Parses a BTF blob (the kernel's `/sys/kernel/btf/vmlinux`).
+    pub fn parse(data: &[u8]) -> Result<Self, String> {
+        let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let u32_at = |o: usize| {
+            data.get(o..o + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        if u16_at(0) != Some(BTF_MAGIC) {
+            return Err("not little-endian BTF (bad magic)".into());
+        }
+        let field = |i: usize| u32_at(4 + 4 * i).map(|v| v as usize).ok_or("short header");
+        let (hdr_len, type_off, type_len, str_off, str_len) =
+            (field(0)?, field(1)?, field(2)?, field(3)?, field(4)?);
+        let types = hdr_len + type_off;
+        let strings = hdr_len + str_off;
+        if data.len() < types + type_len || data.len() < strings + str_len {
+            return Err("sections past the end of the blob".into());
+        }
+        let name = |off: u32| -> String {
+            let start = strings + off as usize;
+            let end = data[start..strings + str_len]
+                .iter()
+                .position(|&b| b == 0)
+                .map_or(strings + str_len, |n| start + n);
+            String::from_utf8_lossy(&data[start..end]).into_owned()
+        };
+        let mut out = Btf::default();
+        let (mut at, mut id) = (types, 1u32);
+        while at + 12 <= types + type_len {
+            let (name_off, info, size) = (
+                u32_at(at).ok_or("short type")?,
+                u32_at(at + 4).ok_or("short type")?,
+                u32_at(at + 8).ok_or("short type")?,
+            );
+            let (kind, vlen, kind_flag) = ((info >> 24) & 0x1f, info & 0xffff, info >> 31);
+            at += 12;
+            let extra = match kind {
+                1 | 14 | 17 => 4,                      // INT, VAR, DECL_TAG
+                3 => 12,                               // ARRAY
+                4 | 5 | 15 | 19 => 12 * vlen as usize, // STRUCT, UNION, DATASEC, ENUM64
+                6 | 13 => 8 * vlen as usize,           // ENUM, FUNC_PROTO
+                2 | 7..=12 | 16 | 18 => 0,
+                k => return Err(format!("unknown BTF kind {k} (type {id})")),
+            };
+            if kind == KIND_STRUCT || kind == KIND_UNION {
+                let mut members = Vec::with_capacity(vlen as usize);
+                for m in 0..vlen as usize {
+                    let o = at + 12 * m;
+                    let (mname, mtype, moff) = (
+                        u32_at(o).ok_or("short member")?,
+                        u32_at(o + 4).ok_or("short member")?,
+                        u32_at(o + 8).ok_or("short member")?,
+                    );
+                    let bits = if kind_flag != 0 {
+                        moff & 0x00ff_ffff
+                    } else {
+                        moff
+                    };
+                    members.push((name(mname), mtype, bits));
+                }
+                out.composites.insert(
+                    id,
+                    Composite {
+                        name: name(name_off),
+                        size,
+                        members,
+                    },
+                );
+            }
+            at += extra;
+            id += 1;
+        }
+        Ok(out)
+    }
+
+    fn composite(&self, name: &str) -> Result<&Composite, NetfilterError> {
+        self.composites
+            .values()
+            .find(|c| c.name == name && !c.members.is_empty())
+            .ok_or_else(|| NetfilterError::MissingType(format!("struct {name}")))
+    }
+
+    /// The byte offset of `member` in struct `name`, looking into anonymous members.
+    pub fn offset(&self, name: &str, member: &str) -> Result<u32, NetfilterError> {
+        let c = self.composite(name)?;
+        self.find(c, member)
+            .map(|bits| bits / 8)
+            .ok_or_else(|| NetfilterError::MissingType(format!("{name}.{member}")))
+    }
+
+    fn find(&self, c: &Composite, member: &str) -> Option<u32> {
+        for (name, ty, bits) in &c.members {
+            if name == member {
+                return Some(*bits);
+            }
+            if name.is_empty()
+                && let Some(inner) = self.composites.get(ty)
+                && let Some(b) = self.find(inner, member)
+            {
+                return Some(bits + b);
+            }
+        }
+        None
+    }
+
+    /// The size of struct `name`.
+    pub fn size(&self, name: &str) -> Result<u32, NetfilterError> {
+        Ok(self.composite(name)?.size)
+    }
+
+    /// What the policy program reads, for this kernel.
+    pub fn kernel_offsets(&self) -> Result<KernelOffsets, NetfilterError> {
+        let tuple = self.offset("nf_conntrack_tuple_hash", "tuple")?;
+        let original = self.offset("nf_conn", "tuplehash")? + tuple;
+        Ok(KernelOffsets {
+            skb_nfct: self.offset("sk_buff", "_nfct")?,
+            skb_len: self.offset("sk_buff", "len")?,
+            ct_tuple_original: original,
+            ct_tuple_reply: original + self.size("nf_conntrack_tuple_hash")?,
+        })
+    }
+}
+
+/// The running kernel's offsets.
+pub fn running_kernel_offsets() -> Result<KernelOffsets, NetfilterError> {
+    let path = PathBuf::from("/sys/kernel/btf/vmlinux");
+    let data = std::fs::read(&path).map_err(|source| NetfilterError::Btf {
+        path: path.clone(),
+        source,
+    })?;
+    Btf::parse(&data)
+        .map_err(|e| NetfilterError::Btf {
+            path,
+            source: io::Error::new(io::ErrorKind::InvalidData, e),
+        })?
+        .kernel_offsets()
+}
+
+// ---- loading and attaching ----
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_TYPE_NETFILTER: u32 = 32;
+const BPF_NETFILTER: u32 = 45;
+const NFPROTO_IPV4: u32 = 2;
+const NF_INET_PRE_ROUTING: u32 = 0;
+
+fn bpf(cmd: libc::c_long, attr: &mut [u8], what: &str) -> Result<i64, NetfilterError> {
+    // SAFETY: `attr` is a `union bpf_attr` prefix the kernel reads (and may write) within its
+    // length; every pointer in it outlives the call.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
+    if rc < 0 {
+        return Err(NetfilterError::Syscall {
+            what: what.to_owned(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(rc)
+}
+
+fn put32(attr: &mut [u8], at: usize, v: u32) {
+    attr[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
+fn put64(attr: &mut [u8], at: usize, v: u64) {
+    attr[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// The pinned maps a program refers to, by name: their file descriptors must stay open until the
+/// program is loaded.
+type OpenMaps = Vec<(String, MapData)>;
+
+/// The policy program's instructions from `object`, its maps relocated to the pinned ones, and
+/// those maps.
+fn instructions(object: &[u8], layout: &PinLayout) -> Result<(Vec<u64>, OpenMaps), NetfilterError> {
+    let mut obj =
+        aya_obj::Object::parse(object).map_err(|e| NetfilterError::Object(e.to_string()))?;
+    let objs = obj.maps.clone();
+    let mut opened = Vec::new();
+    for name in objs.keys() {
+        let data = MapData::from_pin(layout.map(name)).map_err(|e| NetfilterError::Map {
+            name: name.clone(),
+            message: e.to_string(),
+        })?;
+        opened.push((name.clone(), data));
+    }
+    let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
+    obj.relocate_maps(
+        opened
+            .iter()
+            .map(|(name, data)| (name.as_str(), data.fd().as_fd().as_raw_fd(), &objs[name])),
+        &text_sections,
+    )
+    .map_err(|e| NetfilterError::Object(e.to_string()))?;
+    obj.relocate_calls(&text_sections)
+        .map_err(|e| NetfilterError::Object(e.to_string()))?;
+    let program = obj
+        .programs
+        .get(PROGRAM)
+        .ok_or_else(|| NetfilterError::Object(format!("no program {PROGRAM}")))?;
+    let function = &obj.functions[&program.function_key()];
+    let insns = function
+        .instructions
+        .iter()
+        // SAFETY: `bpf_insn` is 8 plain bytes.
+        .map(|i| unsafe { std::mem::transmute::<aya_obj::generated::bpf_insn, u64>(*i) })
+        .collect();
+    Ok((insns, opened))
+}
+
+fn load_program(insns: &[u64]) -> Result<OwnedFd, NetfilterError> {
+    let license = CString::from(c"GPL");
+    let mut log = vec![0u8; 1 << 20];
+    let mut attr = [0u8; 128];
+    put32(&mut attr, 0, BPF_PROG_TYPE_NETFILTER);
+    put32(&mut attr, 4, insns.len() as u32);
+    put64(&mut attr, 8, insns.as_ptr() as u64);
+    put64(&mut attr, 16, license.as_ptr() as u64);
+    let name = b"mc_nf_ingress";
+    attr[48..48 + name.len()].copy_from_slice(name);
+    put32(&mut attr, 68, BPF_NETFILTER);
+    match bpf(BPF_PROG_LOAD, &mut attr, "BPF_PROG_LOAD") {
+        // SAFETY: a new file descriptor, now ours.
+        Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
+        Err(_) => {
+            // Again with the verifier's log, to say why.
+            put32(&mut attr, 24, 1);
+            put32(&mut attr, 28, log.len() as u32);
+            put64(&mut attr, 32, log.as_mut_ptr() as u64);
+            let source = match bpf(BPF_PROG_LOAD, &mut attr, "BPF_PROG_LOAD") {
+                // SAFETY: as above (loaded the second time: keep it).
+                Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
+                Err(NetfilterError::Syscall { source, .. }) => source,
+                Err(e) => return Err(e),
+            };
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let tail: Vec<&str> = text.lines().rev().take(20).collect();
+            Err(NetfilterError::Verifier {
+                source,
+                log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            })
+        }
+    }
+}
+
+fn link_create(prog: &OwnedFd, priority: i32) -> Result<OwnedFd, NetfilterError> {
+    let mut attr = [0u8; 64];
+    put32(&mut attr, 0, prog.as_raw_fd() as u32);
+    put32(&mut attr, 8, BPF_NETFILTER);
+    put32(&mut attr, 16, NFPROTO_IPV4);
+    put32(&mut attr, 20, NF_INET_PRE_ROUTING);
+    attr[24..28].copy_from_slice(&priority.to_ne_bytes());
+    let fd = bpf(
+        BPF_LINK_CREATE,
+        &mut attr,
+        "BPF_LINK_CREATE (netfilter, PREROUTING)",
+    )?;
+    // SAFETY: a new file descriptor, now ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn c_path(path: &Path) -> Result<CString, NetfilterError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|e| NetfilterError::Syscall {
+        what: format!("{}", path.display()),
+        source: io::Error::new(io::ErrorKind::InvalidInput, e),
+    })
+}
+
+fn pin(fd: &OwnedFd, path: &Path) -> Result<(), NetfilterError> {
+    let p = c_path(path)?;
+    let mut attr = [0u8; 16];
+    put64(&mut attr, 0, p.as_ptr() as u64);
+    put32(&mut attr, 8, fd.as_raw_fd() as u32);
+    bpf(
+        BPF_OBJ_PIN,
+        &mut attr,
+        &format!("pinning {}", path.display()),
+    )
+    .map(|_| ())
+}
+
+/// Whether a link is pinned at `path` (the file exists and is a BPF object).
+fn pinned(path: &Path) -> bool {
+    let Ok(p) = c_path(path) else {
+        return false;
+    };
+    let mut attr = [0u8; 16];
+    put64(&mut attr, 0, p.as_ptr() as u64);
+    match bpf(BPF_OBJ_GET, &mut attr, "BPF_OBJ_GET") {
+        Ok(fd) => {
+            // SAFETY: a new file descriptor, closed at once.
+            drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The pinned link's path.
+pub fn link_path(layout: &PinLayout) -> PathBuf {
+    layout.links_dir().join("netfilter_ingress")
+}
+
+/// Writes this kernel's offsets into `mc_kernel`, loads the policy program from `object` and
+/// attaches it at PREROUTING (replacing a pinned one from an earlier start).
+pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterError> {
+    let offsets = running_kernel_offsets()?;
+    let map_err = |e: aya::maps::MapError| NetfilterError::Map {
+        name: maps::KERNEL.into(),
+        message: e.to_string(),
+    };
+    let data = MapData::from_pin(layout.map(maps::KERNEL)).map_err(map_err)?;
+    let mut kernel: Array<MapData, KernelOffsets> =
+        Array::try_from(aya::maps::Map::Array(data)).map_err(map_err)?;
+    kernel.set(0, &offsets, 0).map_err(map_err)?;
+    let (insns, _maps) = instructions(object, layout)?;
+    let prog = load_program(&insns)?;
+    let link = match link_create(&prog, PRIORITIES[0]) {
+        Err(NetfilterError::Syscall { source, .. })
+            if source.raw_os_error() == Some(libc::EBUSY) =>
+        {
+            link_create(&prog, PRIORITIES[1])?
+        }
+        other => other?,
+    };
+    let path = link_path(layout);
+    if pinned(&path) {
+        crate::dataplane::detach_pinned_link(&path).map_err(|source| NetfilterError::Syscall {
+            what: format!("detaching the earlier {}", path.display()),
+            source,
+        })?;
+        let _ = std::fs::remove_file(&path);
+    }
+    pin(&link, &path)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The running kernel's BTF gives offsets inside the structures' sizes, the reply tuple
+    /// right after the original one (the offsets themselves differ from build to build).
+    #[test]
+    fn offsets_of_the_running_kernel() {
+        let Ok(o) = running_kernel_offsets() else {
+            eprintln!("no /sys/kernel/btf/vmlinux here: skipped");
+            return;
+        };
+        let data = std::fs::read("/sys/kernel/btf/vmlinux").unwrap();
+        let btf = Btf::parse(&data).unwrap();
+        assert!(o.skb_nfct > 0 && o.skb_nfct < btf.size("sk_buff").unwrap());
+        assert!(o.skb_len > 0 && o.skb_len < btf.size("sk_buff").unwrap());
+        let tuple_hash = btf.size("nf_conntrack_tuple_hash").unwrap();
+        assert_eq!(o.ct_tuple_reply - o.ct_tuple_original, tuple_hash);
+        assert!(o.ct_tuple_reply + 40 <= btf.size("nf_conn").unwrap());
+        assert_eq!(btf.size("nf_conntrack_tuple").unwrap(), 40);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(Btf::parse(&[]).is_err());
+        assert!(Btf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0]).is_err());
+        let mut blob = vec![0x9f, 0xeb, 1, 0, 24, 0, 0, 0];
+        blob.extend_from_slice(&[0, 0, 0, 0, 255, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(Btf::parse(&blob).is_err());
+    }
+}

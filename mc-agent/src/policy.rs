@@ -1,0 +1,709 @@
+//! Stretched NetworkPolicy compiled for the gateway's policy program (docs/design.md §4b), without
+//! I/O: which Pods of this cluster a ClusterSet-scoped ingress rule covers, and, for each of them
+//! and each label identity of the ClusterSet, the verdict of the first rule that matches, in
+//! Antrea's order (Tier priority, then policy priority, then rule order; `Pass` skips to the
+//! baseline Tier). What a rule of a Pod names by port gets an entry of its own; the rest of a
+//! protocol's ports, and every other port, one each.
+//!
+//! Only ingress rules are compiled here, and only remote sources are decided: a peer matches a
+//! remote flow when it has `scope: ClusterSet` (in-cluster peers select this cluster's Pods, whose
+//! traffic never comes through the gateway), a rule without `from` matches every source. Rules
+//! with named ports are skipped with a reason (the program sees numbers after the DNAT).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
+
+use mc_api::{
+    antrea::{ClusterNetworkPolicySpec, DEFAULT_TIERS},
+    labelidentity::parse_normalized_label,
+    selector::{Labels, Selector},
+};
+use mc_common::dataplane::{
+    ACTION_ALLOW, ACTION_DROP, ACTION_REJECT, MAX_POLICY_RULES, PolicyKey, PolicyVerdict,
+};
+use serde_json::Value;
+
+use crate::state::PodObject;
+
+/// The rule counter of flows no rule matched (allowed).
+pub const RULE_NO_MATCH: u32 = 0;
+/// The rule counter of flows without a label identity towards a covered Pod (dropped).
+pub const RULE_UNKNOWN_IDENTITY: u32 = 1;
+
+const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
+const BASELINE_TIER: &str = "baseline";
+/// The largest port range a rule may name (`port`..`endPort`) to be compiled port by port.
+const MAX_RANGE: u32 = 1024;
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const PROTO_SCTP: u8 = 132;
+
+/// An Antrea-native policy as read from the API.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyObject {
+    /// `None` for a ClusterNetworkPolicy; an Antrea NetworkPolicy's namespace.
+    pub namespace: Option<String>,
+    pub name: String,
+    pub spec: ClusterNetworkPolicySpec,
+}
+
+/// What the policy maps hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compiled {
+    /// Pods a ClusterSet-scoped ingress rule covers -> the verdict without a label identity.
+    pub protected: BTreeMap<Ipv4Addr, PolicyVerdict>,
+    pub entries: BTreeMap<PolicyKey, PolicyVerdict>,
+    /// The name of each rule counter, by index.
+    pub rules: Vec<String>,
+    /// Policies or rules left out, and why.
+    pub skipped: Vec<String>,
+}
+
+/// A rule's action; `Pass` hands the decision to the baseline Tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Verdict(u32),
+    Pass,
+}
+
+/// Pods selected by `appliedTo` (or a peer): by Namespace labels and Pod labels, within one
+/// Namespace for an Antrea NetworkPolicy.
+#[derive(Clone, Debug)]
+struct Target {
+    namespace: Option<Selector>,
+    pod: Option<Selector>,
+    within: Option<String>,
+}
+
+impl Target {
+    fn matches(&self, ns_labels: &Labels, pod_labels: &Labels) -> bool {
+        let ns_name = ns_labels.get(NAMESPACE_NAME).map(String::as_str);
+        if let Some(within) = &self.within
+            && self.namespace.is_none()
+            && ns_name != Some(within.as_str())
+        {
+            return false;
+        }
+        self.namespace.as_ref().is_none_or(|s| s.matches(ns_labels))
+            && self.pod.as_ref().is_none_or(|s| s.matches(pod_labels))
+    }
+}
+
+/// Which packets a rule's `ports` take: every port (empty), or `(protocol, port)` with port 0
+/// for every port of the protocol.
+type Ports = BTreeSet<(u8, u16)>;
+
+#[derive(Clone, Debug)]
+struct Rule {
+    counter: u32,
+    action: Action,
+    baseline: bool,
+    applied_to: Vec<Target>,
+    /// `None`: every source.
+    from: Option<Vec<Target>>,
+    clusterset: bool,
+    ports: Ports,
+}
+
+impl Rule {
+    fn takes(&self, proto: u8, port: u16) -> bool {
+        self.ports.is_empty()
+            || self.ports.contains(&(proto, port))
+            || (proto != 0 && self.ports.contains(&(proto, 0)))
+    }
+
+    fn source_matches(&self, ns_labels: &Labels, pod_labels: &Labels) -> bool {
+        self.from
+            .as_ref()
+            .is_none_or(|peers| peers.iter().any(|p| p.matches(ns_labels, pod_labels)))
+    }
+}
+
+fn selector(v: Option<&Value>, what: &str) -> Result<Option<Selector>, String> {
+    v.map(|v| Selector::parse(v).map_err(|e| format!("{what}: {e}")))
+        .transpose()
+}
+
+fn targets(entries: &[Value], within: Option<&str>, what: &str) -> Result<Vec<Target>, String> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Ok(Target {
+                namespace: selector(e.get("namespaceSelector"), &format!("{what}[{i}]"))?,
+                pod: selector(e.get("podSelector"), &format!("{what}[{i}]"))?,
+                within: within.map(str::to_owned),
+            })
+        })
+        .collect()
+}
+
+fn ports(rule: &Value, what: &str) -> Result<Ports, String> {
+    let mut out = Ports::new();
+    for (i, p) in rule
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let proto = match p.get("protocol").and_then(Value::as_str).unwrap_or("TCP") {
+            "TCP" => PROTO_TCP,
+            "UDP" => PROTO_UDP,
+            "SCTP" => PROTO_SCTP,
+            other => return Err(format!("{what}.ports[{i}]: protocol {other}")),
+        };
+        match p.get("port") {
+            None => {
+                out.insert((proto, 0));
+            }
+            Some(Value::Number(n)) => {
+                let start = n
+                    .as_u64()
+                    .filter(|&n| (1..=65535).contains(&n))
+                    .ok_or_else(|| format!("{what}.ports[{i}]: port {n}"))?
+                    as u32;
+                let end = p
+                    .get("endPort")
+                    .and_then(Value::as_u64)
+                    .map_or(start, |e| e as u32);
+                if end < start || end > 65535 || end - start >= MAX_RANGE {
+                    return Err(format!(
+                        "{what}.ports[{i}]: the range {start}-{end} (at most {MAX_RANGE} ports are compiled)"
+                    ));
+                }
+                for port in start..=end {
+                    out.insert((proto, port as u16));
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "{what}.ports[{i}]: named port {other} (the gateway decides on port numbers)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn action(rule: &Value, what: &str) -> Result<Action, String> {
+    match rule.get("action").and_then(Value::as_str) {
+        Some("Allow") => Ok(Action::Verdict(ACTION_ALLOW)),
+        Some("Drop") => Ok(Action::Verdict(ACTION_DROP)),
+        Some("Reject") => Ok(Action::Verdict(ACTION_REJECT)),
+        Some("Pass") => Ok(Action::Pass),
+        other => Err(format!("{what}: action {other:?}")),
+    }
+}
+
+/// The ingress rules of every policy, in evaluation order, each with its counter index.
+fn rules(
+    policies: &[PolicyObject],
+    tiers: &BTreeMap<String, i32>,
+    names: &mut Vec<String>,
+    skipped: &mut Vec<String>,
+) -> Vec<Rule> {
+    let mut ordered: Vec<(i32, f64, &PolicyObject)> = Vec::new();
+    for p in policies {
+        let tier = p.spec.tier.as_deref().unwrap_or("application");
+        let tier = tier.to_ascii_lowercase();
+        match tiers.get(&tier) {
+            Some(&priority) => ordered.push((priority, p.spec.priority, p)),
+            None => skipped.push(format!("{}: Tier {tier} does not exist", label(p))),
+        }
+    }
+    ordered.sort_by(|a, b| {
+        (a.0, a.1, &a.2.namespace, &a.2.name)
+            .partial_cmp(&(b.0, b.1, &b.2.namespace, &b.2.name))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let mut out = Vec::new();
+    for (_, _, p) in ordered {
+        let within = p.namespace.as_deref();
+        let name = label(p);
+        let applied = match targets(&p.spec.applied_to, within, &format!("{name} appliedTo")) {
+            Ok(t) => t,
+            Err(e) => {
+                skipped.push(e);
+                continue;
+            }
+        };
+        let baseline = p.spec.tier.as_deref() == Some(BASELINE_TIER);
+        for (i, r) in p.spec.ingress.iter().enumerate() {
+            let what = format!("{name} ingress[{i}]");
+            let from: Vec<Value> = r
+                .get("from")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let clusterset: Vec<Value> = from
+                .iter()
+                .filter(|peer| peer.get("scope").and_then(Value::as_str) == Some("ClusterSet"))
+                .cloned()
+                .collect();
+            let rule = (|| -> Result<Rule, String> {
+                let applied_to = match r.get("appliedTo").and_then(Value::as_array) {
+                    Some(t) => targets(t, within, &format!("{what} appliedTo"))?,
+                    None => applied.clone(),
+                };
+                Ok(Rule {
+                    counter: 0,
+                    action: action(r, &what)?,
+                    baseline,
+                    applied_to,
+                    from: (!from.is_empty())
+                        .then(|| targets(&clusterset, within, &format!("{what} from")))
+                        .transpose()?,
+                    clusterset: !clusterset.is_empty(),
+                    ports: ports(r, &what)?,
+                })
+            })();
+            match rule {
+                Ok(mut rule) => {
+                    let counter = (names.len() as u32).min(MAX_POLICY_RULES - 1);
+                    if counter == names.len() as u32 {
+                        names.push(format!(
+                            "{what} {}",
+                            r.get("action").and_then(Value::as_str).unwrap_or_default()
+                        ));
+                    }
+                    rule.counter = counter;
+                    out.push(rule);
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+    }
+    out
+}
+
+fn label(p: &PolicyObject) -> String {
+    match &p.namespace {
+        Some(ns) => format!("AntreaNetworkPolicy {ns}/{}", p.name),
+        None => format!("ClusterNetworkPolicy {}", p.name),
+    }
+}
+
+/// The first verdict of `rules` (those of one Pod, in order) for a source and a port key.
+fn verdict(
+    rules: &[&Rule],
+    ns_labels: &Labels,
+    pod_labels: &Labels,
+    (proto, port): (u8, u16),
+) -> Option<PolicyVerdict> {
+    let mut passed = false;
+    for r in rules {
+        if (passed && !r.baseline)
+            || !r.takes(proto, port)
+            || !r.source_matches(ns_labels, pod_labels)
+        {
+            continue;
+        }
+        match r.action {
+            Action::Pass => passed = true,
+            Action::Verdict(action) => {
+                return Some(PolicyVerdict {
+                    action,
+                    rule: r.counter,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Tier priorities by name: Antrea's default Tiers, and `tiers` (Tier objects) over them.
+pub fn tier_priorities(tiers: &[(String, i32)]) -> BTreeMap<String, i32> {
+    let mut out: BTreeMap<String, i32> = DEFAULT_TIERS
+        .iter()
+        .map(|(n, p, _)| ((*n).to_owned(), *p))
+        .collect();
+    out.extend(tiers.iter().cloned());
+    out
+}
+
+/// Compiles `policies` for this cluster's `pods` (every Node's) against the ClusterSet's label
+/// identities (`label_ids`: normalized label -> ID).
+pub fn compile(
+    policies: &[PolicyObject],
+    tiers: &BTreeMap<String, i32>,
+    pods: &[PodObject],
+    namespace_labels: &BTreeMap<String, Labels>,
+    label_ids: &BTreeMap<String, u32>,
+) -> Compiled {
+    let mut out = Compiled {
+        rules: vec!["no rule matched".into(), "no label identity".into()],
+        ..Default::default()
+    };
+    let rules = rules(policies, tiers, &mut out.rules, &mut out.skipped);
+    if !rules.iter().any(|r| r.clusterset) {
+        return out;
+    }
+    let identities: Vec<(u32, Labels, Labels)> = label_ids
+        .iter()
+        .filter_map(|(label, &id)| {
+            let (ns, pod) = parse_normalized_label(label)?;
+            Some((id, ns, pod))
+        })
+        .collect();
+    let mut seen: BTreeMap<Ipv4Addr, &PodObject> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| !p.host_network && !p.finished) {
+        let empty = Labels::new();
+        let ns_labels = namespace_labels.get(&pod.namespace).unwrap_or(&empty);
+        let own: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| {
+                r.applied_to
+                    .iter()
+                    .any(|t| t.matches(ns_labels, &pod.labels))
+            })
+            .collect();
+        if !own.iter().any(|r| r.clusterset) {
+            continue;
+        }
+        let mut keys: BTreeSet<(u8, u16)> = [(0, 0)].into();
+        for r in &own {
+            for &(proto, port) in &r.ports {
+                keys.insert((proto, port));
+                keys.insert((proto, 0));
+            }
+        }
+        for ip in pod.ips.iter().filter_map(|ip| ip.parse::<Ipv4Addr>().ok()) {
+            if let Some(other) = seen.insert(ip, pod) {
+                out.skipped.push(format!(
+                    "{ip}: claimed by Pods {}/{} and {}/{}",
+                    other.namespace, other.name, pod.namespace, pod.name
+                ));
+                continue;
+            }
+            out.protected.insert(
+                ip,
+                PolicyVerdict {
+                    action: ACTION_DROP,
+                    rule: RULE_UNKNOWN_IDENTITY,
+                },
+            );
+            for (id, id_ns, id_pod) in &identities {
+                for &(proto, port) in &keys {
+                    let v = verdict(&own, id_ns, id_pod, (proto, port));
+                    // No match on the last resort key needs no entry (allowed, rule 0); on a
+                    // narrower key it must say so, or the broader key's verdict would apply.
+                    let v = match v {
+                        None if (proto, port) == (0, 0) => continue,
+                        None => PolicyVerdict {
+                            action: ACTION_ALLOW,
+                            rule: RULE_NO_MATCH,
+                        },
+                        Some(v) => v,
+                    };
+                    let key = PolicyKey {
+                        pod: ip.octets(),
+                        id: *id,
+                        port,
+                        proto,
+                        _pad: 0,
+                    };
+                    out.entries.insert(key, v);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mc_api::labelidentity::normalized_label;
+    use serde_json::json;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn ns(name: &str, extra: &[(&str, &str)]) -> Labels {
+        let mut l = labels(extra);
+        l.insert(NAMESPACE_NAME.into(), name.into());
+        l
+    }
+
+    fn pod(namespace: &str, name: &str, ip: &str, l: &[(&str, &str)]) -> PodObject {
+        PodObject {
+            namespace: namespace.into(),
+            name: name.into(),
+            labels: labels(l),
+            ips: vec![ip.into()],
+            ..Default::default()
+        }
+    }
+
+    fn policy(namespace: Option<&str>, name: &str, spec: Value) -> PolicyObject {
+        PolicyObject {
+            namespace: namespace.map(str::to_owned),
+            name: name.into(),
+            spec: serde_json::from_value(spec).unwrap(),
+        }
+    }
+
+    struct World {
+        pods: Vec<PodObject>,
+        namespaces: BTreeMap<String, Labels>,
+        ids: BTreeMap<String, u32>,
+    }
+
+    /// This cluster: `admin` (role=admin) with Pod a 10.0.0.1, `prod-us-west` with db 10.0.0.2
+    /// (app=db) and web 10.0.0.3 (app=web). Identities of the ClusterSet: 7 a tenant's Pod, 8 a
+    /// client in prod-us-west, 9 app=other in prod-us-west, 10 a client in another Namespace.
+    fn world() -> World {
+        let namespaces: BTreeMap<String, Labels> = [
+            ("admin".to_owned(), ns("admin", &[("role", "admin")])),
+            ("prod-us-west".to_owned(), ns("prod-us-west", &[])),
+        ]
+        .into();
+        let ids = [
+            (
+                normalized_label(&ns("t1", &[("role", "tenant")]), &labels(&[("x", "1")])),
+                7,
+            ),
+            (
+                normalized_label(&ns("prod-us-west", &[]), &labels(&[("app", "client")])),
+                8,
+            ),
+            (
+                normalized_label(&ns("prod-us-west", &[]), &labels(&[("app", "other")])),
+                9,
+            ),
+            (
+                normalized_label(&ns("elsewhere", &[]), &labels(&[("app", "client")])),
+                10,
+            ),
+        ]
+        .into();
+        World {
+            pods: vec![
+                pod("admin", "a", "10.0.0.1", &[]),
+                pod("prod-us-west", "db", "10.0.0.2", &[("app", "db")]),
+                pod("prod-us-west", "web", "10.0.0.3", &[("app", "web")]),
+            ],
+            namespaces,
+            ids,
+        }
+    }
+
+    fn compile_in(w: &World, policies: &[PolicyObject]) -> Compiled {
+        compile(
+            policies,
+            &tier_priorities(&[]),
+            &w.pods,
+            &w.namespaces,
+            &w.ids,
+        )
+    }
+
+    fn get(c: &Compiled, ip: [u8; 4], id: u32, proto: u8, port: u16) -> Option<(u32, String)> {
+        let key = |proto, port| PolicyKey {
+            pod: ip,
+            id,
+            port,
+            proto,
+            _pad: 0,
+        };
+        let v = c
+            .entries
+            .get(&key(proto, port))
+            .or_else(|| c.entries.get(&key(proto, 0)))
+            .or_else(|| c.entries.get(&key(0, 0)))?;
+        Some((v.action, c.rules[v.rule as usize].clone()))
+    }
+
+    #[test]
+    fn the_guides_admin_namespace_policy_drops_tenants_only() {
+        let w = world();
+        let c = compile_in(
+            &w,
+            &[policy(
+                None,
+                "drop-tenant-access-to-admin-namespace",
+                json!({"priority": 1, "tier": "securityops",
+                       "appliedTo": [{"namespaceSelector": {"matchLabels": {"role": "admin"}}}],
+                       "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet",
+                           "namespaceSelector": {"matchLabels": {"role": "tenant"}}}]}]}),
+            )],
+        );
+        assert!(c.skipped.is_empty(), "{:?}", c.skipped);
+        assert_eq!(
+            c.protected.keys().collect::<Vec<_>>(),
+            [&Ipv4Addr::new(10, 0, 0, 1)]
+        );
+        let admin = [10, 0, 0, 1];
+        assert_eq!(
+            get(&c, admin, 7, 6, 80),
+            Some((
+                ACTION_DROP,
+                "ClusterNetworkPolicy drop-tenant-access-to-admin-namespace ingress[0] Drop".into()
+            ))
+        );
+        // Others match no rule: no entry, allowed by the program (rule 0).
+        assert_eq!(get(&c, admin, 8, 6, 80), None);
+        assert_eq!(get(&c, [10, 0, 0, 2], 7, 6, 80), None);
+    }
+
+    #[test]
+    fn the_guides_db_policy_allows_clients_of_its_namespace_and_drops_the_rest() {
+        let w = world();
+        let c = compile_in(
+            &w,
+            &[policy(
+                Some("prod-us-west"),
+                "db-svc-allow-ingress-from-client-only",
+                json!({"priority": 1, "tier": "application",
+                       "appliedTo": [{"podSelector": {"matchLabels": {"app": "db"}}}],
+                       "ingress": [
+                           {"action": "Allow", "from": [{"scope": "ClusterSet",
+                               "podSelector": {"matchLabels": {"app": "client"}}}]},
+                           {"action": "Drop"}]}),
+            )],
+        );
+        assert!(c.skipped.is_empty(), "{:?}", c.skipped);
+        let db = [10, 0, 0, 2];
+        assert_eq!(get(&c, db, 8, 17, 53).map(|v| v.0), Some(ACTION_ALLOW));
+        assert_eq!(get(&c, db, 9, 6, 80).map(|v| v.0), Some(ACTION_DROP));
+        assert_eq!(get(&c, db, 10, 6, 80).map(|v| v.0), Some(ACTION_DROP));
+        // web is not covered.
+        assert!(!c.protected.contains_key(&Ipv4Addr::new(10, 0, 0, 3)));
+    }
+
+    #[test]
+    fn order_is_tier_then_priority_then_rule_and_pass_goes_to_baseline() {
+        let w = world();
+        let drop_all = |name: &str, tier: &str, priority: f64| {
+            policy(
+                None,
+                name,
+                json!({"priority": priority, "tier": tier,
+                       "appliedTo": [{"podSelector": {}}],
+                       "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet",
+                           "podSelector": {}}]}]}),
+            )
+        };
+        let allow_all = |name: &str, tier: &str, priority: f64, action: &str| {
+            policy(
+                None,
+                name,
+                json!({"priority": priority, "tier": tier,
+                       "appliedTo": [{"podSelector": {}}],
+                       "ingress": [{"action": action, "from": [{"scope": "ClusterSet",
+                           "namespaceSelector": {}}]}]}),
+            )
+        };
+        let a = [10, 0, 0, 1];
+        // securityops (100) before application (250), whatever the priorities.
+        let c = compile_in(
+            &w,
+            &[
+                drop_all("d", "application", 1.0),
+                allow_all("a", "securityops", 9.0, "Allow"),
+            ],
+        );
+        assert_eq!(get(&c, a, 7, 6, 1).map(|v| v.0), Some(ACTION_ALLOW));
+        // Same Tier: the lower priority first.
+        let c = compile_in(
+            &w,
+            &[
+                drop_all("d", "application", 1.0),
+                allow_all("a", "application", 2.0, "Allow"),
+            ],
+        );
+        assert_eq!(get(&c, a, 7, 6, 1).map(|v| v.0), Some(ACTION_DROP));
+        // Pass skips the rest of the non-baseline Tiers, baseline still applies.
+        let c = compile_in(
+            &w,
+            &[
+                allow_all("p", "securityops", 1.0, "Pass"),
+                drop_all("d", "application", 1.0),
+            ],
+        );
+        assert_eq!(get(&c, a, 7, 6, 1), None);
+        let c = compile_in(
+            &w,
+            &[
+                allow_all("p", "securityops", 1.0, "Pass"),
+                drop_all("d", "application", 1.0),
+                drop_all("b", "baseline", 1.0),
+            ],
+        );
+        assert_eq!(
+            get(&c, a, 7, 6, 1),
+            Some((ACTION_DROP, "ClusterNetworkPolicy b ingress[0] Drop".into()))
+        );
+    }
+
+    #[test]
+    fn ports_get_entries_of_their_own_and_the_rest_the_broader_verdicts() {
+        let w = world();
+        let c = compile_in(
+            &w,
+            &[policy(
+                None,
+                "p",
+                json!({"priority": 1, "appliedTo": [{"podSelector": {"matchLabels": {"app": "db"}}}],
+                       "ingress": [
+                           {"action": "Allow", "ports": [{"protocol": "TCP", "port": 5432}],
+                            "from": [{"scope": "ClusterSet", "podSelector": {}}]},
+                           {"action": "Reject", "ports": [{"protocol": "UDP"}],
+                            "from": [{"scope": "ClusterSet", "podSelector": {}}]},
+                           {"action": "Drop", "from": [{"scope": "ClusterSet", "podSelector": {}}]}]}),
+            )],
+        );
+        let db = [10, 0, 0, 2];
+        assert_eq!(get(&c, db, 7, 6, 5432).map(|v| v.0), Some(ACTION_ALLOW));
+        assert_eq!(get(&c, db, 7, 6, 5433).map(|v| v.0), Some(ACTION_DROP));
+        assert_eq!(get(&c, db, 7, 17, 5432).map(|v| v.0), Some(ACTION_REJECT));
+        assert_eq!(get(&c, db, 7, 1, 0).map(|v| v.0), Some(ACTION_DROP));
+    }
+
+    #[test]
+    fn rules_without_clusterset_peers_protect_nothing_and_bad_rules_are_skipped() {
+        let w = world();
+        // Seed 000's in-cluster isolation: not the gateway's to enforce.
+        let c = compile_in(
+            &w,
+            &[policy(
+                None,
+                "strict-namespace-isolation",
+                json!({"priority": 1, "tier": "securityops",
+                       "appliedTo": [{"namespaceSelector": {}}],
+                       "ingress": [{"action": "Pass", "from": [{"namespaces": {"match": "Self"}}]},
+                                   {"action": "Drop", "from": [{"namespaceSelector": {}}]}]}),
+            )],
+        );
+        assert!(c.protected.is_empty() && c.entries.is_empty());
+        let c = compile_in(
+            &w,
+            &[
+                policy(
+                    None,
+                    "named",
+                    json!({"priority": 1, "appliedTo": [{"podSelector": {}}],
+                           "ingress": [{"action": "Drop", "ports": [{"port": "http"}],
+                                        "from": [{"scope": "ClusterSet", "podSelector": {}}]}]}),
+                ),
+                policy(
+                    None,
+                    "tierless",
+                    json!({"priority": 1, "tier": "nope", "appliedTo": [{"podSelector": {}}],
+                           "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet", "podSelector": {}}]}]}),
+                ),
+            ],
+        );
+        assert_eq!(c.skipped.len(), 2, "{:?}", c.skipped);
+        assert!(c.skipped[0].contains("Tier nope"), "{:?}", c.skipped);
+        assert!(c.skipped[1].contains("named port"), "{:?}", c.skipped);
+        assert!(c.protected.is_empty());
+    }
+}

@@ -1,0 +1,214 @@
+//! Stretched NetworkPolicy's ingress decision on the gateway (docs/design.md §4b).
+//!
+//! The ingress program sees a remote-opened flow's label identity (the VNI) but not the Pod
+//! kube-proxy will pick; netfilter's PREROUTING after the nat table's DNAT sees the Pod but not
+//! the VNI. So `record_flow` (in the ingress program, before the decapsulation) remembers the
+//! identity per flow, keyed by the inner 5-tuple as the stack is about to see it, and
+//! `mc_nf_ingress` (a netfilter program at PREROUTING, priority -99) finds the flow's conntrack
+//! entry: its ORIGINAL tuple gives the key, its REPLY tuple's source the Pod the DNAT chose. Only
+//! a flow's first packets (ctinfo `IP_CT_NEW`) are decided; replies and established flows pass.
+//!
+//! aya 0.16 has no netfilter program type: this program sits in a `classifier/` section, which
+//! aya parses and never loads, and the agent loads it itself as `BPF_PROG_TYPE_NETFILTER`
+//! (`mc-agent/src/netfilter.rs`). Netfilter programs may only accept or drop, and read kernel
+//! memory through `bpf_probe_read_kernel`, at the offsets the agent found in the kernel's BTF.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TcContext};
+use mc_common::{
+    Counter,
+    dataplane::{
+        ACTION_ALLOW, ACTION_REJECT, FlowIdentity, FlowKey, IP_CT_NEW, PolicyKey, PolicyVerdict,
+        VNI_UNKNOWN, ct_tuple,
+    },
+};
+
+use crate::{
+    maps::{FLOW_IDS, INGRESS_POLICY, PROTECTED_PODS, count_len, count_rule, kernel_offsets},
+    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
+    tunnel::{Tunnel, UDP_HLEN},
+};
+
+/// `struct bpf_nf_ctx`: the netfilter program's context.
+#[repr(C)]
+pub struct NfCtx {
+    state: *const c_void,
+    skb: *const u8,
+}
+
+const NF_DROP: i32 = 0;
+const NF_ACCEPT: i32 = 1;
+const AF_INET: u16 = 2;
+const ICMP_ECHO: u8 = 8;
+
+/// Remembers the label identity a remote-opened flow's packet carried, unless already known.
+/// A call of its own: inlined, its stack would push the ingress program's past 512 bytes.
+#[inline(never)]
+pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
+    let Some(key) = flow_key(ctx, &tunnel.inner) else {
+        return;
+    };
+    // The Geneve VNI (read here rather than kept in `Tunnel`, whose every byte costs the
+    // ingress program's stack): the label ID of the Pod that opened the flow, or 0xffffff.
+    let outer = &tunnel.outer;
+    let Ok(vni) = outer.read::<[u8; 3]>(ctx, outer.l4() + UDP_HLEN + 4) else {
+        return;
+    };
+    let id = FlowIdentity {
+        id: u32::from_be_bytes([0, vni[0], vni[1], vni[2]]),
+    };
+    // SAFETY: the value is compared at once.
+    if unsafe { FLOW_IDS.get(&key) }.is_some_and(|known| *known == id) {
+        return;
+    }
+    // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to the
+    // policy program, which then lets it pass only if no ClusterSet-scoped rule covers its Pod.
+    let _ = FLOW_IDS.insert(&key, &id, 0);
+}
+
+/// The flow of the inner packet as conntrack's ORIGINAL tuple will hold it.
+#[inline(always)]
+fn flow_key(ctx: &TcContext, ip: &Ipv4) -> Option<FlowKey> {
+    let (src_port, dst_port) = match ip.proto {
+        IPPROTO_TCP | IPPROTO_UDP => {
+            if ip.is_later_fragment() {
+                return None;
+            }
+            let p: [u8; 4] = ip.read(ctx, ip.l4()).ok()?;
+            (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            )
+        }
+        IPPROTO_ICMP => {
+            if ip.is_later_fragment() {
+                return None;
+            }
+            let h: [u8; 6] = ip.read(ctx, ip.l4()).ok()?;
+            if h[0] != ICMP_ECHO {
+                return None;
+            }
+            (u16::from_be_bytes([h[4], h[5]]), 0)
+        }
+        _ => (0, 0),
+    };
+    Some(FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        src_port,
+        dst_port,
+        proto: ip.proto,
+        _pad: [0; 3],
+    })
+}
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "classifier/mc_nf_ingress")]
+pub extern "C" fn mc_nf_ingress(ctx: *const NfCtx) -> i32 {
+    // SAFETY: the kernel passes a valid `struct bpf_nf_ctx`.
+    let skb = unsafe { (*ctx).skb };
+    decide(skb).unwrap_or(NF_ACCEPT)
+}
+
+/// Reads a `T` of kernel memory at `base + off`.
+#[inline(always)]
+fn kread<T: Copy>(base: u64, off: u32) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel checks the address; a fault is an error, not a crash.
+    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.ok()
+}
+
+/// The verdict on one packet; `None` when it is none of the policy's business.
+#[inline(always)]
+fn decide(skb: *const u8) -> Option<i32> {
+    let k = kernel_offsets()?;
+    let skb = skb as u64;
+    let nfct: u64 = kread(skb, k.skb_nfct)?;
+    if nfct & 7 != IP_CT_NEW {
+        return None;
+    }
+    let ct = nfct & !7;
+    if ct == 0 {
+        return None;
+    }
+    let t: [u8; ct_tuple::LEN] = kread(ct, k.ct_tuple_original)?;
+    let at = |i: u32| t[i as usize];
+    if u16::from_ne_bytes([at(ct_tuple::L3NUM), at(ct_tuple::L3NUM + 1)]) != AF_INET {
+        return None;
+    }
+    let proto = at(ct_tuple::PROTO);
+    let port = |i: u32| u16::from_be_bytes([at(i), at(i + 1)]);
+    let (src_port, dst_port) = match proto {
+        IPPROTO_TCP | IPPROTO_UDP => (port(ct_tuple::SRC_PORT), port(ct_tuple::DST_PORT)),
+        IPPROTO_ICMP => (port(ct_tuple::SRC_PORT), 0),
+        _ => (0, 0),
+    };
+    let ip = |i: u32| [at(i), at(i + 1), at(i + 2), at(i + 3)];
+    let key = FlowKey {
+        src: ip(ct_tuple::SRC_IP),
+        dst: ip(ct_tuple::DST_IP),
+        src_port,
+        dst_port,
+        proto,
+        _pad: [0; 3],
+    };
+    // SAFETY (map reads): values are copied out at once.
+    let id = unsafe { FLOW_IDS.get(&key) }?.id;
+    // The REPLY tuple's source: the Pod the DNAT chose (the destination itself without one),
+    // and the port it receives on.
+    let r: [u8; ct_tuple::LEN] = kread(ct, k.ct_tuple_reply)?;
+    let rat = |i: u32| r[i as usize];
+    let pod = [
+        rat(ct_tuple::SRC_IP),
+        rat(ct_tuple::SRC_IP + 1),
+        rat(ct_tuple::SRC_IP + 2),
+        rat(ct_tuple::SRC_IP + 3),
+    ];
+    let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
+    let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
+    if id == VNI_UNKNOWN {
+        count_rule(unknown.rule, len);
+        count_len(Counter::PolicyDropUnknownIdentity, len);
+        return Some(NF_DROP);
+    }
+    let port = match proto {
+        IPPROTO_TCP | IPPROTO_UDP => {
+            u16::from_be_bytes([rat(ct_tuple::SRC_PORT), rat(ct_tuple::SRC_PORT + 1)])
+        }
+        _ => 0,
+    };
+    // The verdict for this port if a rule of the Pod names it, else for every other port; no
+    // entry: no rule matched this identity, and the flow gets what the cluster would do without
+    // the policy (the agent's rule 0, "no rule matched").
+    let mut key = PolicyKey {
+        pod,
+        id,
+        port,
+        proto,
+        _pad: 0,
+    };
+    let exact = unsafe { INGRESS_POLICY.get(&key) }.copied();
+    key.port = 0;
+    key.proto = 0;
+    let verdict = exact
+        .or_else(|| unsafe { INGRESS_POLICY.get(&key) }.copied())
+        .unwrap_or(PolicyVerdict {
+            action: ACTION_ALLOW,
+            rule: 0,
+        });
+    count_rule(verdict.rule, len);
+    Some(match verdict.action {
+        ACTION_ALLOW => {
+            count_len(Counter::PolicyAllow, len);
+            NF_ACCEPT
+        }
+        ACTION_REJECT => {
+            count_len(Counter::PolicyReject, len);
+            NF_DROP
+        }
+        _ => {
+            count_len(Counter::PolicyDrop, len);
+            NF_DROP
+        }
+    })
+}
