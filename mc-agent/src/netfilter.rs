@@ -404,6 +404,20 @@ pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterErr
     kernel.set(0, &offsets, 0).map_err(map_err)?;
     let (insns, _maps) = instructions(object, layout)?;
     let prog = load_program(&insns)?;
+    let path = link_path(layout);
+    // (bpffs refuses names with a dot.)
+    let fresh = layout.links_dir().join("netfilter_ingress_new");
+    if pinned(&fresh) {
+        // An earlier start stopped between pinning its link and renaming it: keep one of the two.
+        if pinned(&path) {
+            detach_and_unpin(&fresh)?;
+        } else {
+            std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
+                what: format!("renaming {} to {}", fresh.display(), path.display()),
+                source,
+            })?;
+        }
+    }
     let link = match link_create(&prog, PRIORITIES[0]) {
         Err(NetfilterError::Syscall { source, .. })
             if source.raw_os_error() == Some(libc::EBUSY) =>
@@ -412,16 +426,27 @@ pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterErr
         }
         other => other?,
     };
-    let path = link_path(layout);
+    // The new link is pinned beside the old one before the old one goes, and renamed over it:
+    // an agent killed at any step leaves a pinned, attached program (two at most, which the
+    // next start reduces to one), never none.
+    pin(&link, &fresh)?;
     if pinned(&path) {
-        crate::dataplane::detach_pinned_link(&path).map_err(|source| NetfilterError::Syscall {
-            what: format!("detaching the earlier {}", path.display()),
-            source,
-        })?;
-        let _ = std::fs::remove_file(&path);
+        detach_and_unpin(&path)?;
     }
-    pin(&link, &path)?;
+    std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
+        what: format!("renaming {} to {}", fresh.display(), path.display()),
+        source,
+    })?;
     Ok(path)
+}
+
+fn detach_and_unpin(path: &Path) -> Result<(), NetfilterError> {
+    crate::dataplane::detach_pinned_link(path).map_err(|source| NetfilterError::Syscall {
+        what: format!("detaching the earlier {}", path.display()),
+        source,
+    })?;
+    let _ = std::fs::remove_file(path);
+    Ok(())
 }
 
 #[cfg(test)]
