@@ -21,8 +21,8 @@ use aya::{
 use mc_common::{
     CounterValue,
     dataplane::{
-        FlowKey, LocalConfig, NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict, RemoteRoute,
-        SnatEntry,
+        EgressKey, FlowKey, LocalConfig, NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict,
+        RemoteRoute, SnatEntry,
     },
     maps, programs,
 };
@@ -166,6 +166,7 @@ impl Dataplane {
         let mut pod_ids = None;
         let mut ingress_policy = None;
         let mut protected_pods = None;
+        let mut egress_policy = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
@@ -176,6 +177,7 @@ impl Dataplane {
                 maps::POD_IDS => pod_ids = Some(map),
                 maps::INGRESS_POLICY => ingress_policy = Some(map),
                 maps::PROTECTED_PODS => protected_pods = Some(map),
+                maps::EGRESS_POLICY => egress_policy = Some(map),
                 _ => {}
             }
         }
@@ -198,6 +200,10 @@ impl Dataplane {
             .map_err(map_err)?,
             protected_pods: HashMap::try_from(
                 protected_pods.ok_or_else(|| missing(maps::PROTECTED_PODS))?,
+            )
+            .map_err(map_err)?,
+            egress_policy: HashMap::try_from(
+                egress_policy.ok_or_else(|| missing(maps::EGRESS_POLICY))?,
             )
             .map_err(map_err)?,
         })
@@ -223,6 +229,8 @@ pub struct DataplaneMaps<T> {
     pub ingress_policy: HashMap<T, PolicyKey, PolicyVerdict>,
     /// The Pods those rules cover, and what a flow without an identity gets.
     pub protected_pods: HashMap<T, [u8; 4], PolicyVerdict>,
+    /// This Node's Pods' flows to multi-cluster Services that egress rules decide.
+    pub egress_policy: HashMap<T, EgressKey, PolicyVerdict>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -239,6 +247,7 @@ impl DataplaneMaps<MapData> {
             pod_ids: open(maps::POD_IDS)?.try_into()?,
             ingress_policy: open(maps::INGRESS_POLICY)?.try_into()?,
             protected_pods: open(maps::PROTECTED_PODS)?.try_into()?,
+            egress_policy: open(maps::EGRESS_POLICY)?.try_into()?,
         })
     }
 }

@@ -21,7 +21,7 @@ use mc_api::{
     selector::{Labels, Selector},
 };
 use mc_common::dataplane::{
-    ACTION_ALLOW, ACTION_DROP, ACTION_REJECT, MAX_POLICY_RULES, PolicyKey, PolicyVerdict,
+    ACTION_ALLOW, ACTION_DROP, ACTION_REJECT, EgressKey, MAX_POLICY_RULES, PolicyKey, PolicyVerdict,
 };
 use serde_json::Value;
 
@@ -55,6 +55,8 @@ pub struct Compiled {
     /// Pods a ClusterSet-scoped ingress rule covers -> the verdict without a label identity.
     pub protected: BTreeMap<Ipv4Addr, PolicyVerdict>,
     pub entries: BTreeMap<PolicyKey, PolicyVerdict>,
+    /// This Node's Pods' flows to imported multi-cluster Services that egress rules decide.
+    pub egress: BTreeMap<EgressKey, PolicyVerdict>,
     /// The name of each rule counter, by index.
     pub rules: Vec<String>,
     /// Policies or rules left out, and why.
@@ -119,6 +121,17 @@ impl Rule {
             .as_ref()
             .is_none_or(|peers| peers.iter().any(|p| p.matches(ns_labels, pod_labels)))
     }
+}
+
+/// An egress rule with `toServices` of `scope: ClusterSet`: the multi-cluster Services it names
+/// (namespace, name), decided at the source Node on the Service's address before the DNAT.
+#[derive(Clone, Debug)]
+struct EgressRule {
+    counter: u32,
+    action: Action,
+    baseline: bool,
+    applied_to: Vec<Target>,
+    services: Vec<(String, String)>,
 }
 
 fn selector(v: Option<&Value>, what: &str) -> Result<Option<Selector>, String> {
@@ -204,7 +217,7 @@ fn rules(
     tiers: &BTreeMap<String, i32>,
     names: &mut Vec<String>,
     skipped: &mut Vec<String>,
-) -> Vec<Rule> {
+) -> (Vec<Rule>, Vec<EgressRule>) {
     let mut ordered: Vec<(i32, f64, &PolicyObject)> = Vec::new();
     for p in policies {
         let tier = p.spec.tier.as_deref().unwrap_or("application");
@@ -220,6 +233,17 @@ fn rules(
             .unwrap_or(std::cmp::Ordering::Equal)
     });
     let mut out = Vec::new();
+    let mut egress = Vec::new();
+    let counter_for = |names: &mut Vec<String>, what: &str, r: &Value| {
+        let counter = (names.len() as u32).min(MAX_POLICY_RULES - 1);
+        if counter == names.len() as u32 {
+            names.push(format!(
+                "{what} {}",
+                r.get("action").and_then(Value::as_str).unwrap_or_default()
+            ));
+        }
+        counter
+    };
     for (_, _, p) in ordered {
         let within = p.namespace.as_deref();
         let name = label(p);
@@ -262,21 +286,51 @@ fn rules(
             })();
             match rule {
                 Ok(mut rule) => {
-                    let counter = (names.len() as u32).min(MAX_POLICY_RULES - 1);
-                    if counter == names.len() as u32 {
-                        names.push(format!(
-                            "{what} {}",
-                            r.get("action").and_then(Value::as_str).unwrap_or_default()
-                        ));
-                    }
-                    rule.counter = counter;
+                    rule.counter = counter_for(names, &what, r);
                     out.push(rule);
                 }
                 Err(e) => skipped.push(e),
             }
         }
+        for (i, r) in p.spec.egress.iter().enumerate() {
+            let what = format!("{name} egress[{i}]");
+            let services: Vec<(String, String)> = r
+                .get("toServices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|s| s.get("scope").and_then(Value::as_str) == Some("ClusterSet"))
+                .filter_map(|s| {
+                    let name = s.get("name").and_then(Value::as_str)?;
+                    let ns = s.get("namespace").and_then(Value::as_str).or(within)?;
+                    Some((ns.to_owned(), name.to_owned()))
+                })
+                .collect();
+            if services.is_empty() {
+                continue;
+            }
+            let rule = (|| -> Result<EgressRule, String> {
+                Ok(EgressRule {
+                    counter: 0,
+                    action: action(r, &what)?,
+                    baseline,
+                    applied_to: match r.get("appliedTo").and_then(Value::as_array) {
+                        Some(t) => targets(t, within, &format!("{what} appliedTo"))?,
+                        None => applied.clone(),
+                    },
+                    services,
+                })
+            })();
+            match rule {
+                Ok(mut rule) => {
+                    rule.counter = counter_for(names, &what, r);
+                    egress.push(rule);
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
     }
-    out
+    (out, egress)
 }
 
 fn label(p: &PolicyObject) -> String {
@@ -324,22 +378,101 @@ pub fn tier_priorities(tiers: &[(String, i32)]) -> BTreeMap<String, i32> {
     out
 }
 
-/// Compiles `policies` for this cluster's `pods` (every Node's) against the ClusterSet's label
-/// identities (`label_ids`: normalized label -> ID).
-pub fn compile(
-    policies: &[PolicyObject],
-    tiers: &BTreeMap<String, i32>,
-    pods: &[PodObject],
-    namespace_labels: &BTreeMap<String, Labels>,
-    label_ids: &BTreeMap<String, u32>,
-) -> Compiled {
+/// What policies are compiled against.
+#[derive(Clone, Copy, Debug)]
+pub struct Cluster<'a> {
+    pub tiers: &'a BTreeMap<String, i32>,
+    /// Every Pod of the cluster, for ingress rules (the gateway's; empty elsewhere).
+    pub pods: &'a [PodObject],
+    /// This Node's Pods, for egress rules.
+    pub node_pods: &'a [PodObject],
+    pub namespace_labels: &'a BTreeMap<String, Labels>,
+    /// The ClusterSet's label identities: normalized label -> ID.
+    pub label_ids: &'a BTreeMap<String, u32>,
+    /// The imported multi-cluster Services: (namespace, name) -> their ServiceImport's IPs.
+    pub services: &'a BTreeMap<(String, String), Vec<Ipv4Addr>>,
+}
+
+/// Compiles `policies`: ingress rules for every Pod of `cluster.pods` against the label
+/// identities, egress `toServices` rules for this Node's Pods against the imported Services.
+pub fn compile(policies: &[PolicyObject], cluster: &Cluster) -> Compiled {
     let mut out = Compiled {
         rules: vec!["no rule matched".into(), "no label identity".into()],
         ..Default::default()
     };
-    let rules = rules(policies, tiers, &mut out.rules, &mut out.skipped);
+    let (rules, egress) = rules(policies, cluster.tiers, &mut out.rules, &mut out.skipped);
+    compile_egress(&egress, cluster, &mut out);
+    ingress(&rules, cluster, &mut out);
+    out
+}
+
+/// This Node's Pods' flows to the imported Services that `toServices` rules name.
+fn compile_egress(rules: &[EgressRule], cluster: &Cluster, out: &mut Compiled) {
+    if rules.is_empty() {
+        return;
+    }
+    let empty = Labels::new();
+    for pod in cluster
+        .node_pods
+        .iter()
+        .filter(|p| !p.host_network && !p.finished)
+    {
+        let ns_labels = cluster
+            .namespace_labels
+            .get(&pod.namespace)
+            .unwrap_or(&empty);
+        let own: Vec<&EgressRule> = rules
+            .iter()
+            .filter(|r| {
+                r.applied_to
+                    .iter()
+                    .any(|t| t.matches(ns_labels, &pod.labels))
+            })
+            .collect();
+        let named: BTreeSet<&(String, String)> = own.iter().flat_map(|r| &r.services).collect();
+        for service in named {
+            let Some(ips) = cluster.services.get(service) else {
+                continue;
+            };
+            let mut passed = false;
+            let mut verdict = None;
+            for r in &own {
+                if (passed && !r.baseline) || !r.services.contains(service) {
+                    continue;
+                }
+                match r.action {
+                    Action::Pass => passed = true,
+                    Action::Verdict(action) => {
+                        verdict = Some(PolicyVerdict {
+                            action,
+                            rule: r.counter,
+                        });
+                        break;
+                    }
+                }
+            }
+            let Some(verdict) = verdict else { continue };
+            for src in pod.ips.iter().filter_map(|ip| ip.parse::<Ipv4Addr>().ok()) {
+                for dst in ips {
+                    out.egress.insert(
+                        EgressKey {
+                            src: src.octets(),
+                            dst: dst.octets(),
+                        },
+                        verdict,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The Pods of the cluster that ClusterSet-scoped ingress rules cover, and their verdicts.
+fn ingress(rules: &[Rule], cluster: &Cluster, out: &mut Compiled) {
+    let (pods, namespace_labels, label_ids) =
+        (cluster.pods, cluster.namespace_labels, cluster.label_ids);
     if !rules.iter().any(|r| r.clusterset) {
-        return out;
+        return;
     }
     let identities: Vec<(u32, Labels, Labels)> = label_ids
         .iter()
@@ -410,7 +543,6 @@ pub fn compile(
             }
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -454,6 +586,7 @@ mod tests {
         pods: Vec<PodObject>,
         namespaces: BTreeMap<String, Labels>,
         ids: BTreeMap<String, u32>,
+        services: BTreeMap<(String, String), Vec<Ipv4Addr>>,
     }
 
     /// This cluster: `admin` (role=admin) with Pod a 10.0.0.1, `prod-us-west` with db 10.0.0.2
@@ -492,16 +625,31 @@ mod tests {
             ],
             namespaces,
             ids,
+            services: [
+                (
+                    ("svc-ns".to_owned(), "secured-service".to_owned()),
+                    vec![Ipv4Addr::new(10, 96, 0, 50)],
+                ),
+                (
+                    ("svc-ns".to_owned(), "open-service".to_owned()),
+                    vec![Ipv4Addr::new(10, 96, 0, 51)],
+                ),
+            ]
+            .into(),
         }
     }
 
     fn compile_in(w: &World, policies: &[PolicyObject]) -> Compiled {
         compile(
             policies,
-            &tier_priorities(&[]),
-            &w.pods,
-            &w.namespaces,
-            &w.ids,
+            &Cluster {
+                tiers: &tier_priorities(&[]),
+                pods: &w.pods,
+                node_pods: &w.pods,
+                namespace_labels: &w.namespaces,
+                label_ids: &w.ids,
+                services: &w.services,
+            },
         )
     }
 
@@ -704,6 +852,41 @@ mod tests {
         assert_eq!(c.skipped.len(), 2, "{:?}", c.skipped);
         assert!(c.skipped[0].contains("Tier nope"), "{:?}", c.skipped);
         assert!(c.skipped[1].contains("named port"), "{:?}", c.skipped);
+        assert!(c.protected.is_empty());
+    }
+
+    #[test]
+    fn the_guides_tenant_policy_drops_tenants_flows_to_the_secured_service_only() {
+        let mut w = world();
+        w.pods
+            .push(pod("t1", "tenant", "10.0.0.9", &[("role", "tenant")]));
+        let c = compile_in(
+            &w,
+            &[policy(
+                None,
+                "acnp-drop-tenant-to-secured-mc-service",
+                json!({"priority": 1, "tier": "securityops",
+                       "appliedTo": [{"podSelector": {"matchLabels": {"role": "tenant"}}}],
+                       "egress": [{"action": "Drop", "toServices": [{"name": "secured-service",
+                           "namespace": "svc-ns", "scope": "ClusterSet"}]}]}),
+            )],
+        );
+        assert!(c.skipped.is_empty(), "{:?}", c.skipped);
+        let key = EgressKey {
+            src: [10, 0, 0, 9],
+            dst: [10, 96, 0, 50],
+        };
+        let v = c
+            .egress
+            .get(&key)
+            .expect("the tenant's flows to the secured Service");
+        assert_eq!(v.action, ACTION_DROP);
+        assert_eq!(
+            c.rules[v.rule as usize],
+            "ClusterNetworkPolicy acnp-drop-tenant-to-secured-mc-service egress[0] Drop"
+        );
+        // Nothing else: other Pods, other Services; no ingress protection either.
+        assert_eq!(c.egress.len(), 1, "{:?}", c.egress);
         assert!(c.protected.is_empty());
     }
 }

@@ -15,6 +15,7 @@ use mc_api::{
     clusterinfo::ClusterInfoImport,
     gateway::Gateway,
     labelidentity::LabelIdentity,
+    mcs::ServiceImport,
 };
 use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, watch::WatchHealth};
 
@@ -103,6 +104,12 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
                 trigger.clone(),
                 "Tier",
             ),
+            service_imports: Watched::new(
+                Api::<ServiceImport>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "ServiceImport",
+            ),
             namespaces: Watched::new(
                 Api::<Namespace>::all(client.clone()),
                 Default::default(),
@@ -158,6 +165,8 @@ struct Stretched {
     acnps: Watched<ClusterNetworkPolicy>,
     anps: Watched<AntreaNetworkPolicy>,
     tiers: Watched<Tier>,
+    /// The multi-cluster Services' addresses, for egress `toServices` rules.
+    service_imports: Watched<ServiceImport>,
 }
 
 impl Stretched {
@@ -210,6 +219,20 @@ impl Stretched {
             .all()
             .iter()
             .map(|t| (t.name_any(), t.spec.priority))
+            .collect();
+        inputs.imported_services = self
+            .service_imports
+            .all()
+            .iter()
+            .map(|si| {
+                let ips = si
+                    .spec
+                    .ips
+                    .iter()
+                    .filter_map(|ip| ip.parse().ok())
+                    .collect();
+                ((si.namespace().unwrap_or_default(), si.name_any()), ips)
+            })
             .collect();
         inputs.namespace_labels = self
             .namespaces
@@ -276,6 +299,7 @@ impl Reconciler for Agent {
                 ("ClusterNetworkPolicies", s.acnps.health()),
                 ("NetworkPolicies.crd.antrea.io", s.anps.health()),
                 ("Tiers", s.tiers.health()),
+                ("ServiceImports", s.service_imports.health()),
             ]);
         }
         w

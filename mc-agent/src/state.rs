@@ -82,6 +82,8 @@ pub struct Inputs {
     pub policies: Vec<crate::policy::PolicyObject>,
     /// The Tiers (name, priority) besides Antrea's default ones.
     pub tiers: Vec<(String, i32)>,
+    /// The imported multi-cluster Services (namespace, name) and their ServiceImports' IPs.
+    pub imported_services: BTreeMap<(String, String), Vec<Ipv4Addr>>,
 }
 
 /// A remote cluster as it ended up in the maps.
@@ -265,13 +267,23 @@ pub fn desired(inputs: &Inputs) -> Desired {
         },
         ..Default::default()
     };
-    if is_gateway && inputs.stretched_policy {
+    if inputs.stretched_policy {
+        // Egress rules for this Node's Pods on every Node; ingress rules on the gateway only.
+        let no_pods = Vec::new();
         out.policy = crate::policy::compile(
             &inputs.policies,
-            &crate::policy::tier_priorities(&inputs.tiers),
-            &inputs.cluster_pods,
-            &inputs.namespace_labels,
-            &inputs.label_ids,
+            &crate::policy::Cluster {
+                tiers: &crate::policy::tier_priorities(&inputs.tiers),
+                pods: if is_gateway {
+                    &inputs.cluster_pods
+                } else {
+                    &no_pods
+                },
+                node_pods: &inputs.pods,
+                namespace_labels: &inputs.namespace_labels,
+                label_ids: &inputs.label_ids,
+                services: &inputs.imported_services,
+            },
         );
         out.skipped.extend(
             out.policy

@@ -13,7 +13,7 @@ use std::{
 };
 
 use aya::maps::{MapData, MapError, lpm_trie::Key};
-use mc_common::dataplane::{PolicyKey, PolicyVerdict};
+use mc_common::dataplane::{EgressKey, PolicyKey, PolicyVerdict};
 
 use crate::{
     dataplane::DataplaneMaps,
@@ -89,6 +89,15 @@ pub fn apply<T: BorrowMut<MapData>>(
             report.policy_written += 1;
         }
     }
+    let current_egress: Vec<(EgressKey, _)> =
+        maps.egress_policy.iter().collect::<Result<_, MapError>>()?;
+    let have_egress: BTreeMap<EgressKey, PolicyVerdict> = current_egress.iter().copied().collect();
+    for (key, v) in &desired.policy.egress {
+        if have_egress.get(key) != Some(v) {
+            maps.egress_policy.insert(key, v, 0)?;
+            report.policy_written += 1;
+        }
+    }
     let current_protected: Vec<([u8; 4], _)> = maps
         .protected_pods
         .iter()
@@ -135,6 +144,12 @@ pub fn apply<T: BorrowMut<MapData>>(
     for (key, _) in &current_protected {
         if !desired.policy.protected.contains_key(&Ipv4Addr::from(*key)) {
             remove_absent(maps.protected_pods.remove(key))?;
+            report.policy_removed += 1;
+        }
+    }
+    for (key, _) in &current_egress {
+        if !desired.policy.egress.contains_key(key) {
+            remove_absent(maps.egress_policy.remove(key))?;
             report.policy_removed += 1;
         }
     }

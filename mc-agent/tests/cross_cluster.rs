@@ -644,7 +644,8 @@ fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> 
 /// guide's `drop-tenant-access-to-admin-namespace` (with `Drop`) protects west's Pods in a
 /// `role=admin` Namespace. What is decided is only new flows; the decision follows the
 /// source's identity (its Namespace's labels) and the Pod the DNAT picked, and a flow without
-/// an identity is dropped.
+/// an identity is dropped. Then the guide's egress rule: a tenant Pod's flows to one
+/// multi-cluster Service are dropped at its own Node, before they reach the tunnel.
 #[test]
 fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_chose() {
     use mc_agent::{policy::PolicyObject, state::PodObject};
@@ -828,6 +829,63 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     assert!(!connects(&pod_n, service), "after the agent's restart");
     west_gw.sync(&west_with(vec![]));
     assert!(connects(&pod_n, service), "with the policy deleted");
+
+    // Egress: the guide's acnp-drop-tenant-to-secured-mc-service at east's Node, decided on the
+    // Service's address before the DNAT (conntrack on, as kube-proxy has it on every Node).
+    sh_in(
+        &east_node.ns,
+        "nft add table ip strait_ct && nft add chain ip strait_ct pre '{ type filter hook prerouting priority 0; }' && nft add rule ip strait_ct pre ct state new counter",
+    );
+    let egress = PolicyObject {
+        namespace: None,
+        name: "acnp-drop-tenant-to-secured-mc-service".into(),
+        spec: serde_json::from_value(serde_json::json!({
+            "priority": 1, "tier": "securityops",
+            "appliedTo": [{"podSelector": {"matchLabels": {"role": "tenant"}}}],
+            "egress": [{"action": "Drop", "toServices": [{"name": "secured-service",
+                "namespace": "svc-ns", "scope": "ClusterSet"}]}],
+        }))
+        .unwrap(),
+    };
+    let east_egress = |policies: Vec<PolicyObject>, role: &str| {
+        let mut i = east_as(Some(&plain_ns));
+        i.stretched_policy = true;
+        i.pods = vec![pod(
+            "t1",
+            "pod-n",
+            "10.244.1.5",
+            &[("app", "client"), ("role", role)],
+        )];
+        i.label_ids.insert(
+            normalized_label(&plain_ns, &labels(&[("app", "client"), ("role", role)])),
+            20,
+        );
+        i.imported_services = [(
+            ("svc-ns".to_owned(), "secured-service".to_owned()),
+            vec![Ipv4Addr::new(10, 98, 0, 10)],
+        )]
+        .into();
+        i.policies = policies;
+        i
+    };
+    east_node.sync(&east_egress(vec![egress.clone()], "tenant"));
+    let dropped = east_node.counter("policy_drop");
+    assert!(
+        !connects(&pod_n, service),
+        "a tenant reached the secured Service"
+    );
+    assert!(east_node.counter("policy_drop") > dropped);
+    assert!(
+        connects(&pod_n, mixed),
+        "a tenant must reach another multi-cluster Service"
+    );
+    east_node.sync(&east_egress(vec![egress.clone()], "guest"));
+    assert!(
+        connects(&pod_n, service),
+        "a Pod that is no tenant must reach it"
+    );
+    east_node.sync(&east_egress(vec![], "tenant"));
+    assert!(connects(&pod_n, service), "with the egress policy deleted");
 
     stop.store(true, Ordering::Relaxed);
     for s in servers {

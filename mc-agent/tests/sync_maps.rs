@@ -227,6 +227,14 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         .ingress_policy
         .insert(&policy_key, &verdict, 0)
         .expect("policy entry");
+    let egress_key = mc_common::dataplane::EgressKey {
+        src: [10, 244, 1, 6],
+        dst: [10, 98, 0, 10],
+    };
+    pinned
+        .egress_policy
+        .insert(&egress_key, &verdict, 0)
+        .expect("egress entry");
     let mut flow_ids: aya::maps::HashMap<_, FlowKey, mc_common::dataplane::FlowIdentity> =
         aya::maps::Map::from_map_data(
             aya::maps::MapData::from_pin(layout.map(maps::FLOW_IDS)).expect("flow ids"),
@@ -248,7 +256,9 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::COUNTERS => &["packets", "bytes"],
             maps::POD_IDS => &["id"],
             maps::FLOW_IDS => &["id"],
-            maps::INGRESS_POLICY | maps::PROTECTED_PODS => &["action", "rule"],
+            maps::INGRESS_POLICY | maps::PROTECTED_PODS | maps::EGRESS_POLICY => {
+                &["action", "rule"]
+            }
             maps::RULE_COUNTERS => &["packets", "bytes"],
             maps::KERNEL => &["skb_nfct", "skb_len", "ct_tuple_original", "ct_tuple_reply"],
             other => panic!("map {other} has no expectation here: add one"),

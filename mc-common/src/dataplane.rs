@@ -190,6 +190,18 @@ pub struct PolicyKey {
 
 const _: () = assert!(core::mem::size_of::<PolicyKey>() == 12);
 
+/// Key of the egress policy map: a Pod of this Node and the address of a multi-cluster Service
+/// (its ServiceImport's IP, the ClusterIP of `antrea-mc-<name>`) that an egress `toServices`
+/// rule of `scope: ClusterSet` names, as the Pod's first packet has them, before the DNAT.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EgressKey {
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+}
+
+const _: () = assert!(core::mem::size_of::<EgressKey>() == 8);
+
 /// [`PolicyVerdict::action`]: the flow may open.
 pub const ACTION_ALLOW: u32 = 1;
 /// [`PolicyVerdict::action`]: the flow's packets are dropped.
@@ -251,6 +263,8 @@ pub const MAX_POLICY_RULES: u32 = 1024;
 pub const MAX_FLOW_IDENTITIES: u32 = 65_536;
 /// (protected Pod, source identity) pairs with a verdict.
 pub const MAX_POLICY_ENTRIES: u32 = 262_144;
+/// (Pod of this Node, multi-cluster Service address) pairs with an egress verdict.
+pub const MAX_EGRESS_ENTRIES: u32 = 65_536;
 /// Pods of the cluster a ClusterSet-scoped ingress rule covers.
 pub const MAX_PROTECTED_PODS: u32 = 16_384;
 
@@ -280,6 +294,7 @@ mod pod {
     unsafe impl aya::Pod for super::PodIdentity {}
     unsafe impl aya::Pod for super::FlowIdentity {}
     unsafe impl aya::Pod for super::PolicyKey {}
+    unsafe impl aya::Pod for super::EgressKey {}
     unsafe impl aya::Pod for super::PolicyVerdict {}
     unsafe impl aya::Pod for super::KernelOffsets {}
 }

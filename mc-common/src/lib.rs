@@ -50,6 +50,9 @@ pub mod maps {
     /// [`crate::dataplane::PolicyKey`] (protected Pod, source ID) ->
     /// [`crate::dataplane::PolicyVerdict`]: ClusterSet-scoped ingress rules, compiled.
     pub const INGRESS_POLICY: &str = "mc_ingress_policy";
+    /// [`crate::dataplane::EgressKey`] (this Node's Pod, a multi-cluster Service's address) ->
+    /// [`crate::dataplane::PolicyVerdict`]: egress `toServices` rules of `scope: ClusterSet`.
+    pub const EGRESS_POLICY: &str = "mc_egress_policy";
     /// Pod address -> [`crate::dataplane::PolicyVerdict`] for an unknown identity: the Pods a
     /// ClusterSet-scoped ingress rule covers.
     pub const PROTECTED_PODS: &str = "mc_protected_pods";
@@ -68,6 +71,7 @@ pub mod maps {
         POD_IDS,
         FLOW_IDS,
         INGRESS_POLICY,
+        EGRESS_POLICY,
         PROTECTED_PODS,
         RULE_COUNTERS,
         KERNEL,

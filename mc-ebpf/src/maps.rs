@@ -13,10 +13,10 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        FlowIdentity, FlowKey, KernelOffsets, LocalConfig, MAX_FLOW_IDENTITIES, MAX_NEXT_HOPS,
-        MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
-        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
-        PolicyVerdict, RemoteRoute, SnatEntry, VNI_UNKNOWN,
+        EgressKey, FlowIdentity, FlowKey, KernelOffsets, LocalConfig, MAX_EGRESS_ENTRIES,
+        MAX_FLOW_IDENTITIES, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES,
+        MAX_POLICY_RULES, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer,
+        PodIdentity, PolicyKey, PolicyVerdict, RemoteRoute, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -52,6 +52,13 @@ pub(crate) static INGRESS_POLICY: HashMap<
     PolicyKey,
     PolicyVerdict,
     { MAX_POLICY_ENTRIES as usize },
+> = HashMap::new();
+
+#[btf_map(name = "mc_egress_policy")]
+pub(crate) static EGRESS_POLICY: HashMap<
+    EgressKey,
+    PolicyVerdict,
+    { MAX_EGRESS_ENTRIES as usize },
 > = HashMap::new();
 
 #[btf_map(name = "mc_protected_pods")]

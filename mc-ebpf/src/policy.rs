@@ -1,4 +1,5 @@
-//! Stretched NetworkPolicy's ingress decision on the gateway (docs/design.md §4b).
+//! Stretched NetworkPolicy's decisions (docs/design.md §4b): ingress rules on the gateway, egress
+//! `toServices` rules at the source Node.
 //!
 //! The ingress program sees a remote-opened flow's label identity (the VNI) but not the Pod
 //! kube-proxy will pick; netfilter's PREROUTING after the nat table's DNAT sees the Pod but not
@@ -19,13 +20,16 @@ use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TcContext};
 use mc_common::{
     Counter,
     dataplane::{
-        ACTION_ALLOW, ACTION_REJECT, FlowIdentity, FlowKey, IP_CT_NEW, PolicyKey, PolicyVerdict,
-        VNI_UNKNOWN, ct_tuple,
+        ACTION_ALLOW, ACTION_REJECT, EgressKey, FlowIdentity, FlowKey, IP_CT_NEW, PolicyKey,
+        PolicyVerdict, VNI_UNKNOWN, ct_tuple,
     },
 };
 
 use crate::{
-    maps::{FLOW_IDS, INGRESS_POLICY, PROTECTED_PODS, count_len, count_rule, kernel_offsets},
+    maps::{
+        EGRESS_POLICY, FLOW_IDS, INGRESS_POLICY, PROTECTED_PODS, count_len, count_rule,
+        kernel_offsets,
+    },
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
     tunnel::{Tunnel, UDP_HLEN},
 };
@@ -152,7 +156,20 @@ fn decide(skb: *const u8) -> Option<i32> {
         proto,
         _pad: [0; 3],
     };
+    // A Pod of this Node opening a flow to a multi-cluster Service an egress rule names (the
+    // Service's address, before the DNAT: its endpoints here and in other clusters alike).
     // SAFETY (map reads): values are copied out at once.
+    if let Some(v) = unsafe {
+        EGRESS_POLICY.get(&EgressKey {
+            src: key.src,
+            dst: key.dst,
+        })
+    }
+    .copied()
+    {
+        let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
+        return Some(apply(v, len));
+    }
     let id = unsafe { FLOW_IDS.get(&key) }?.id;
     // The REPLY tuple's source: the Pod the DNAT chose (the destination itself without one),
     // and the port it receives on.
@@ -196,8 +213,14 @@ fn decide(skb: *const u8) -> Option<i32> {
             action: ACTION_ALLOW,
             rule: 0,
         });
+    Some(apply(verdict, len))
+}
+
+/// Counts a verdict under its rule and the policy's counters; the netfilter verdict.
+#[inline(always)]
+fn apply(verdict: PolicyVerdict, len: u32) -> i32 {
     count_rule(verdict.rule, len);
-    Some(match verdict.action {
+    match verdict.action {
         ACTION_ALLOW => {
             count_len(Counter::PolicyAllow, len);
             NF_ACCEPT
@@ -210,5 +233,5 @@ fn decide(skb: *const u8) -> Option<i32> {
             count_len(Counter::PolicyDrop, len);
             NF_DROP
         }
-    })
+    }
 }

@@ -388,3 +388,124 @@ fn the_guides_db_policy_lets_only_clients_of_its_namespace_in() {
         }
     }
 }
+
+/// The guide's `acnp-drop-tenant-to-secured-mc-service` in east: a `role=tenant` Pod's flows to
+/// the multi-cluster Service `secured-service` (exported by west and by east itself) are dropped
+/// at its Node, whichever backend kube-proxy would pick; a Pod without the label reaches it, the
+/// tenant reaches another multi-cluster Service, and deleting the policy restores access.
+#[test]
+fn the_guides_tenant_policy_keeps_tenants_from_the_secured_multicluster_service() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let pid = std::process::id();
+    let ns = format!("svc-{pid}");
+    let acnp = "acnp-drop-tenant-to-secured-mc-service";
+    let _cleanup = Cleanup {
+        tb: &tb,
+        namespaces: vec![("east", ns.clone()), ("west", ns.clone())],
+        acnps: vec![("east", acnp.to_owned())],
+    };
+    for c in ["east", "west"] {
+        tb.ensure_namespace(c, &ns);
+    }
+    let service = |c: &str, name: &str, app: &str| {
+        tb.apply(
+            c,
+            &ns,
+            &format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector:\n    app: {app}\n  ports:\n  - {{name: http, port: 8080, protocol: TCP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {name}\n"
+            ),
+        );
+    };
+    pod(
+        &tb,
+        "west",
+        &ns,
+        "secured-w",
+        "node-b",
+        json!({"app": "secured"}),
+        true,
+    );
+    pod(
+        &tb,
+        "east",
+        &ns,
+        "secured-e",
+        "node-a",
+        json!({"app": "secured"}),
+        true,
+    );
+    pod(
+        &tb,
+        "west",
+        &ns,
+        "open-w",
+        "node-b",
+        json!({"app": "open"}),
+        true,
+    );
+    service("west", "secured-service", "secured");
+    service("east", "secured-service", "secured");
+    service("west", "open-service", "open");
+    for (name, labels) in [("tenant", json!({"role": "tenant"})), ("guest", json!({}))] {
+        pod(&tb, "east", &ns, name, "node-b", labels, false);
+    }
+    let imported = |name: &str| {
+        wait_for(&format!("antrea-mc-{name} in east"), T, || {
+            tb.try_json(
+                "east",
+                &["get", "service", "-n", &ns, &format!("antrea-mc-{name}")],
+            )
+            .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
+            .ok_or_else(|| "not yet".to_owned())
+        })
+    };
+    let (secured, open) = (imported("secured-service"), imported("open-service"));
+    // Both backends answer the guest (east's own and west's), before and with the policy.
+    let answers = |from: &str, ip: &str, tries: usize| -> std::collections::BTreeSet<String> {
+        (0..tries)
+            .filter_map(|_| http(&tb, "east", &ns, from, ip).ok())
+            .collect()
+    };
+    let both: std::collections::BTreeSet<String> = [
+        "hello from east/secured-e".to_owned(),
+        "hello from west/secured-w".to_owned(),
+    ]
+    .into();
+    wait_for(
+        "both backends of secured-service answering the tenant",
+        T,
+        || {
+            let got = answers("tenant", &secured, 8);
+            (got == both).then_some(()).ok_or(format!("{got:?}"))
+        },
+    );
+    tb.apply(
+        "east",
+        "default",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {acnp}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo:\n  - podSelector:\n      matchLabels:\n        role: tenant\n  egress:\n  - action: Drop\n    toServices:\n    - name: secured-service\n      namespace: {ns}\n      scope: ClusterSet\n"
+        ),
+    );
+    wait_for("the tenant refused by secured-service", T, || {
+        let got = answers("tenant", &secured, 4);
+        got.is_empty().then_some(()).ok_or(format!("{got:?}"))
+    });
+    wait_for(
+        "both backends answering the guest, with the policy",
+        T,
+        || {
+            let got = answers("guest", &secured, 8);
+            (got == both).then_some(()).ok_or(format!("{got:?}"))
+        },
+    );
+    assert!(
+        http(&tb, "east", &ns, "tenant", &open).is_ok(),
+        "the tenant must reach another multi-cluster Service"
+    );
+    tb.ok("east", &["delete", "acnp", acnp]);
+    wait_for("the tenant let in again", T, || {
+        let got = answers("tenant", &secured, 8);
+        (got == both).then_some(()).ok_or(format!("{got:?}"))
+    });
+}
