@@ -548,15 +548,8 @@ fn ingress(rules: &[Rule], cluster: &Cluster, out: &mut Compiled) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mc_api::labelidentity::normalized_label;
+    use mc_api::{labelidentity::normalized_label, selector::labels};
     use serde_json::json;
-
-    fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
 
     fn ns(name: &str, extra: &[(&str, &str)]) -> Labels {
         let mut l = labels(extra);

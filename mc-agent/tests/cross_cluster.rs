@@ -183,24 +183,23 @@ impl Node {
             .collect()
     }
 
-    fn nonzero(&self) -> Vec<(&'static str, u64)> {
+    /// The counters that moved; with `drops_only`, only drop reasons.
+    fn moved(&self, drops_only: bool) -> Vec<(&'static str, u64)> {
         let map = counters::open_pinned(&self.pin_root().join("mc_counters")).expect("counters");
         counters::read(&map)
             .expect("read")
             .into_iter()
-            .filter(|r| r.packets > 0)
+            .filter(|r| r.packets > 0 && (r.drop || !drops_only))
             .map(|r| (r.name, r.packets))
             .collect()
     }
 
+    fn nonzero(&self) -> Vec<(&'static str, u64)> {
+        self.moved(false)
+    }
+
     fn drops(&self) -> Vec<(&'static str, u64)> {
-        let map = counters::open_pinned(&self.pin_root().join("mc_counters")).expect("counters");
-        counters::read(&map)
-            .expect("read")
-            .into_iter()
-            .filter(|r| r.drop && r.packets > 0)
-            .map(|r| (r.name, r.packets))
-            .collect()
+        self.moved(true)
     }
 }
 
@@ -631,13 +630,6 @@ fn echoes(ns: &NetNs, addr: SocketAddr) -> bool {
     .unwrap()
 }
 
-fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
 /// Stretched NetworkPolicy on real packets (docs/design.md §4b): east's Pod carries its label
 /// identity in the VNI, west's gateway records it per flow, and the policy program at
 /// PREROUTING decides after the DNAT (nftables playing kube-proxy) for the Pod chosen. The
@@ -649,7 +641,7 @@ fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> 
 #[test]
 fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_chose() {
     use mc_agent::{policy::PolicyObject, state::PodObject};
-    use mc_api::labelidentity::normalized_label;
+    use mc_api::{labelidentity::normalized_label, selector::labels};
 
     require_root();
     // (Every part is bound: a namespace goes when its handle is dropped.)

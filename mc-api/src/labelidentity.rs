@@ -202,13 +202,7 @@ impl IdAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::selector::labels;
 
     #[test]
     fn a_normalized_label_parses_back_into_its_labels() {

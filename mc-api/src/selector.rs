@@ -9,6 +9,14 @@ use serde_json::Value;
 /// Labels by key.
 pub type Labels = BTreeMap<String, String>;
 
+/// Labels from `(key, value)` pairs.
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
 /// A parsed label selector. An empty one (`{}`) selects everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selector {
@@ -90,13 +98,6 @@ impl Selector {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
 
     #[test]
     fn match_labels_and_expressions() {

@@ -225,6 +225,16 @@ pub fn header_columns(table: &str) -> Vec<String> {
 
 /// Polls `check` every 300 ms until it returns `Some`, or panics after `timeout` with `what`
 /// and the last observation.
+/// The first 16 hex digits of the SHA-1 of a normalized label (Antrea's `HashLabelIdentity`: the
+/// name of its LabelIdentity and ResourceImport), from coreutils, not from Strait's code.
+pub fn label_hash(label: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "printf %s \"$1\" | sha1sum", "sh", label])
+        .output()
+        .expect("sha1sum");
+    String::from_utf8_lossy(&out.stdout)[..16].to_owned()
+}
+
 pub fn wait_for<T>(
     what: &str,
     timeout: std::time::Duration,

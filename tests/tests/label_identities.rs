@@ -4,27 +4,18 @@
 //! label's hash, every member makes a LabelIdentity of it, and restarts change no ID. The agents
 //! (stretched policy on in their config too) put the source Pod's ID in the tunnel's VNI.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use mc_integration::{
     SameNamespace, Testbed,
     join::{self, CLUSTERSET, LEADER_NS},
+    label_hash,
     net::RouterCapture,
     pods, procs, wait_for,
 };
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
-
-/// The first 16 hex digits of the SHA-1 of `label` (Antrea's `HashLabelIdentity`), from
-/// coreutils, not from Strait's code.
-fn hash(label: &str) -> String {
-    let out = Command::new("sh")
-        .args(["-c", "printf %s \"$1\" | sha1sum", "sh", label])
-        .output()
-        .expect("sha1sum");
-    String::from_utf8_lossy(&out.stdout)[..16].to_owned()
-}
 
 /// A Pod with `labels` (it need not run: a Pod counts from its creation).
 fn pod(tb: &Testbed, cluster: &str, ns: &str, name: &str, labels: Value) {
@@ -84,7 +75,7 @@ fn member_identity(tb: &Testbed, cluster: &str, hash: &str) -> Result<(String, u
 
 /// Waits until the leader imports `label` and both members hold it with the same ID.
 fn same_id_everywhere(tb: &Testbed, label: &str) -> u64 {
-    let h = hash(label);
+    let h = label_hash(label);
     wait_for(
         &format!("one ID for {label} in the leader and both members"),
         T,
@@ -169,7 +160,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
     pod(&tb, "west", &ns.name, "cache", json!({"app": "cache"}));
 
     // Antrea's names: `<clusterID>-<hash>` exports, one import `<hash>`.
-    let (h, h2) = (hash(&shared), hash(&west_only));
+    let (h, h2) = (label_hash(&shared), label_hash(&west_only));
     let id = same_id_everywhere(&tb, &shared);
     assert_eq!(
         exporters(&tb, &h),
@@ -196,7 +187,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
         "the last label's import",
         T,
         "north",
-        &["get", "resourceimport", "-n", LEADER_NS, &hash(&last)],
+        &["get", "resourceimport", "-n", LEADER_NS, &label_hash(&last)],
     );
 
     // Restarts: the leader re-reads its imports, a member its leader's; no ID changes, and a
@@ -287,7 +278,7 @@ fn one_label_gets_one_id_in_every_member_and_restarts_change_no_id() {
         ns.name
     );
     let id5 = wait_for("the relabelled Namespace's label imported", T, || {
-        imported(&tb, &hash(&relabelled))
+        imported(&tb, &label_hash(&relabelled))
     })
     .1;
     assert!(![id, id2, id3, id4, id_last].contains(&id5));

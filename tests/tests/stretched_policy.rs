@@ -12,7 +12,7 @@ use std::{
 use mc_integration::{
     Testbed,
     join::{self},
-    pods, repo_root, wait_for,
+    label_hash, pods, repo_root, wait_for,
 };
 use serde_json::{Value, json};
 
@@ -80,15 +80,6 @@ fn first_time(
         }
         assert!(at < T, "{from} -> {ip}: still not {want} after {at:?}");
     }
-}
-
-/// The first 16 hex digits of the SHA-1 of `label` (a LabelIdentity's name), from coreutils.
-fn hash(label: &str) -> String {
-    let out = Command::new("sh")
-        .args(["-c", "printf %s \"$1\" | sha1sum", "sh", label])
-        .output()
-        .expect("sha1sum");
-    String::from_utf8_lossy(&out.stdout)[..16].to_owned()
 }
 
 /// A datagram from a Pod to `ip`:5353: whether it came back within 2 s.
@@ -268,7 +259,7 @@ fn the_guides_admin_namespace_policy_stops_tenants_of_other_clusters() {
     let started = Instant::now();
     label_namespace(&tb, "west", &tenant, &format!("team=t{pid}"));
     let fresh = format!("ns:kubernetes.io/metadata.name={tenant},team=t{pid}&pod:app=client");
-    let h = hash(&fresh);
+    let h = label_hash(&fresh);
     wait_for("the fresh label's LabelIdentity in east", T, || {
         tb.try_json("east", &["get", "labelidentity", &h])
             .ok_or_else(|| format!("no LabelIdentity {h}"))

@@ -13,7 +13,12 @@
 //! - (b) the kernel doing the gateway's job: egw SNATs (nftables masquerade) into a VXLAN device
 //!   to wgw; Pods' MTU lowered by VXLAN's 50 bytes;
 //! - (c) Strait: the node tunnels to egw (Geneve), egw SNATs and hairpins to wgw, wgw
-//!   decapsulates; Pods' MTU lowered by the tunnel's 36 bytes.
+//!   decapsulates; Pods' MTU lowered by the tunnel's 36 bytes;
+//! - (d) Strait with stretched NetworkPolicy: as (c), the client's label identity in the VNI,
+//!   the policy program attached on every Node and an Antrea NetworkPolicy in west covering the
+//!   server (allow the client's label, drop the rest; the guide's `db-svc-allow-ingress-from-
+//!   client-only`), conntrack on in every Node as kube-proxy has it, so that every new flow is
+//!   decided by west's gateway.
 //!
 //! For each: TCP throughput with 1 and 4 streams (iperf3), TCP request/response (1-byte
 //! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
@@ -61,6 +66,7 @@ enum Variant {
     PlainTunnelMtu,
     Kernel,
     Strait,
+    StraitPolicy,
 }
 
 impl Variant {
@@ -70,6 +76,7 @@ impl Variant {
             Variant::PlainTunnelMtu => "(a') plain, MTU 1464",
             Variant::Kernel => "(b) kernel VXLAN+SNAT",
             Variant::Strait => "(c) Strait",
+            Variant::StraitPolicy => "(d) Strait + policy",
         }
     }
 
@@ -78,7 +85,7 @@ impl Variant {
             Variant::Plain => 1500,
             Variant::PlainTunnelMtu => 1464,
             Variant::Kernel => 1450,
-            Variant::Strait => 1464,
+            Variant::Strait | Variant::StraitPolicy => 1464,
         }
     }
 }
@@ -240,7 +247,8 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                  ip addr add 169.254.42.2/30 dev vxlan0 && ip link set vxlan0 up",
             )?;
         }
-        Variant::Strait => {
+        Variant::Strait | Variant::StraitPolicy => {
+            let policy = variant == Variant::StraitPolicy;
             for n in BPF_NODES {
                 let dir = bpffs(n);
                 std::fs::create_dir_all(&dir)?;
@@ -257,6 +265,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                     .arg("--pin-root")
                     .arg(dir.join("mc/v1"))
                     .args(["attach", "--uplink", "eth0"])
+                    .args(policy.then_some("--stretched-policy"))
                     .output()?;
                 if !out.status.success() {
                     bail!(
@@ -265,27 +274,40 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                         String::from_utf8_lossy(&out.stderr)
                     );
                 }
+                if policy {
+                    // kube-proxy's conntrack, on in every Node's namespace.
+                    sh(
+                        n,
+                        "nft add table ip benchct && nft add chain ip benchct pre '{ type filter hook prerouting priority 0; }' && nft add rule ip benchct pre ct state new counter",
+                    )?;
+                }
             }
             let east_gw = ("egw", "198.18.21.1", "10.97.0.0/16");
             let west = ("west", "198.18.22.1", "10.98.0.0/16", "10.245.0.0/16");
             let east_nodes = ["198.18.21.1", "198.18.21.2"];
+            let with_policy = |mut i: Inputs| {
+                if policy {
+                    stretched(&mut i);
+                }
+                i
+            };
             sync(
                 "egw",
-                &inputs("egw", "198.18.21.1", east_gw, west, &east_nodes),
+                &with_policy(inputs("egw", "198.18.21.1", east_gw, west, &east_nodes)),
             )?;
             sync(
                 "node",
-                &inputs("node", "198.18.21.2", east_gw, west, &east_nodes),
+                &with_policy(inputs("node", "198.18.21.2", east_gw, west, &east_nodes)),
             )?;
             sync(
                 "wgw",
-                &inputs(
+                &with_policy(inputs(
                     "wgw",
                     "198.18.22.1",
                     ("wgw", "198.18.22.1", "10.98.0.0/16"),
                     ("east", "198.18.21.1", "10.97.0.0/16", "10.244.0.0/16"),
                     &["198.18.22.1"],
-                ),
+                )),
             )?;
         }
     }
@@ -325,6 +347,58 @@ fn inputs(
     }
 }
 
+/// Stretched NetworkPolicy for (d): the client (10.244.1.5, `app=client` in `prod`) and the
+/// server (10.245.0.7, `app=db` in `prod`) with their label identities, and the guide's
+/// `db-svc-allow-ingress-from-client-only` covering the server.
+fn stretched(i: &mut Inputs) {
+    use mc_agent::{policy::PolicyObject, state::PodObject};
+    use mc_api::selector::labels;
+    let ns = labels(&[("kubernetes.io/metadata.name", "prod")]);
+    let pod = |name: &str, ip: &str, app: &str| PodObject {
+        namespace: "prod".into(),
+        name: name.into(),
+        labels: labels(&[("app", app)]),
+        ips: vec![ip.into()],
+        ..Default::default()
+    };
+    i.stretched_policy = true;
+    i.namespace_labels = [("prod".to_owned(), ns.clone())].into();
+    i.label_ids = [
+        (
+            mc_api::labelidentity::normalized_label(&ns, &labels(&[("app", "client")])),
+            7,
+        ),
+        (
+            mc_api::labelidentity::normalized_label(&ns, &labels(&[("app", "db")])),
+            8,
+        ),
+    ]
+    .into();
+    i.pods = if i.node_name == "node" {
+        vec![pod("client", "10.244.1.5", "client")]
+    } else {
+        Vec::new()
+    };
+    i.cluster_pods = if i.node_name == "wgw" {
+        vec![pod("server", SERVER, "db")]
+    } else {
+        Vec::new()
+    };
+    i.policies = vec![PolicyObject {
+        namespace: Some("prod".into()),
+        name: "db-svc-allow-ingress-from-client-only".into(),
+        spec: serde_json::from_value(serde_json::json!({
+            "priority": 1, "tier": "application",
+            "appliedTo": [{"podSelector": {"matchLabels": {"app": "db"}}}],
+            "ingress": [
+                {"action": "Allow", "from": [{"scope": "ClusterSet",
+                    "podSelector": {"matchLabels": {"app": "client"}}}]},
+                {"action": "Drop"}],
+        }))
+        .expect("the policy's spec"),
+    }];
+}
+
 /// What the agent does on one Node: the maps from its inputs, its routes to the remote prefixes
 /// (installed in the Node's namespace by the agent's own code), then the config flag that
 /// depends on those routes.
@@ -346,7 +420,7 @@ fn sync(node: &str, inputs: &Inputs) -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("route sync thread in {node}"))?
         .with_context(|| format!("routes in {node}"))?;
-    d.config.flags = d.routed_flag(routed.as_ref());
+    d.config.flags |= d.routed_flag(routed.as_ref());
     apply(&mut maps, &d)?;
     Ok(())
 }
@@ -567,9 +641,12 @@ struct Row {
 /// One run of a variant: TCP 1 and 4 streams (bit/s), request/response (/s), its median round
 /// trip (us), UDP packets per second and softirq ns per packet; for Strait's last run, per Node
 /// and hook, the programs' mean run time (ns) and runs with the kernel's BPF statistics on.
+/// Each program's name, mean time per run (ns) and runs.
+type Programs = Vec<(String, f64, u64)>;
+
 struct Sample {
     values: [f64; 6],
-    programs: Vec<(String, f64, u64)>,
+    programs: Programs,
 }
 
 /// Run time and run count of the program behind each pinned Strait link (the kernel counts them
@@ -577,8 +654,8 @@ struct Sample {
 fn program_stats() -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for node in BPF_NODES {
-        for hook in ["ingress", "egress"] {
-            let link = bpffs(node).join("mc/v1/links").join(format!("eth0_{hook}"));
+        for hook in ["eth0_ingress", "eth0_egress", "netfilter_ingress"] {
+            let link = bpffs(node).join("mc/v1/links").join(hook);
             let json = |args: &[&str]| -> Option<serde_json::Value> {
                 let o = Command::new("bpftool")
                     .args(args)
@@ -661,7 +738,7 @@ fn measure(variant: Variant, seconds: u64, agent: &Path, stats: bool) -> anyhow:
     let (rr, p50) = request_response(seconds)?;
     let (pps, softirq_ns) = udp_flood(seconds)?;
     let mut programs = Vec::new();
-    if stats && variant == Variant::Strait {
+    if stats && matches!(variant, Variant::Strait | Variant::StraitPolicy) {
         eprintln!("  {} with BPF statistics", variant.label());
         let old = bpf_stats(true);
         let before = program_stats();
@@ -685,14 +762,15 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
     // The variants take turns, run after run, each through a topology built afresh: this
     // machine's speed drifts over minutes, and a drift must not fall on one variant only.
-    const VARIANTS: [Variant; 4] = [
+    const VARIANTS: [Variant; 5] = [
         Variant::Plain,
         Variant::PlainTunnelMtu,
         Variant::Kernel,
         Variant::Strait,
+        Variant::StraitPolicy,
     ];
     let mut samples: Vec<Vec<[f64; 6]>> = vec![Vec::new(); VARIANTS.len()];
-    let mut programs = Vec::new();
+    let mut programs: Vec<(Variant, Programs)> = Vec::new();
     for run in 0..runs {
         for (i, &variant) in VARIANTS.iter().enumerate() {
             eprintln!("  {} run {}/{runs}", variant.label(), run + 1);
@@ -701,7 +779,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
             let sample = sample?;
             samples[i].push(sample.values);
             if !sample.programs.is_empty() {
-                programs = sample.programs;
+                programs.push((variant, sample.programs));
             }
         }
     }
@@ -721,11 +799,12 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
             (variant, row)
         })
         .collect();
-    let (a, a2, b, c) = (
+    let (a, a2, b, c, d) = (
         rows[0].1.clone(),
         rows[1].1.clone(),
         rows[2].1.clone(),
         rows[3].1.clone(),
+        rows[4].1.clone(),
     );
     println!(
         "\ndataplane: medians of {runs} runs of {seconds} s, the variants taking turns; Pod MTU lowered by each tunnel's overhead (and for (a'))\n"
@@ -746,7 +825,14 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
             r.softirq_ns
         );
     }
-    for (name, base) in [("(c)/(a)", a), ("(c)/(a')", a2), ("(c)/(b)", b)] {
+    for (name, c, base) in [
+        ("(c)/(a)", &c, &a),
+        ("(c)/(a')", &c, &a2),
+        ("(c)/(b)", &c, &b),
+        ("(d)/(a)", &d, &a),
+        ("(d)/(a')", &d, &a2),
+        ("(d)/(c)", &d, &c),
+    ] {
         println!(
             "{:<24} {:>11.2}x {:>10.2}x {:>10.2}x {:>8.2}x {:>10.2}x {:>12.2}x",
             name,
@@ -764,8 +850,11 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     println!(
         "\nStrait's programs over one extra request/response and UDP run with kernel.bpf_stats_enabled (helpers included; not during the runs above):"
     );
-    for (name, ns, runs) in &programs {
-        println!("  {name:<12} {ns:>7.0} ns per run over {runs} runs");
+    for (variant, programs) in &programs {
+        println!("  {}:", variant.label());
+        for (name, ns, runs) in programs {
+            println!("    {name:<22} {ns:>7.0} ns per run over {runs} runs");
+        }
     }
     Ok(())
 }
