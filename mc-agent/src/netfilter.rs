@@ -226,7 +226,6 @@ pub fn running_kernel_offsets() -> Result<KernelOffsets, NetfilterError> {
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_PIN: libc::c_long = 6;
-const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 const BPF_NETFILTER: u32 = 45;
@@ -368,23 +367,6 @@ fn pin(fd: &OwnedFd, path: &Path) -> Result<(), NetfilterError> {
     .map(|_| ())
 }
 
-/// Whether a link is pinned at `path` (the file exists and is a BPF object).
-fn pinned(path: &Path) -> bool {
-    let Ok(p) = c_path(path) else {
-        return false;
-    };
-    let mut attr = [0u8; 16];
-    put64(&mut attr, 0, p.as_ptr() as u64);
-    match bpf(BPF_OBJ_GET, &mut attr, "BPF_OBJ_GET") {
-        Ok(fd) => {
-            // SAFETY: a new file descriptor, closed at once.
-            drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-            true
-        }
-        Err(_) => false,
-    }
-}
-
 /// The pinned link's path.
 pub fn link_path(layout: &PinLayout) -> PathBuf {
     layout.links_dir().join("netfilter_ingress")
@@ -407,9 +389,9 @@ pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterErr
     let path = link_path(layout);
     // (bpffs refuses names with a dot.)
     let fresh = layout.links_dir().join("netfilter_ingress_new");
-    if pinned(&fresh) {
+    if fresh.exists() {
         // An earlier start stopped between pinning its link and renaming it: keep one of the two.
-        if pinned(&path) {
+        if path.exists() {
             detach_and_unpin(&fresh)?;
         } else {
             std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
@@ -430,7 +412,7 @@ pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterErr
     // an agent killed at any step leaves a pinned, attached program (two at most, which the
     // next start reduces to one), never none.
     pin(&link, &fresh)?;
-    if pinned(&path) {
+    if path.exists() {
         detach_and_unpin(&path)?;
     }
     std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {

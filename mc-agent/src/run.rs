@@ -1,6 +1,7 @@
 //! `mc-agent run`: keeps this Node's dataplane equal to what the API says. Watches the local
 //! Gateway and the ClusterInfoImports (in the member controller's namespace) and the Nodes (with
-//! stretched NetworkPolicy on, also this Node's Pods, the Namespaces and the LabelIdentities); on
+//! stretched NetworkPolicy on, also the cluster's Pods, the Namespaces, the LabelIdentities, the
+//! Antrea-native policies, the Tiers and the ServiceImports); on
 //! every change, and on a periodic resync, recomputes the desired state and applies it to the
 //! maps and the kernel routes. Level-triggered: a restart starts from the pins and the API, never
 //! from memory. Problems (no Node IP, unknown uplink, no bpffs, unusable objects) are logged once

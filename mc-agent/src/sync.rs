@@ -12,8 +12,11 @@ use std::{
     net::Ipv4Addr,
 };
 
-use aya::maps::{MapData, MapError, lpm_trie::Key};
-use mc_common::dataplane::{EgressKey, PolicyKey, PolicyVerdict};
+use aya::{
+    Pod,
+    maps::{HashMap, MapData, MapError, lpm_trie::Key},
+};
+use mc_common::dataplane::PolicyVerdict;
 
 use crate::{
     dataplane::DataplaneMaps,
@@ -78,40 +81,16 @@ pub fn apply<T: BorrowMut<MapData>>(
 
     // A Pod's verdicts before the Pod is protected, so that it is never protected with some of
     // them missing (a missing one allows); unprotected first, then its verdicts go.
-    let current_policy: Vec<(PolicyKey, _)> = maps
-        .ingress_policy
+    let protected: BTreeMap<[u8; 4], PolicyVerdict> = desired
+        .policy
+        .protected
         .iter()
-        .collect::<Result<_, MapError>>()?;
-    let have: BTreeMap<PolicyKey, PolicyVerdict> = current_policy.iter().copied().collect();
-    for (key, v) in &desired.policy.entries {
-        if have.get(key) != Some(v) {
-            maps.ingress_policy.insert(key, v, 0)?;
-            report.policy_written += 1;
-        }
-    }
-    let current_egress: Vec<(EgressKey, _)> =
-        maps.egress_policy.iter().collect::<Result<_, MapError>>()?;
-    let have_egress: BTreeMap<EgressKey, PolicyVerdict> = current_egress.iter().copied().collect();
-    for (key, v) in &desired.policy.egress {
-        if have_egress.get(key) != Some(v) {
-            maps.egress_policy.insert(key, v, 0)?;
-            report.policy_written += 1;
-        }
-    }
-    let current_protected: Vec<([u8; 4], _)> = maps
-        .protected_pods
-        .iter()
-        .collect::<Result<_, MapError>>()?;
-    for (addr, v) in &desired.policy.protected {
-        let key = addr.octets();
-        if !current_protected
-            .iter()
-            .any(|(k, have)| *k == key && have == v)
-        {
-            maps.protected_pods.insert(&key, v, 0)?;
-            report.policy_written += 1;
-        }
-    }
+        .map(|(ip, v)| (ip.octets(), *v))
+        .collect();
+    let (held_policy, n1) = write_changed(&mut maps.ingress_policy, &desired.policy.entries)?;
+    let (held_egress, n2) = write_changed(&mut maps.egress_policy, &desired.policy.egress)?;
+    let (held_protected, n3) = write_changed(&mut maps.protected_pods, &protected)?;
+    report.policy_written += n1 + n2 + n3;
 
     let current_config = maps.config.get(&0, 0)?;
     if current_config != desired.config {
@@ -141,25 +120,45 @@ pub fn apply<T: BorrowMut<MapData>>(
             report.pod_ids_removed += 1;
         }
     }
-    for (key, _) in &current_protected {
-        if !desired.policy.protected.contains_key(&Ipv4Addr::from(*key)) {
-            remove_absent(maps.protected_pods.remove(key))?;
-            report.policy_removed += 1;
-        }
-    }
-    for (key, _) in &current_egress {
-        if !desired.policy.egress.contains_key(key) {
-            remove_absent(maps.egress_policy.remove(key))?;
-            report.policy_removed += 1;
-        }
-    }
-    for (key, _) in &current_policy {
-        if !desired.policy.entries.contains_key(key) {
-            remove_absent(maps.ingress_policy.remove(key))?;
-            report.policy_removed += 1;
-        }
-    }
+    report.policy_removed += remove_unwanted(&mut maps.protected_pods, held_protected, &protected)?
+        + remove_unwanted(&mut maps.egress_policy, held_egress, &desired.policy.egress)?
+        + remove_unwanted(
+            &mut maps.ingress_policy,
+            held_policy,
+            &desired.policy.entries,
+        )?;
     Ok(report)
+}
+
+/// Writes the entries of `want` that `map` lacks or holds otherwise; returns the keys it held
+/// before and how many entries were written.
+fn write_changed<T: BorrowMut<MapData>, K: Pod + Ord, V: Pod + PartialEq>(
+    map: &mut HashMap<T, K, V>,
+    want: &BTreeMap<K, V>,
+) -> Result<(Vec<K>, usize), MapError> {
+    let held: BTreeMap<K, V> = map.iter().collect::<Result<_, MapError>>()?;
+    let mut written = 0;
+    for (key, v) in want {
+        if held.get(key) != Some(v) {
+            map.insert(key, v, 0)?;
+            written += 1;
+        }
+    }
+    Ok((held.into_keys().collect(), written))
+}
+
+/// Removes the keys of `held` that `want` has not; returns how many.
+fn remove_unwanted<T: BorrowMut<MapData>, K: Pod + Ord, V: Pod>(
+    map: &mut HashMap<T, K, V>,
+    held: Vec<K>,
+    want: &BTreeMap<K, V>,
+) -> Result<usize, MapError> {
+    let mut removed = 0;
+    for key in held.iter().filter(|k| !want.contains_key(k)) {
+        remove_absent(map.remove(key))?;
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 /// Removing what is already gone is fine (someone else cleaned up first).
