@@ -661,7 +661,7 @@ pub mod procs {
     use super::*;
     use std::{os::unix::process::CommandExt as _, time::Duration};
 
-    fn scale(cluster: &str, ns: &str, replicas: u32) {
+    fn scale(cluster: &str, ns: &str, replicas: u32, wait: bool) {
         let tb = Testbed::from_env();
         tb.ok(
             cluster,
@@ -673,6 +673,9 @@ pub mod procs {
                 &format!("--replicas={replicas}"),
             ],
         );
+        if !wait {
+            return;
+        }
         wait_for(
             &format!("{replicas} controller Pods in {cluster}/{ns}"),
             Duration::from_secs(120),
@@ -716,14 +719,23 @@ pub mod procs {
     /// kubelet Nodes is scaled to zero instead.
     pub fn pause(name: &str) {
         match controller_deployment(name).filter(|_| kubelet_nodes()) {
-            Some((cluster, ns)) => scale(cluster, ns, 0),
+            Some((cluster, ns)) => scale(cluster, ns, 0, true),
             None => signal(pid(name), "STOP"),
         }
     }
 
+    /// Undoes `pause`; on kubelet Nodes waits until the controller's Pod is Ready.
     pub fn resume(name: &str) {
         match controller_deployment(name).filter(|_| kubelet_nodes()) {
-            Some((cluster, ns)) => scale(cluster, ns, 1),
+            Some((cluster, ns)) => scale(cluster, ns, 1, true),
+            None => signal(pid(name), "CONT"),
+        }
+    }
+
+    /// Undoes `pause` and returns at once (the Pod on kubelet Nodes starts meanwhile).
+    pub fn resume_without_waiting(name: &str) {
+        match controller_deployment(name).filter(|_| kubelet_nodes()) {
+            Some((cluster, ns)) => scale(cluster, ns, 1, false),
             None => signal(pid(name), "CONT"),
         }
     }

@@ -2,7 +2,7 @@
 //! leaving and going silent, controllers killed mid-flow, and the leader's API server down.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     net::SocketAddr,
     time::{Duration, Instant},
 };
@@ -745,6 +745,11 @@ fn killed_controllers_and_a_leader_outage_leave_nothing_stale_and_converge() {
 /// ResourceExports and two ResourceImports per Service in the leader, and in each member exactly
 /// one `antrea-mc-<svc>` Service with its one endpoint and one ServiceImport per Service. Prints
 /// how long the ClusterSet took to converge after the restart.
+///
+/// West's controller is paused while the burst's objects are created, so that its writes to the
+/// leader start all at once when it resumes; a watch on the leader sees the first of them
+/// arrive and the kill follows at once. (Polling after creating the objects raced the
+/// controller, which could export all of them before the first poll.)
 #[test]
 fn etcd_and_the_leaders_api_server_killed_in_a_burst_lose_and_duplicate_nothing() {
     const N: usize = 100;
@@ -759,32 +764,61 @@ fn etcd_and_the_leaders_api_server_killed_in_a_burst_lose_and_duplicate_nothing(
         .iter()
         .map(|(n, ip)| (n.as_str(), ip.as_str()))
         .collect();
-    let exports_in_leader = || -> usize {
-        tb.try_json(
-            "north",
-            &[
-                "get",
-                "resourceexport",
-                "-n",
-                LEADER_NS,
-                "-l",
-                &format!("sourceNamespace={ns}"),
-            ],
-        )
-        .and_then(|l| l["items"].as_array().map(Vec::len))
-        .unwrap_or(0)
-    };
+    procs::pause("west-mc-controller");
+    // Running again however the test ends.
+    let _resume = Resume("west-mc-controller");
     services_and_exports(&tb, "west", ns, &refs);
-    let in_flight = wait_for(
-        "the burst under way in the leader",
-        T,
-        || match exports_in_leader() {
-            n if n > 0 && n < 2 * N => Ok(n),
-            n => Err(format!("{n} ResourceExports")),
-        },
-    );
+    let selector = format!("sourceNamespace={ns}");
+    let mut watch = tb
+        .kubectl("north")
+        .args([
+            "get",
+            "resourceexport",
+            "-n",
+            LEADER_NS,
+            "-l",
+            &selector,
+            "--watch",
+            "-o",
+            "name",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl get --watch");
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().expect("watch's stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if seen_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The watch established (and its empty initial list printed) before west resumes.
+    std::thread::sleep(Duration::from_secs(1));
+    procs::resume_without_waiting("west-mc-controller");
+    let mut names_seen = HashSet::new();
+    while names_seen.is_empty() {
+        let name = seen
+            .recv_timeout(Duration::from_secs(120))
+            .expect("no ResourceExport of the burst reached the leader within 120 s");
+        names_seen.insert(name);
+    }
     let apiserver = procs::kill("north-apiserver");
     let etcd = procs::kill("etcd");
+    let _ = watch.kill();
+    let _ = watch.wait();
+    names_seen.extend(seen.try_iter());
+    let in_flight = names_seen.len();
+    assert!(
+        in_flight < 2 * N,
+        "all {in_flight} ResourceExports of the burst were in the leader before the kill"
+    );
     std::thread::sleep(Duration::from_secs(10));
     procs::start("etcd", &etcd);
     procs::start("north-apiserver", &apiserver);
