@@ -9,6 +9,7 @@ pub mod dataplane;
 pub mod host;
 pub mod netfilter;
 pub mod policy;
+pub mod reject;
 pub mod routes;
 pub mod run;
 pub mod state;

@@ -21,7 +21,10 @@ use std::{
 };
 
 use aya::maps::{Array, MapData};
-use mc_common::{dataplane::KernelOffsets, maps};
+use mc_common::{
+    dataplane::{KernelOffsets, SkbOffsets},
+    maps,
+};
 
 use crate::bpffs::PinLayout;
 
@@ -195,7 +198,14 @@ impl Btf {
     }
 
     /// What the policy program reads, for this kernel.
-    pub fn kernel_offsets(&self) -> Result<KernelOffsets, NetfilterError> {
+    pub fn offsets(&self) -> Result<(KernelOffsets, SkbOffsets), NetfilterError> {
+        let skb = SkbOffsets {
+            data: self.offset("sk_buff", "data")?,
+        };
+        Ok((self.kernel_offsets()?, skb))
+    }
+
+    fn kernel_offsets(&self) -> Result<KernelOffsets, NetfilterError> {
         let tuple = self.offset("nf_conntrack_tuple_hash", "tuple")?;
         let original = self.offset("nf_conn", "tuplehash")? + tuple;
         Ok(KernelOffsets {
@@ -207,8 +217,9 @@ impl Btf {
     }
 }
 
-/// The running kernel's offsets.
-pub fn running_kernel_offsets() -> Result<KernelOffsets, NetfilterError> {
+/// The running kernel's offsets: what the policy program reads of conntrack, and of a packet
+/// it hands the agent.
+pub fn running_kernel_offsets() -> Result<(KernelOffsets, SkbOffsets), NetfilterError> {
     let path = PathBuf::from("/sys/kernel/btf/vmlinux");
     let data = std::fs::read(&path).map_err(|source| NetfilterError::Btf {
         path: path.clone(),
@@ -219,7 +230,7 @@ pub fn running_kernel_offsets() -> Result<KernelOffsets, NetfilterError> {
             path,
             source: io::Error::new(io::ErrorKind::InvalidData, e),
         })?
-        .kernel_offsets()
+        .offsets()
 }
 
 // ---- loading and attaching ----
@@ -372,18 +383,12 @@ pub fn link_path(layout: &PinLayout) -> PathBuf {
     layout.links_dir().join("netfilter_ingress")
 }
 
-/// Writes this kernel's offsets into `mc_kernel`, loads the policy program from `object` and
-/// attaches it at PREROUTING (replacing a pinned one from an earlier start).
+/// Writes this kernel's offsets into `mc_kernel` and `mc_skb`, loads the policy program from
+/// `object` and attaches it at PREROUTING (replacing a pinned one from an earlier start).
 pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterError> {
-    let offsets = running_kernel_offsets()?;
-    let map_err = |e: aya::maps::MapError| NetfilterError::Map {
-        name: maps::KERNEL.into(),
-        message: e.to_string(),
-    };
-    let data = MapData::from_pin(layout.map(maps::KERNEL)).map_err(map_err)?;
-    let mut kernel: Array<MapData, KernelOffsets> =
-        Array::try_from(aya::maps::Map::Array(data)).map_err(map_err)?;
-    kernel.set(0, &offsets, 0).map_err(map_err)?;
+    let (offsets, skb) = running_kernel_offsets()?;
+    write_first(layout, maps::KERNEL, &offsets)?;
+    write_first(layout, maps::SKB, &skb)?;
     let (insns, _maps) = instructions(object, layout)?;
     let prog = load_program(&insns)?;
     let path = link_path(layout);
@@ -422,6 +427,22 @@ pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterErr
     Ok(path)
 }
 
+/// Writes the only entry of the pinned array `name`.
+fn write_first<V: aya::Pod>(
+    layout: &PinLayout,
+    name: &str,
+    value: &V,
+) -> Result<(), NetfilterError> {
+    let map_err = |e: aya::maps::MapError| NetfilterError::Map {
+        name: name.into(),
+        message: e.to_string(),
+    };
+    let data = MapData::from_pin(layout.map(name)).map_err(map_err)?;
+    let mut array: Array<MapData, V> =
+        Array::try_from(aya::maps::Map::Array(data)).map_err(map_err)?;
+    array.set(0, value, 0).map_err(map_err)
+}
+
 fn detach_and_unpin(path: &Path) -> Result<(), NetfilterError> {
     crate::dataplane::detach_pinned_link(path).map_err(|source| NetfilterError::Syscall {
         what: format!("detaching the earlier {}", path.display()),
@@ -439,7 +460,7 @@ mod tests {
     /// right after the original one (the offsets themselves differ from build to build).
     #[test]
     fn offsets_of_the_running_kernel() {
-        let Ok(o) = running_kernel_offsets() else {
+        let Ok((o, skb)) = running_kernel_offsets() else {
             eprintln!("no /sys/kernel/btf/vmlinux here: skipped");
             return;
         };
@@ -447,6 +468,7 @@ mod tests {
         let btf = Btf::parse(&data).unwrap();
         assert!(o.skb_nfct > 0 && o.skb_nfct < btf.size("sk_buff").unwrap());
         assert!(o.skb_len > 0 && o.skb_len < btf.size("sk_buff").unwrap());
+        assert!(skb.data > o.skb_len && skb.data < btf.size("sk_buff").unwrap());
         let tuple_hash = btf.size("nf_conntrack_tuple_hash").unwrap();
         assert_eq!(o.ct_tuple_reply - o.ct_tuple_original, tuple_hash);
         assert!(o.ct_tuple_reply + 40 <= btf.size("nf_conn").unwrap());

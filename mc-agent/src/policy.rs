@@ -61,6 +61,60 @@ pub struct Compiled {
     pub rules: Vec<String>,
     /// Policies or rules left out, and why.
     pub skipped: Vec<String>,
+    /// What Strait enforces of each policy, by (namespace, name): the truth `kubectl get acnp`
+    /// shows.
+    pub coverage: BTreeMap<(Option<String>, String), Coverage>,
+}
+
+/// What Strait does with a policy's rules: enforces them (the parts of ClusterSet scope, on
+/// the traffic it carries), leaves them to the cluster's policy engine (in-cluster peers), or
+/// cannot enforce them (with the reason).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Rules (`ingress[0]`) Strait enforces.
+    pub enforced: Vec<String>,
+    /// Rules, or parts of rules, with in-cluster peers only.
+    pub in_cluster: Vec<String>,
+    /// Rules Strait cannot enforce, each with its reason.
+    pub not_enforced: Vec<String>,
+}
+
+/// A policy's condition of type `EnforcedByStrait`: (status, reason, message).
+pub const ENFORCED_CONDITION: &str = "EnforcedByStrait";
+
+impl Coverage {
+    /// `Enforced` when Strait enforces every rule, `PartlyEnforced` when some, `NotEnforced`
+    /// when none; the message names the rules of each kind.
+    pub fn condition(&self) -> (bool, &'static str, String) {
+        let mut parts = Vec::new();
+        if !self.enforced.is_empty() {
+            parts.push(format!(
+                "Strait enforces {} on traffic between clusters",
+                self.enforced.join(", ")
+            ));
+        }
+        if !self.in_cluster.is_empty() {
+            parts.push(format!(
+                "in-cluster peers ({}) need a policy engine in the cluster, such as Antrea",
+                self.in_cluster.join(", ")
+            ));
+        }
+        if !self.not_enforced.is_empty() {
+            parts.push(format!("not enforced: {}", self.not_enforced.join("; ")));
+        }
+        if parts.is_empty() {
+            parts.push("the policy has no rules".to_owned());
+        }
+        let reason = match (
+            self.enforced.is_empty(),
+            self.in_cluster.is_empty() && self.not_enforced.is_empty(),
+        ) {
+            (false, true) => "Enforced",
+            (false, false) => "PartlyEnforced",
+            (true, _) => "NotEnforced",
+        };
+        (reason == "Enforced", reason, parts.join("; "))
+    }
 }
 
 /// A rule's action; `Pass` hands the decision to the baseline Tier.
@@ -217,6 +271,7 @@ fn rules(
     tiers: &BTreeMap<String, i32>,
     names: &mut Vec<String>,
     skipped: &mut Vec<String>,
+    coverage: &mut BTreeMap<(Option<String>, String), Coverage>,
 ) -> (Vec<Rule>, Vec<EgressRule>) {
     let mut ordered: Vec<(i32, f64, &PolicyObject)> = Vec::new();
     for p in policies {
@@ -224,7 +279,14 @@ fn rules(
         let tier = tier.to_ascii_lowercase();
         match tiers.get(&tier) {
             Some(&priority) => ordered.push((priority, p.spec.priority, p)),
-            None => skipped.push(format!("{}: Tier {tier} does not exist", label(p))),
+            None => {
+                skipped.push(format!("{}: Tier {tier} does not exist", label(p)));
+                coverage
+                    .entry((p.namespace.clone(), p.name.clone()))
+                    .or_default()
+                    .not_enforced
+                    .push(format!("every rule (Tier {tier} does not exist)"));
+            }
         }
     }
     ordered.sort_by(|a, b| {
@@ -247,9 +309,13 @@ fn rules(
     for (_, _, p) in ordered {
         let within = p.namespace.as_deref();
         let name = label(p);
+        let cover = coverage
+            .entry((p.namespace.clone(), p.name.clone()))
+            .or_default();
         let applied = match targets(&p.spec.applied_to, within, &format!("{name} appliedTo")) {
             Ok(t) => t,
             Err(e) => {
+                cover.not_enforced.push(without_prefix(&e, &name));
                 skipped.push(e);
                 continue;
             }
@@ -284,12 +350,23 @@ fn rules(
                     ports: ports(r, &what)?,
                 })
             })();
+            let short = format!("ingress[{i}]");
             match rule {
                 Ok(mut rule) => {
                     rule.counter = counter_for(names, &what, r);
+                    // No `from`: every source, those of other clusters decided here.
+                    if rule.clusterset || from.is_empty() {
+                        cover.enforced.push(short.clone());
+                    }
+                    if from.len() > clusterset.len() || from.is_empty() {
+                        cover.in_cluster.push(short);
+                    }
                     out.push(rule);
                 }
-                Err(e) => skipped.push(e),
+                Err(e) => {
+                    cover.not_enforced.push(without_prefix(&e, &name));
+                    skipped.push(e);
+                }
             }
         }
         for (i, r) in p.spec.egress.iter().enumerate() {
@@ -306,6 +383,14 @@ fn rules(
                     Some((ns.to_owned(), name.to_owned()))
                 })
                 .collect();
+            let short = format!("egress[{i}]");
+            let peers = r.get("to").and_then(Value::as_array).map_or(0, Vec::len)
+                + r.get("toServices")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+            if services.is_empty() || peers > services.len() {
+                cover.in_cluster.push(short.clone());
+            }
             if services.is_empty() {
                 continue;
             }
@@ -324,13 +409,25 @@ fn rules(
             match rule {
                 Ok(mut rule) => {
                     rule.counter = counter_for(names, &what, r);
+                    cover.enforced.push(short);
                     egress.push(rule);
                 }
-                Err(e) => skipped.push(e),
+                Err(e) => {
+                    cover.not_enforced.push(without_prefix(&e, &name));
+                    skipped.push(e);
+                }
             }
         }
     }
     (out, egress)
+}
+
+/// A skip reason without the policy's name (the condition is on the policy itself).
+fn without_prefix(reason: &str, name: &str) -> String {
+    reason
+        .strip_prefix(name)
+        .map_or(reason, str::trim_start)
+        .to_owned()
 }
 
 fn label(p: &PolicyObject) -> String {
@@ -400,7 +497,13 @@ pub fn compile(policies: &[PolicyObject], cluster: &Cluster) -> Compiled {
         rules: vec!["no rule matched".into(), "no label identity".into()],
         ..Default::default()
     };
-    let (rules, egress) = rules(policies, cluster.tiers, &mut out.rules, &mut out.skipped);
+    let (rules, egress) = rules(
+        policies,
+        cluster.tiers,
+        &mut out.rules,
+        &mut out.skipped,
+        &mut out.coverage,
+    );
     compile_egress(&egress, cluster, &mut out);
     ingress(&rules, cluster, &mut out);
     out
@@ -824,6 +927,13 @@ mod tests {
             )],
         );
         assert!(c.protected.is_empty() && c.entries.is_empty());
+        let cover = &c.coverage[&(None, "strict-namespace-isolation".to_owned())];
+        let (status, reason, message) = cover.condition();
+        assert_eq!((status, reason), (false, "NotEnforced"));
+        assert_eq!(
+            message,
+            "in-cluster peers (ingress[0], ingress[1]) need a policy engine in the cluster, such as Antrea"
+        );
         let c = compile_in(
             &w,
             &[
@@ -846,6 +956,62 @@ mod tests {
         assert!(c.skipped[0].contains("Tier nope"), "{:?}", c.skipped);
         assert!(c.skipped[1].contains("named port"), "{:?}", c.skipped);
         assert!(c.protected.is_empty());
+        let (_, reason, message) = c.coverage[&(None, "named".to_owned())].condition();
+        assert_eq!(reason, "NotEnforced");
+        assert!(
+            message.starts_with("not enforced: ingress[0].ports[0]: named port"),
+            "{message}"
+        );
+        let (_, reason, message) = c.coverage[&(None, "tierless".to_owned())].condition();
+        assert_eq!(reason, "NotEnforced");
+        assert_eq!(
+            message,
+            "not enforced: every rule (Tier nope does not exist)"
+        );
+    }
+
+    #[test]
+    fn the_condition_says_which_rules_strait_enforces() {
+        let w = world();
+        let c = compile_in(
+            &w,
+            &[
+                policy(
+                    None,
+                    "acnp-drop-tenant-to-secured-mc-service",
+                    json!({"priority": 1, "tier": "securityops",
+                           "appliedTo": [{"podSelector": {"matchLabels": {"role": "tenant"}}}],
+                           "egress": [{"action": "Drop", "toServices": [{"name": "secured-service",
+                               "namespace": "svc-ns", "scope": "ClusterSet"}]}]}),
+                ),
+                policy(
+                    Some("prod-us-west"),
+                    "mixed",
+                    json!({"priority": 1, "appliedTo": [{"podSelector": {}}],
+                           "ingress": [
+                               {"action": "Allow", "from": [{"scope": "ClusterSet",
+                                   "podSelector": {"matchLabels": {"app": "client"}}}]},
+                               {"action": "Drop", "from": [{"podSelector": {}}]},
+                               {"action": "Drop"}],
+                           "egress": [{"action": "Drop", "to": [{"podSelector": {}}]}]}),
+                ),
+            ],
+        );
+        let (status, reason, message) =
+            c.coverage[&(None, "acnp-drop-tenant-to-secured-mc-service".to_owned())].condition();
+        assert_eq!((status, reason), (true, "Enforced"));
+        assert_eq!(
+            message,
+            "Strait enforces egress[0] on traffic between clusters"
+        );
+        let (status, reason, message) =
+            c.coverage[&(Some("prod-us-west".to_owned()), "mixed".to_owned())].condition();
+        assert_eq!((status, reason), (false, "PartlyEnforced"));
+        assert_eq!(
+            message,
+            "Strait enforces ingress[0], ingress[2] on traffic between clusters; in-cluster peers \
+             (ingress[1], ingress[2], egress[0]) need a policy engine in the cluster, such as Antrea"
+        );
     }
 
     #[test]

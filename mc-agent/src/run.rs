@@ -7,12 +7,16 @@
 //! from memory. Problems (no Node IP, unknown uplink, no bpffs, unusable objects) are logged once
 //! when they appear and reported on `/readyz`; the agent keeps running and retries.
 
-use std::{collections::BTreeSet, net::Ipv4Addr, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, PodStatus};
 use kube::{Api, Client, ResourceExt as _};
 use mc_api::{
-    antrea::{ClusterNetworkPolicy, NetworkPolicy as AntreaNetworkPolicy, Tier},
+    antrea::{ClusterNetworkPolicy, NetworkPolicy as AntreaNetworkPolicy, PolicyCondition, Tier},
     clusterinfo::ClusterInfoImport,
     gateway::Gateway,
     labelidentity::LabelIdentity,
@@ -26,7 +30,7 @@ use crate::{
     counters,
     dataplane::Dataplane,
     host::HostState,
-    policy::PolicyObject,
+    policy::{Coverage, ENFORCED_CONDITION, PolicyObject},
     routes,
     state::{ClusterInfoObject, Desired, GatewayObject, Inputs, PodObject, Routed, desired},
     sync,
@@ -125,13 +129,14 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
             ),
         });
     let nodes = Watched::new(
-        Api::<Node>::all(client),
+        Api::<Node>::all(client.clone()),
         Default::default(),
         trigger.clone(),
         "Node",
     );
     let mut agent = Agent {
         opts,
+        client: client.clone(),
         metrics: metrics.clone(),
         gateways,
         infos,
@@ -171,6 +176,65 @@ struct Stretched {
 }
 
 impl Stretched {
+    /// Writes the `EnforcedByStrait` condition where it changed (merge patch of the status:
+    /// these CRDs are Strait's, no other writer shares their conditions). Returns the failures.
+    async fn write_conditions(
+        &self,
+        client: &Client,
+        coverage: &BTreeMap<(Option<String>, String), Coverage>,
+    ) -> usize {
+        let stored: BTreeMap<_, _> = self
+            .acnps
+            .all()
+            .iter()
+            .map(|p| {
+                let c = p.status.as_ref().map(|s| s.conditions.clone());
+                ((None, p.name_any()), c.unwrap_or_default())
+            })
+            .chain(self.anps.all().iter().map(|p| {
+                let c = p.status.as_ref().map(|s| s.conditions.clone());
+                ((p.namespace(), p.name_any()), c.unwrap_or_default())
+            }))
+            .collect();
+        let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
+        let mut failures = 0;
+        for (namespace, name, condition) in policy_conditions(coverage, &stored, &now) {
+            let patch = kube::api::Patch::Merge(serde_json::json!({
+                "status": {"conditions": [condition]}
+            }));
+            let params = kube::api::PatchParams::default();
+            let written = match &namespace {
+                None => Api::<ClusterNetworkPolicy>::all(client.clone())
+                    .patch_status(&name, &params, &patch)
+                    .await
+                    .map(drop),
+                Some(ns) => Api::<AntreaNetworkPolicy>::namespaced(client.clone(), ns)
+                    .patch_status(&name, &params, &patch)
+                    .await
+                    .map(drop),
+            };
+            match written {
+                Ok(()) => tracing::info!(
+                    namespace,
+                    name,
+                    reason = condition.reason,
+                    "policy condition {ENFORCED_CONDITION} written"
+                ),
+                // Gone meanwhile: the next pass no longer lists it.
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(
+                        namespace,
+                        name,
+                        "writing the policy's {ENFORCED_CONDITION} condition: {e}"
+                    );
+                    failures += 1;
+                }
+            }
+        }
+        failures
+    }
+
     fn inputs(&self, inputs: &mut Inputs) {
         inputs.stretched_policy = true;
         let pods = self.pods.all();
@@ -271,6 +335,7 @@ fn trim_pod(pod: &mut Pod) {
 /// The agent's loop: its watches and what it has attached.
 struct Agent {
     opts: RunOptions,
+    client: Client,
     metrics: Metrics,
     gateways: Watched<Gateway>,
     infos: Watched<ClusterInfoImport>,
@@ -329,8 +394,11 @@ impl Reconciler for Agent {
             }
             self.problems = outcome.problems;
         }
-        let failures = usize::from(outcome.not_ready.is_some());
+        let mut failures = usize::from(outcome.not_ready.is_some());
         self.not_ready = outcome.not_ready;
+        if let (Some(coverage), Some(s)) = (&outcome.coverage, &self.stretched) {
+            failures += s.write_conditions(&self.client, coverage).await;
+        }
         // Counting the maps walks the whole SNAT table: not on every event, at most every 10 s.
         if self
             .published
@@ -355,6 +423,8 @@ struct Pass {
     not_ready: Option<String>,
     /// Everything wrong right now (logged when it first appears).
     problems: Vec<String>,
+    /// On the active gateway with stretched NetworkPolicy: what Strait enforces of each policy.
+    coverage: Option<BTreeMap<(Option<String>, String), Coverage>>,
 }
 
 fn pass(
@@ -368,6 +438,7 @@ fn pass(
     let fail = |why: String| Pass {
         not_ready: Some(why.clone()),
         problems: vec![why],
+        coverage: None,
     };
     let all_nodes = nodes.all();
     let Some(node) = nodes.get(None, &opts.node_name) else {
@@ -510,10 +581,55 @@ fn pass(
             not_ready = Some(e);
         }
     }
+    // The active gateway says on each policy what Strait enforces of it.
+    let coverage = (want.config.role == mc_common::dataplane::ROLE_GATEWAY && stretched.is_some())
+        .then(|| std::mem::take(&mut want.policy.coverage));
     Pass {
         not_ready,
         problems,
+        coverage,
     }
+}
+
+/// The `EnforcedByStrait` condition of every policy whose stored one differs from what
+/// `coverage` says, as (namespace, name, condition).
+fn policy_conditions(
+    coverage: &BTreeMap<(Option<String>, String), Coverage>,
+    stored: &BTreeMap<(Option<String>, String), Vec<PolicyCondition>>,
+    now: &str,
+) -> Vec<(Option<String>, String, PolicyCondition)> {
+    let mut out = Vec::new();
+    for (key, cover) in coverage {
+        let Some(conditions) = stored.get(key) else {
+            continue;
+        };
+        let (enforced, reason, message) = cover.condition();
+        let status = if enforced { "True" } else { "False" };
+        let old = conditions.iter().find(|c| c.type_ == ENFORCED_CONDITION);
+        if old.is_some_and(|c| {
+            c.status == status
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message.as_str())
+        }) {
+            continue;
+        }
+        let last_transition_time = match old {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => Some(now.to_owned()),
+        };
+        out.push((
+            key.0.clone(),
+            key.1.clone(),
+            PolicyCondition {
+                type_: ENFORCED_CONDITION.to_owned(),
+                status: status.to_owned(),
+                last_transition_time,
+                reason: Some(reason.to_owned()),
+                message: Some(message),
+            },
+        ));
+    }
+    out
 }
 
 fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
@@ -535,6 +651,12 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
             link = %link.display(),
             "attached the policy program at netfilter's PREROUTING, after the DNAT"
         );
+        let layout = layout.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::reject::serve(layout).await {
+                tracing::warn!("rejected packets get no answer (they are still dropped): {e}");
+            }
+        });
     }
     let hooks = dataplane
         .attach_uplink(&uplink)
@@ -666,4 +788,50 @@ fn uplink_mtu(uplink: &str) -> u32 {
         tracing::warn!(uplink, error = %e, "cannot read the uplink's MTU; assuming 1500");
         1500
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_condition_is_written_when_it_changes_and_keeps_its_transition_time() {
+        let key = (None, "p".to_owned());
+        let enforced = Coverage {
+            enforced: vec!["ingress[0]".into()],
+            ..Default::default()
+        };
+        let coverage = BTreeMap::from([(key.clone(), enforced.clone())]);
+        // A policy not stored (deleted meanwhile) gets nothing.
+        assert!(policy_conditions(&coverage, &BTreeMap::new(), "t0").is_empty());
+        let stored = BTreeMap::from([(key.clone(), Vec::new())]);
+        let written = policy_conditions(&coverage, &stored, "t1");
+        assert_eq!(written.len(), 1);
+        let c = &written[0].2;
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("True", Some("Enforced"))
+        );
+        assert_eq!(c.last_transition_time.as_deref(), Some("t1"));
+        // Unchanged: nothing to write.
+        let stored = BTreeMap::from([(key.clone(), vec![c.clone()])]);
+        assert!(policy_conditions(&coverage, &stored, "t2").is_empty());
+        // Another rule enforced: same status, new message, the old transition time.
+        let mut more = enforced;
+        more.enforced.push("ingress[1]".into());
+        let written = policy_conditions(&BTreeMap::from([(key.clone(), more)]), &stored, "t3");
+        assert_eq!(written[0].2.last_transition_time.as_deref(), Some("t1"));
+        // Nothing enforced any more: False, a new transition time.
+        let none = Coverage {
+            in_cluster: vec!["ingress[0]".into()],
+            ..Default::default()
+        };
+        let written = policy_conditions(&BTreeMap::from([(key, none)]), &stored, "t4");
+        let c = &written[0].2;
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("NotEnforced"))
+        );
+        assert_eq!(c.last_transition_time.as_deref(), Some("t4"));
+    }
 }

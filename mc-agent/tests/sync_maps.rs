@@ -246,6 +246,10 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         .insert(&flow, &mc_common::dataplane::FlowIdentity { id: 7 }, 0)
         .expect("flow identity");
     for name in maps::ALL {
+        // A ring buffer: bpftool dumps no entries of it.
+        if *name == maps::REJECTS {
+            continue;
+        }
         let fields = bpftool_fields(&layout.map(name));
         let expected: &[&str] = match *name {
             maps::CONFIG => &["role", "node_ip", "gateway_internal_ip", "flags"],
@@ -261,6 +265,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             }
             maps::RULE_COUNTERS => &["packets", "bytes"],
             maps::KERNEL => &["skb_nfct", "skb_len", "ct_tuple_original", "ct_tuple_reply"],
+            maps::SKB => &["data"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

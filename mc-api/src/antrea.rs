@@ -27,6 +27,11 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.currentNodesRealized"
     ),
     printcolumn(
+        name = "Strait",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"EnforcedByStrait\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -75,6 +80,11 @@ pub struct ClusterNetworkPolicySpec {
         json_path = ".status.currentNodesRealized"
     ),
     printcolumn(
+        name = "Strait",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"EnforcedByStrait\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -97,6 +107,26 @@ pub struct ClusterNetworkPolicyStatus {
     pub current_nodes_realized: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_nodes_realized: Option<i32>,
+    /// Strait writes one of type `EnforcedByStrait` (`mc-agent` on the active gateway): whether
+    /// it enforces the policy's rules, which, and why not the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PolicyCondition>,
+}
+
+/// A condition of an Antrea-native policy (Antrea's `NetworkPolicyCondition`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[derive(

@@ -138,11 +138,15 @@ counters! {
     PolicyAllow = 30, "policy_allow", false;
     /// As `policy_allow`: dropped by a `Drop` rule.
     PolicyDrop = 31, "policy_drop", true;
-    /// As `policy_allow`: refused by a `Reject` rule (dropped; no answer is sent yet).
+    /// As `policy_allow`: refused by a `Reject` rule (dropped; the agent answers it with a TCP
+    /// RST or an ICMP unreachable).
     PolicyReject = 32, "policy_reject", true;
     /// As `policy_allow`: the flow came without a label identity (VNI 0xffffff): dropped, as
     /// Antrea does towards Pods that ClusterSet-scoped ingress rules cover.
     PolicyDropUnknownIdentity = 33, "policy_drop_unknown_identity", true;
+    /// A packet counted under `policy_reject` that the agent will not answer: the ring buffer
+    /// was full, or the packet could not be read (not a second drop).
+    PolicyRejectUnanswered = 34, "policy_reject_unanswered", false;
 }
 
 impl Counter {

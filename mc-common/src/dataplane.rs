@@ -206,9 +206,43 @@ const _: () = assert!(core::mem::size_of::<EgressKey>() == 8);
 pub const ACTION_ALLOW: u32 = 1;
 /// [`PolicyVerdict::action`]: the flow's packets are dropped.
 pub const ACTION_DROP: u32 = 2;
-/// [`PolicyVerdict::action`]: refused (Antrea's `Reject`); for now dropped like `Drop`, counted
-/// apart (docs/design.md §4b).
+/// [`PolicyVerdict::action`]: refused (Antrea's `Reject`): dropped, and the agent answers the
+/// packet (TCP RST, or ICMP unreachable) from a [`RejectEvent`] (docs/design.md §4b).
 pub const ACTION_REJECT: u32 = 3;
+
+/// Bytes of a rejected packet the policy program hands the agent, from its IPv4 header on.
+pub const REJECT_CAPTURE: usize = 64;
+/// Size of the rejected-packet ring buffer (bytes; a power of 2, a multiple of the page size).
+pub const REJECT_RING_BYTES: u32 = 65_536;
+
+/// What the policy program tells the agent of a packet a `Reject` rule refused
+/// ([`crate::maps::REJECTS`], a ring buffer): enough to answer it as its destination would.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RejectEvent {
+    /// The flow's conntrack ORIGINAL tuple: addresses and ports as the client sent them (before
+    /// the DNAT).
+    pub flow: FlowKey,
+    pub rule: u32,
+    /// The packet's length (`skb->len`): how many bytes of `packet` are the packet's.
+    pub len: u32,
+    /// The packet from its IPv4 header on, as netfilter's PREROUTING has it (after the DNAT).
+    pub packet: [u8; REJECT_CAPTURE],
+}
+
+const _: () = assert!(core::mem::size_of::<RejectEvent>() == 24 + REJECT_CAPTURE);
+
+/// Offsets of `struct sk_buff` the policy program reads to capture a rejected packet (from the
+/// kernel's BTF, like [`KernelOffsets`]; a map of their own, so that `mc_kernel`'s layout, and
+/// with it the pins of `v1`, stay as they are).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkbOffsets {
+    /// `struct sk_buff`, `data`: the packet's first byte (its IPv4 header at PREROUTING).
+    pub data: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<SkbOffsets>() == 4);
 
 /// Value of the ingress policy map and of the protected-Pod map: what a new flow gets, and the
 /// rule that decided it (an index of the rule counters; the agent names each index).
@@ -297,4 +331,6 @@ mod pod {
     unsafe impl aya::Pod for super::EgressKey {}
     unsafe impl aya::Pod for super::PolicyVerdict {}
     unsafe impl aya::Pod for super::KernelOffsets {}
+    unsafe impl aya::Pod for super::SkbOffsets {}
+    unsafe impl aya::Pod for super::RejectEvent {}
 }

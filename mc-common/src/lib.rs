@@ -60,6 +60,12 @@ pub mod maps {
     pub const RULE_COUNTERS: &str = "mc_rule_counters";
     /// The kernel's field offsets the policy program reads ([`crate::dataplane::KernelOffsets`]).
     pub const KERNEL: &str = "mc_kernel";
+    /// `struct sk_buff`'s offsets for capturing a rejected packet
+    /// ([`crate::dataplane::SkbOffsets`]).
+    pub const SKB: &str = "mc_skb";
+    /// Ring buffer of [`crate::dataplane::RejectEvent`]: packets `Reject` rules refused, for
+    /// the agent to answer.
+    pub const REJECTS: &str = "mc_rejects";
     /// Every map the agent pins, for iteration.
     pub const ALL: &[&str] = &[
         COUNTERS,
@@ -75,5 +81,7 @@ pub mod maps {
         PROTECTED_PODS,
         RULE_COUNTERS,
         KERNEL,
+        SKB,
+        REJECTS,
     ];
 }

@@ -4,7 +4,7 @@
 //! (docs/design.md §6).
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf},
     macros::btf_map,
     maps::lpm_trie::Key,
     programs::TcContext,
@@ -16,7 +16,8 @@ use mc_common::{
         EgressKey, FlowIdentity, FlowKey, KernelOffsets, LocalConfig, MAX_EGRESS_ENTRIES,
         MAX_FLOW_IDENTITIES, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES,
         MAX_POLICY_RULES, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer,
-        PodIdentity, PolicyKey, PolicyVerdict, RemoteRoute, SnatEntry, VNI_UNKNOWN,
+        PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute,
+        SkbOffsets, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -70,6 +71,18 @@ static RULE_COUNTERS: PerCpuArray<CounterValue, { MAX_POLICY_RULES as usize }> =
 
 #[btf_map(name = "mc_kernel")]
 static KERNEL: Array<KernelOffsets, 1> = Array::new();
+
+#[btf_map(name = "mc_skb")]
+static SKB: Array<SkbOffsets, 1> = Array::new();
+
+#[btf_map(name = "mc_rejects")]
+pub(crate) static REJECTS: RingBuf<RejectEvent, { REJECT_RING_BYTES as usize }> = RingBuf::new();
+
+/// Where `skb->data` is, when the agent has said.
+#[inline(always)]
+pub(crate) fn skb_data_offset() -> Option<u32> {
+    SKB.get(0).map(|o| o.data).filter(|&d| d != 0)
+}
 
 #[inline(always)]
 pub(crate) fn kernel_offsets() -> Option<KernelOffsets> {

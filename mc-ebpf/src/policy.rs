@@ -16,7 +16,10 @@
 
 use core::ffi::c_void;
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TcContext};
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_buf},
+    programs::TcContext,
+};
 use mc_common::{
     Counter,
     dataplane::{
@@ -27,8 +30,8 @@ use mc_common::{
 
 use crate::{
     maps::{
-        EGRESS_POLICY, FLOW_IDS, INGRESS_POLICY, PROTECTED_PODS, count_len, count_rule,
-        kernel_offsets,
+        EGRESS_POLICY, FLOW_IDS, INGRESS_POLICY, PROTECTED_PODS, REJECTS, count_len, count_rule,
+        kernel_offsets, skb_data_offset,
     },
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
     tunnel::{Tunnel, UDP_HLEN},
@@ -168,7 +171,7 @@ fn decide(skb: *const u8) -> Option<i32> {
     .copied()
     {
         let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
-        return Some(apply(v, len));
+        return Some(apply(v, len, skb, &key));
     }
     let id = unsafe { FLOW_IDS.get(&key) }?.id;
     // The REPLY tuple's source: the Pod the DNAT chose (the destination itself without one),
@@ -183,6 +186,7 @@ fn decide(skb: *const u8) -> Option<i32> {
     ];
     let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
     let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
+    let flow = key;
     if id == VNI_UNKNOWN {
         count_rule(unknown.rule, len);
         count_len(Counter::PolicyDropUnknownIdentity, len);
@@ -213,12 +217,13 @@ fn decide(skb: *const u8) -> Option<i32> {
             action: ACTION_ALLOW,
             rule: 0,
         });
-    Some(apply(verdict, len))
+    Some(apply(verdict, len, skb, &flow))
 }
 
-/// Counts a verdict under its rule and the policy's counters; the netfilter verdict.
+/// Counts a verdict under its rule and the policy's counters; the netfilter verdict. A rejected
+/// packet goes to the agent, which answers it.
 #[inline(always)]
-fn apply(verdict: PolicyVerdict, len: u32) -> i32 {
+fn apply(verdict: PolicyVerdict, len: u32, skb: u64, flow: &FlowKey) -> i32 {
     count_rule(verdict.rule, len);
     match verdict.action {
         ACTION_ALLOW => {
@@ -227,6 +232,9 @@ fn apply(verdict: PolicyVerdict, len: u32) -> i32 {
         }
         ACTION_REJECT => {
             count_len(Counter::PolicyReject, len);
+            if !hand_over(skb, flow, verdict.rule, len) {
+                count_len(Counter::PolicyRejectUnanswered, len);
+            }
             NF_DROP
         }
         _ => {
@@ -234,4 +242,36 @@ fn apply(verdict: PolicyVerdict, len: u32) -> i32 {
             NF_DROP
         }
     }
+}
+
+/// Puts a rejected packet's flow and first bytes in the ring buffer for the agent to answer;
+/// `false` when it cannot (no room, no offsets, an unreadable packet).
+#[inline(never)]
+fn hand_over(skb: u64, flow: &FlowKey, rule: u32, len: u32) -> bool {
+    let Some(data_at) = skb_data_offset() else {
+        return false;
+    };
+    let Some(data) = kread::<u64>(skb, data_at) else {
+        return false;
+    };
+    let Some(mut entry) = REJECTS.reserve(0) else {
+        return false;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at the reserved entry, RejectEvent's size; every field is written
+    // before the entry is submitted. The packet bytes come from bpf_probe_read_kernel, which
+    // checks the address (the linear buffer holds at least the IPv4 and transport headers
+    // the kernel has pulled; bytes past the packet's end are read from its tailroom and ignored
+    // by the agent, which knows the length).
+    unsafe {
+        (*event).flow = *flow;
+        (*event).rule = rule;
+        (*event).len = len;
+        if bpf_probe_read_kernel_buf(data as *const u8, &mut (*event).packet).is_err() {
+            entry.discard(0);
+            return false;
+        }
+    }
+    entry.submit(0);
+    true
 }

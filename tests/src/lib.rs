@@ -213,6 +213,34 @@ impl Drop for SameNamespace<'_> {
 
 /// The header line of `kubectl get` split into column names (multi-word names kept whole by
 /// splitting on runs of two or more spaces).
+/// An ACNP's STRAIT column in `kubectl get acnp` of `cluster` (what Strait enforces of it) and
+/// its `EnforcedByStrait` condition's message; empty strings when not (yet) written.
+pub fn strait_column(tb: &Testbed, cluster: &str, acnp: &str) -> (String, String) {
+    let table = tb.ok(cluster, &["get", "acnp", acnp]);
+    let mut lines = table.lines();
+    let (header, row) = (
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+    );
+    let column = header
+        .find("STRAIT")
+        .and_then(|at| row.get(at..))
+        .and_then(|rest| rest.split_whitespace().next())
+        .filter(|v| *v != "<none>")
+        .unwrap_or_default()
+        .to_owned();
+    let p = tb.get_json(cluster, &["get", "acnp", acnp]);
+    let message = p["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "EnforcedByStrait")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    (column, message)
+}
+
 pub fn header_columns(table: &str) -> Vec<String> {
     let header = table.lines().next().unwrap_or_default();
     header

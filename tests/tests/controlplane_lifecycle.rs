@@ -13,7 +13,7 @@ use mc_integration::{
     net::{http_get, in_core},
     procs,
     services::{addresses_of, cluster_ip, endpoint_ips, service_and_export, services_and_exports},
-    wait_for,
+    strait_column, wait_for,
 };
 use serde_json::{Value, json};
 
@@ -347,6 +347,17 @@ fn an_exported_acnp_is_replicated_and_a_missing_tier_is_reported_to_the_leader()
     );
     assert_eq!(acnp["spec"]["tier"], "east-only");
     assert_eq!(acnp["spec"]["ingress"][1]["action"], "Drop");
+    // Stored, and not enforced by Strait (its peers are in-cluster): `kubectl get acnp` says so.
+    let message = wait_for("the copy's STRAIT column", T, || {
+        let (column, message) = strait_column(&tb, "east", "antrea-mc-strict-namespace-isolation");
+        (column == "NotEnforced")
+            .then(|| message.clone())
+            .ok_or(format!("{column:?}: {message:?}"))
+    });
+    assert_eq!(
+        message,
+        "in-cluster peers (ingress[0], ingress[1]) need a policy engine in the cluster, such as Antrea"
+    );
     let event = wait_for("an ACNPImportFailed Event naming west", T, || {
         let events = tb.get_json(
             "north",
@@ -1087,13 +1098,25 @@ fn a_members_api_server_down_for_60_s_loses_and_duplicates_nothing() {
             || imports_serving(&tb, m, ns, &serving, &ips),
         );
     }
+    let serving_after = restarted.elapsed();
+    // East's controller sees its own API again (its watches were cut with the server and come
+    // back with backoff): a Service exported in east now reaches west. (Later tests start from
+    // here, and east must be watching again before they do.)
+    service_and_export(&tb, "east", ns, "late", "10.244.4.99");
+    wait_for(
+        "east's new export imported in west",
+        Duration::from_secs(180),
+        || endpoint_ips(&tb, "west", ns, "antrea-mc-late"),
+    );
     join::wait_ready(&tb);
     eprintln!(
         "member API server down for {} s: the leader kept east's {} exports; after the restart \
-         every object exact in {:.1} s, every import serving in {:.1} s",
+         every object exact in {:.1} s, every import serving in {:.1} s, a new export of east \
+         imported in west {:.1} s after the restart",
         DOWN.as_secs(),
         of("east", 0..5).len(),
         objects.as_secs_f64(),
+        serving_after.as_secs_f64(),
         restarted.elapsed().as_secs_f64()
     );
 }

@@ -5,6 +5,7 @@
 //! every controller and agent.
 
 use std::{
+    collections::BTreeSet,
     process::Command,
     time::{Duration, Instant},
 };
@@ -98,15 +99,31 @@ fn udp(tb: &Testbed, cluster: &str, ns: &str, from: &str, ip: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("policy")
 }
 
-/// Namespaces created for a test, deleted at its end; cluster-scoped policies with them.
+/// Namespaces created for a test, deleted at its end; cluster-scoped policies with them, and
+/// ResourceExports in the leader.
 struct Cleanup<'a> {
     tb: &'a Testbed,
     namespaces: Vec<(&'static str, String)>,
     acnps: Vec<(&'static str, String)>,
+    leader_exports: Vec<String>,
 }
 
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
+        for name in &self.leader_exports {
+            let _ = self
+                .tb
+                .kubectl("north")
+                .args([
+                    "delete",
+                    "resourceexport",
+                    "-n",
+                    join::LEADER_NS,
+                    name,
+                    "--ignore-not-found",
+                ])
+                .output();
+        }
         for (c, name) in &self.acnps {
             let _ = self
                 .tb
@@ -168,6 +185,7 @@ fn the_guides_admin_namespace_policy_stops_tenants_of_other_clusters() {
         tb: &tb,
         namespaces: vec![("east", admin.clone()), ("west", tenant.clone())],
         acnps: vec![("east", acnp.to_owned())],
+        leader_exports: vec![],
     };
     tb.ensure_namespace("east", &admin);
     label_namespace(&tb, "east", &admin, "role=admin");
@@ -311,6 +329,7 @@ fn the_guides_db_policy_lets_only_clients_of_its_namespace_in() {
             ("west", elsewhere.clone()),
         ],
         acnps: vec![],
+        leader_exports: vec![],
     };
     for (c, ns) in [("east", &prod), ("west", &prod), ("west", &elsewhere)] {
         tb.ensure_namespace(c, ns);
@@ -386,15 +405,36 @@ fn the_guides_db_policy_lets_only_clients_of_its_namespace_in() {
 /// tenant reaches another multi-cluster Service, and deleting the policy restores access.
 #[test]
 fn the_guides_tenant_policy_keeps_tenants_from_the_secured_multicluster_service() {
+    secured_service_policy(false);
+}
+
+/// The same policy as the guide suggests placing it: in a ResourceExport of kind
+/// AntreaClusterNetworkPolicy in the leader, replicated to every member as
+/// `antrea-mc-acnp-drop-tenant-to-secured-mc-service`, and enforced there: a `role=tenant` Pod
+/// in east and one in west are refused alike; deleting the ResourceExport lifts it in both.
+#[test]
+fn the_replicated_tenant_policy_keeps_tenants_of_every_member_out() {
+    secured_service_policy(true);
+}
+
+fn secured_service_policy(replicated: bool) {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let pid = std::process::id();
-    let ns = format!("svc-{pid}");
+    // Each test its own Namespace: the other's may still be terminating.
+    let ns = format!("svc{}-{pid}", if replicated { "r" } else { "" });
     let acnp = "acnp-drop-tenant-to-secured-mc-service";
+    let export = format!("{acnp}-{pid}");
+    let clients: &[&str] = if replicated {
+        &["east", "west"]
+    } else {
+        &["east"]
+    };
     let _cleanup = Cleanup {
         tb: &tb,
         namespaces: vec![("east", ns.clone()), ("west", ns.clone())],
         acnps: vec![("east", acnp.to_owned())],
+        leader_exports: vec![export.clone()],
     };
     for c in ["east", "west"] {
         tb.ensure_namespace(c, &ns);
@@ -438,65 +478,222 @@ fn the_guides_tenant_policy_keeps_tenants_from_the_secured_multicluster_service(
     service("west", "secured-service", "secured");
     service("east", "secured-service", "secured");
     service("west", "open-service", "open");
-    for (name, labels) in [("tenant", json!({"role": "tenant"})), ("guest", json!({}))] {
-        pod(&tb, "east", &ns, name, "node-b", labels, false);
+    for c in clients {
+        for (name, labels) in [("tenant", json!({"role": "tenant"})), ("guest", json!({}))] {
+            pod(&tb, c, &ns, name, "node-b", labels, false);
+        }
     }
-    let imported = |name: &str| {
-        wait_for(&format!("antrea-mc-{name} in east"), T, || {
+    let imported = |c: &str, name: &str| {
+        wait_for(&format!("antrea-mc-{name} in {c}"), T, || {
             tb.try_json(
-                "east",
+                c,
                 &["get", "service", "-n", &ns, &format!("antrea-mc-{name}")],
             )
             .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
             .ok_or_else(|| "not yet".to_owned())
         })
     };
-    let (secured, open) = (imported("secured-service"), imported("open-service"));
-    // Both backends answer the guest (east's own and west's), before and with the policy.
-    let answers = |from: &str, ip: &str, tries: usize| -> std::collections::BTreeSet<String> {
+    // Per client cluster: (cluster, secured-service's address there, open-service's).
+    let addresses: Vec<(&str, String, String)> = clients
+        .iter()
+        .map(|c| {
+            (
+                *c,
+                imported(c, "secured-service"),
+                imported(c, "open-service"),
+            )
+        })
+        .collect();
+    // Both backends answer the guest (east's and west's), before and with the policy.
+    let answers = |c: &str, from: &str, ip: &str, tries: usize| -> BTreeSet<String> {
         (0..tries)
-            .filter_map(|_| http(&tb, "east", &ns, from, ip).ok())
+            .filter_map(|_| http(&tb, c, &ns, from, ip).ok())
             .collect()
     };
-    let both: std::collections::BTreeSet<String> = [
+    let both: BTreeSet<String> = [
         "hello from east/secured-e".to_owned(),
         "hello from west/secured-w".to_owned(),
     ]
     .into();
-    wait_for(
+    let everywhere = |what: &str, from: &str, want: &BTreeSet<String>| {
+        for (c, secured, _) in &addresses {
+            wait_for(&format!("{c}: {what}"), T, || {
+                let got = answers(c, from, secured, if want.is_empty() { 4 } else { 8 });
+                (&got == want).then_some(()).ok_or(format!("{got:?}"))
+            });
+        }
+    };
+    everywhere(
         "both backends of secured-service answering the tenant",
-        T,
-        || {
-            let got = answers("tenant", &secured, 8);
-            (got == both).then_some(()).ok_or(format!("{got:?}"))
-        },
+        "tenant",
+        &both,
     );
+    let spec = format!(
+        "    priority: 1\n    tier: securityops\n    appliedTo:\n    - podSelector:\n        matchLabels:\n          role: tenant\n    egress:\n    - action: Drop\n      toServices:\n      - name: secured-service\n        namespace: {ns}\n        scope: ClusterSet\n"
+    );
+    if replicated {
+        tb.apply(
+            "north",
+            join::LEADER_NS,
+            &format!(
+                "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: ResourceExport\nmetadata:\n  name: {export}\nspec:\n  kind: AntreaClusterNetworkPolicy\n  name: {acnp}\n  clusternetworkpolicy:\n{spec}"
+            ),
+        );
+    } else {
+        tb.apply(
+            "east",
+            "default",
+            &format!(
+                "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {acnp}\nspec:\n{}",
+                spec.lines().map(|l| &l[2..]).collect::<Vec<_>>().join("\n") + "\n"
+            ),
+        );
+    }
+    everywhere(
+        "the tenant refused by secured-service",
+        "tenant",
+        &BTreeSet::new(),
+    );
+    everywhere(
+        "both backends answering the guest, with the policy",
+        "guest",
+        &both,
+    );
+    for (c, _, open) in &addresses {
+        assert!(
+            http(&tb, c, &ns, "tenant", open).is_ok(),
+            "{c}: the tenant must reach another multi-cluster Service"
+        );
+    }
+    if replicated {
+        for c in clients {
+            let (column, _) = mc_integration::strait_column(&tb, c, &format!("antrea-mc-{acnp}"));
+            assert_eq!(
+                column, "Enforced",
+                "{c}: the replicated policy's STRAIT column"
+            );
+        }
+        tb.delete("north", &["resourceexport", "-n", join::LEADER_NS, &export]);
+    } else {
+        tb.ok("east", &["delete", "acnp", acnp]);
+    }
+    everywhere("the tenant let in again", "tenant", &both);
+}
+
+/// A `Reject` rule answers: west's tenant client, refused by east's admin Pods (on the gateway
+/// Node and the regular Node), gets a TCP RST at once (socat: "Connection refused", not a
+/// timeout) and, over UDP, an ICMP "host administratively prohibited" (socat: "No route to
+/// host"), both from the address it called. `kubectl get acnp` says in its STRAIT column that
+/// Strait enforces this policy.
+#[test]
+fn a_reject_rule_answers_and_kubectl_says_strait_enforces_it() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let pid = std::process::id();
+    let (admin, tenant) = (format!("radmin-{pid}"), format!("rtenant-{pid}"));
+    let acnp = "reject-tenants";
+    let _cleanup = Cleanup {
+        tb: &tb,
+        namespaces: vec![("east", admin.clone()), ("west", tenant.clone())],
+        acnps: vec![("east", acnp.to_owned())],
+        leader_exports: vec![],
+    };
+    tb.ensure_namespace("east", &admin);
+    label_namespace(&tb, "east", &admin, "role=admin");
+    tb.ensure_namespace("west", &tenant);
+    label_namespace(&tb, "west", &tenant, "role=tenant");
+    let servers: Vec<String> = ["node-a", "node-b"]
+        .iter()
+        .map(|node| {
+            let name = format!("admin-web-{}", &node[5..]);
+            pod(
+                &tb,
+                "east",
+                &admin,
+                &name,
+                node,
+                json!({"app": "web"}),
+                true,
+            )
+        })
+        .collect();
+    pod(
+        &tb,
+        "west",
+        &tenant,
+        "client",
+        "node-b",
+        json!({"app": "client"}),
+        false,
+    );
+    wait_for("the tenant client to reach both admin Pods", T, || {
+        servers
+            .iter()
+            .try_for_each(|ip| http(&tb, "west", &tenant, "client", ip).map(drop))
+    });
     tb.apply(
         "east",
         "default",
         &format!(
-            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {acnp}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo:\n  - podSelector:\n      matchLabels:\n        role: tenant\n  egress:\n  - action: Drop\n    toServices:\n    - name: secured-service\n      namespace: {ns}\n      scope: ClusterSet\n"
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {acnp}\nspec:\n  appliedTo:\n  - namespaceSelector:\n      matchLabels:\n        role: admin\n  priority: 1\n  tier: securityops\n  ingress:\n  - action: Reject\n    from:\n    - scope: ClusterSet\n      namespaceSelector:\n        matchLabels:\n          role: tenant\n"
         ),
     );
-    wait_for("the tenant refused by secured-service", T, || {
-        let got = answers("tenant", &secured, 4);
-        got.is_empty().then_some(()).ok_or(format!("{got:?}"))
+    // TCP: the connection refused (a RST), not timed out.
+    for ip in &servers {
+        wait_for(&format!("a RST from {ip}"), T, || {
+            let out = pods::exec(
+                &tb,
+                "west",
+                &tenant,
+                "client",
+                &[
+                    "socat",
+                    "-T2",
+                    "-",
+                    &format!("TCP:{ip}:8080,connect-timeout=2"),
+                ],
+            );
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if err.contains("Connection refused") && !out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("socat exit {:?}: {err}", out.status.code()))
+            }
+        });
+        // UDP: the ICMP error reaches the client's socket, which reports it.
+        wait_for(&format!("an ICMP error from {ip}"), T, || {
+            let out = pods::exec(
+                &tb,
+                "west",
+                &tenant,
+                "client",
+                &[
+                    "sh",
+                    "-c",
+                    &format!("echo policy | socat -T2 - UDP:{ip}:5353"),
+                ],
+            );
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if err.contains("No route to host") && !out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "socat exit {:?}, stdout {:?}, stderr {err:?}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stdout)
+                ))
+            }
+        });
+    }
+
+    let (column, message) = wait_for("the STRAIT column of the Reject policy", T, || {
+        let (column, message) = mc_integration::strait_column(&tb, "east", acnp);
+        (column == "Enforced")
+            .then(|| (column.clone(), message.clone()))
+            .ok_or(format!("{column:?}: {message:?}"))
     });
-    wait_for(
-        "both backends answering the guest, with the policy",
-        T,
-        || {
-            let got = answers("guest", &secured, 8);
-            (got == both).then_some(()).ok_or(format!("{got:?}"))
-        },
+    assert_eq!(
+        message, "Strait enforces ingress[0] on traffic between clusters",
+        "{column}"
     );
-    assert!(
-        http(&tb, "east", &ns, "tenant", &open).is_ok(),
-        "the tenant must reach another multi-cluster Service"
-    );
-    tb.ok("east", &["delete", "acnp", acnp]);
-    wait_for("the tenant let in again", T, || {
-        let got = answers("tenant", &secured, 8);
-        (got == both).then_some(()).ok_or(format!("{got:?}"))
-    });
 }
