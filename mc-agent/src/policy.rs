@@ -678,6 +678,18 @@ mod tests {
         }
     }
 
+    /// The guide's `acnp-drop-tenant-to-secured-mc-service`, for `svc-ns/secured-service`.
+    fn tenant_policy() -> PolicyObject {
+        policy(
+            None,
+            "acnp-drop-tenant-to-secured-mc-service",
+            json!({"priority": 1, "tier": "securityops",
+                   "appliedTo": [{"podSelector": {"matchLabels": {"role": "tenant"}}}],
+                   "egress": [{"action": "Drop", "toServices": [{"name": "secured-service",
+                       "namespace": "svc-ns", "scope": "ClusterSet"}]}]}),
+        )
+    }
+
     struct World {
         pods: Vec<PodObject>,
         namespaces: BTreeMap<String, Labels>,
@@ -976,14 +988,7 @@ mod tests {
         let c = compile_in(
             &w,
             &[
-                policy(
-                    None,
-                    "acnp-drop-tenant-to-secured-mc-service",
-                    json!({"priority": 1, "tier": "securityops",
-                           "appliedTo": [{"podSelector": {"matchLabels": {"role": "tenant"}}}],
-                           "egress": [{"action": "Drop", "toServices": [{"name": "secured-service",
-                               "namespace": "svc-ns", "scope": "ClusterSet"}]}]}),
-                ),
+                tenant_policy(),
                 policy(
                     Some("prod-us-west"),
                     "mixed",
@@ -1019,17 +1024,7 @@ mod tests {
         let mut w = world();
         w.pods
             .push(pod("t1", "tenant", "10.0.0.9", &[("role", "tenant")]));
-        let c = compile_in(
-            &w,
-            &[policy(
-                None,
-                "acnp-drop-tenant-to-secured-mc-service",
-                json!({"priority": 1, "tier": "securityops",
-                       "appliedTo": [{"podSelector": {"matchLabels": {"role": "tenant"}}}],
-                       "egress": [{"action": "Drop", "toServices": [{"name": "secured-service",
-                           "namespace": "svc-ns", "scope": "ClusterSet"}]}]}),
-            )],
-        );
+        let c = compile_in(&w, &[tenant_policy()]);
         assert!(c.skipped.is_empty(), "{:?}", c.skipped);
         let key = EgressKey {
             src: [10, 0, 0, 9],

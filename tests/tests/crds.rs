@@ -101,6 +101,7 @@ const COLUMN_CASES: &[(&str, &str, &[&str])] = &[
             "PRIORITY",
             "DESIRED NODES",
             "CURRENT NODES",
+            "STRAIT",
             "AGE",
         ],
     ),

@@ -169,6 +169,51 @@ fn gateway_policy_map(cluster: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
 }
 
+/// East's `<prefix>admin-<pid>` Namespace (`role=admin`) with an `app=admin-web` Pod serving on
+/// each Node, west's `<prefix>tenant-<pid>` Namespace (unlabelled) with a client Pod on the
+/// regular Node; `acnp` (in east) goes with them at the end. Returns the cleanup, the tenant
+/// Namespace and the servers (name, IP).
+fn admin_and_tenant<'a>(
+    tb: &'a Testbed,
+    prefix: &str,
+    acnp: &str,
+) -> (Cleanup<'a>, String, Vec<(String, String)>) {
+    join::ensure_joined(tb);
+    let pid = std::process::id();
+    let (admin, tenant) = (
+        format!("{prefix}admin-{pid}"),
+        format!("{prefix}tenant-{pid}"),
+    );
+    let cleanup = Cleanup {
+        tb,
+        namespaces: vec![("east", admin.clone()), ("west", tenant.clone())],
+        acnps: vec![("east", acnp.to_owned())],
+        leader_exports: vec![],
+    };
+    tb.ensure_namespace("east", &admin);
+    label_namespace(tb, "east", &admin, "role=admin");
+    tb.ensure_namespace("west", &tenant);
+    let servers = ["node-a", "node-b"]
+        .iter()
+        .map(|node| {
+            let name = format!("admin-web-{}", &node[5..]);
+            let labels = json!({"app": "admin-web"});
+            let ip = pod(tb, "east", &admin, &name, node, labels, true);
+            (name, ip)
+        })
+        .collect();
+    let labels = json!({"app": "client"});
+    pod(tb, "west", &tenant, "client", "node-b", labels, false);
+    (cleanup, tenant, servers)
+}
+
+/// The guide's `drop-tenant-access-to-admin-namespace` ACNP with `action` for its rule.
+fn admin_acnp(name: &str, action: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {name}\nspec:\n  appliedTo:\n  - namespaceSelector:\n      matchLabels:\n        role: admin\n  priority: 1\n  tier: securityops\n  ingress:\n  - action: {action}\n    from:\n    - scope: ClusterSet\n      namespaceSelector:\n        matchLabels:\n          role: tenant\n"
+    )
+}
+
 /// The guide's `drop-tenant-access-to-admin-namespace` (with `Drop`, the guide's `Deny` being
 /// invalid): west's client in a `role=tenant` Namespace cannot open connections to east's Pods in
 /// the `role=admin` Namespace, on the gateway Node or the regular one, over TCP and UDP; from an
@@ -177,51 +222,10 @@ fn gateway_policy_map(cluster: &str) -> Value {
 #[test]
 fn the_guides_admin_namespace_policy_stops_tenants_of_other_clusters() {
     let tb = Testbed::from_env();
-    join::ensure_joined(&tb);
-    let pid = std::process::id();
-    let (admin, tenant) = (format!("admin-{pid}"), format!("tenant-{pid}"));
     let acnp = "drop-tenant-access-to-admin-namespace";
-    let _cleanup = Cleanup {
-        tb: &tb,
-        namespaces: vec![("east", admin.clone()), ("west", tenant.clone())],
-        acnps: vec![("east", acnp.to_owned())],
-        leader_exports: vec![],
-    };
-    tb.ensure_namespace("east", &admin);
-    label_namespace(&tb, "east", &admin, "role=admin");
-    tb.ensure_namespace("west", &tenant);
-    let servers: Vec<(String, String)> = ["node-a", "node-b"]
-        .iter()
-        .map(|node| {
-            let name = format!("admin-web-{}", &node[5..]);
-            let ip = pod(
-                &tb,
-                "east",
-                &admin,
-                &name,
-                node,
-                json!({"app": "admin-web"}),
-                true,
-            );
-            (name, ip)
-        })
-        .collect();
-    pod(
-        &tb,
-        "west",
-        &tenant,
-        "client",
-        "node-b",
-        json!({"app": "client"}),
-        false,
-    );
-    tb.apply(
-        "east",
-        "default",
-        &format!(
-            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {acnp}\nspec:\n  appliedTo:\n  - namespaceSelector:\n      matchLabels:\n        role: admin\n  priority: 1\n  tier: securityops\n  ingress:\n  - action: Drop\n    from:\n    - scope: ClusterSet\n      namespaceSelector:\n        matchLabels:\n          role: tenant\n"
-        ),
-    );
+    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "", acnp);
+    let pid = std::process::id();
+    tb.apply("east", "default", &admin_acnp(acnp, "Drop"));
     let all_reach = |want: bool| -> Result<(), String> {
         for (name, ip) in &servers {
             let tcp = http(&tb, "west", &tenant, "client", ip);
@@ -588,58 +592,17 @@ fn secured_service_policy(replicated: bool) {
 #[test]
 fn a_reject_rule_answers_and_kubectl_says_strait_enforces_it() {
     let tb = Testbed::from_env();
-    join::ensure_joined(&tb);
-    let pid = std::process::id();
-    let (admin, tenant) = (format!("radmin-{pid}"), format!("rtenant-{pid}"));
     let acnp = "reject-tenants";
-    let _cleanup = Cleanup {
-        tb: &tb,
-        namespaces: vec![("east", admin.clone()), ("west", tenant.clone())],
-        acnps: vec![("east", acnp.to_owned())],
-        leader_exports: vec![],
-    };
-    tb.ensure_namespace("east", &admin);
-    label_namespace(&tb, "east", &admin, "role=admin");
-    tb.ensure_namespace("west", &tenant);
+    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "r", acnp);
     label_namespace(&tb, "west", &tenant, "role=tenant");
-    let servers: Vec<String> = ["node-a", "node-b"]
-        .iter()
-        .map(|node| {
-            let name = format!("admin-web-{}", &node[5..]);
-            pod(
-                &tb,
-                "east",
-                &admin,
-                &name,
-                node,
-                json!({"app": "web"}),
-                true,
-            )
-        })
-        .collect();
-    pod(
-        &tb,
-        "west",
-        &tenant,
-        "client",
-        "node-b",
-        json!({"app": "client"}),
-        false,
-    );
     wait_for("the tenant client to reach both admin Pods", T, || {
         servers
             .iter()
-            .try_for_each(|ip| http(&tb, "west", &tenant, "client", ip).map(drop))
+            .try_for_each(|(_, ip)| http(&tb, "west", &tenant, "client", ip).map(drop))
     });
-    tb.apply(
-        "east",
-        "default",
-        &format!(
-            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: {acnp}\nspec:\n  appliedTo:\n  - namespaceSelector:\n      matchLabels:\n        role: admin\n  priority: 1\n  tier: securityops\n  ingress:\n  - action: Reject\n    from:\n    - scope: ClusterSet\n      namespaceSelector:\n        matchLabels:\n          role: tenant\n"
-        ),
-    );
+    tb.apply("east", "default", &admin_acnp(acnp, "Reject"));
     // TCP: the connection refused (a RST), not timed out.
-    for ip in &servers {
+    for (_, ip) in &servers {
         wait_for(&format!("a RST from {ip}"), T, || {
             let out = pods::exec(
                 &tb,
