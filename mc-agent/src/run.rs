@@ -22,7 +22,7 @@ use mc_api::{
     labelidentity::LabelIdentity,
     mcs::ServiceImport,
 };
-use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, watch::WatchHealth};
+use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, Writer, watch::WatchHealth};
 
 use crate::{
     bpffs::PinLayout,
@@ -137,6 +137,7 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
     let mut agent = Agent {
         opts,
         client: client.clone(),
+        writer: Writer::new(metrics.clone()),
         metrics: metrics.clone(),
         gateways,
         infos,
@@ -181,6 +182,7 @@ impl Stretched {
     async fn write_conditions(
         &self,
         client: &Client,
+        writer: &Writer,
         coverage: &BTreeMap<(Option<String>, String), Coverage>,
     ) -> usize {
         let stored: BTreeMap<_, _> = self
@@ -199,19 +201,16 @@ impl Stretched {
         let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
         let mut failures = 0;
         for (namespace, name, condition) in policy_conditions(coverage, &stored, &now) {
-            let patch = kube::api::Patch::Merge(serde_json::json!({
-                "status": {"conditions": [condition]}
-            }));
-            let params = kube::api::PatchParams::default();
+            let status = serde_json::json!({"conditions": [condition]});
             let written = match &namespace {
-                None => Api::<ClusterNetworkPolicy>::all(client.clone())
-                    .patch_status(&name, &params, &patch)
-                    .await
-                    .map(drop),
-                Some(ns) => Api::<AntreaNetworkPolicy>::namespaced(client.clone(), ns)
-                    .patch_status(&name, &params, &patch)
-                    .await
-                    .map(drop),
+                None => {
+                    let api = Api::<ClusterNetworkPolicy>::all(client.clone());
+                    writer.patch_status(&api, &name, status).await
+                }
+                Some(ns) => {
+                    let api = Api::<AntreaNetworkPolicy>::namespaced(client.clone(), ns);
+                    writer.patch_status(&api, &name, status).await
+                }
             };
             match written {
                 Ok(()) => tracing::info!(
@@ -336,6 +335,8 @@ fn trim_pod(pod: &mut Pod) {
 struct Agent {
     opts: RunOptions,
     client: Client,
+    /// Writes the policies' conditions (counted in the write metrics).
+    writer: Writer,
     metrics: Metrics,
     gateways: Watched<Gateway>,
     infos: Watched<ClusterInfoImport>,
@@ -397,7 +398,9 @@ impl Reconciler for Agent {
         let mut failures = usize::from(outcome.not_ready.is_some());
         self.not_ready = outcome.not_ready;
         if let (Some(coverage), Some(s)) = (&outcome.coverage, &self.stretched) {
-            failures += s.write_conditions(&self.client, coverage).await;
+            failures += s
+                .write_conditions(&self.client, &self.writer, coverage)
+                .await;
         }
         // Counting the maps walks the whole SNAT table: not on every event, at most every 10 s.
         if self

@@ -601,52 +601,32 @@ fn a_reject_rule_answers_and_kubectl_says_strait_enforces_it() {
             .try_for_each(|(_, ip)| http(&tb, "west", &tenant, "client", ip).map(drop))
     });
     tb.apply("east", "default", &admin_acnp(acnp, "Reject"));
-    // TCP: the connection refused (a RST), not timed out.
+    // The client's socat fails with the error the answer makes its socket report (a timeout
+    // would say nothing of the kind).
+    let answered = |what: &str, command: &str, error: &str| {
+        wait_for(what, T, || {
+            let out = pods::exec(&tb, "west", &tenant, "client", &["sh", "-c", command]);
+            let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if err.contains(error) && !out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("socat exit {:?}: {err:?}", out.status.code()))
+            }
+        });
+    };
     for (_, ip) in &servers {
-        wait_for(&format!("a RST from {ip}"), T, || {
-            let out = pods::exec(
-                &tb,
-                "west",
-                &tenant,
-                "client",
-                &[
-                    "socat",
-                    "-T2",
-                    "-",
-                    &format!("TCP:{ip}:8080,connect-timeout=2"),
-                ],
-            );
-            let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-            if err.contains("Connection refused") && !out.status.success() {
-                Ok(())
-            } else {
-                Err(format!("socat exit {:?}: {err}", out.status.code()))
-            }
-        });
+        // TCP: refused (a RST).
+        answered(
+            &format!("a RST from {ip}"),
+            &format!("socat -T2 - TCP:{ip}:8080,connect-timeout=2 </dev/null"),
+            "Connection refused",
+        );
         // UDP: the ICMP error reaches the client's socket, which reports it.
-        wait_for(&format!("an ICMP error from {ip}"), T, || {
-            let out = pods::exec(
-                &tb,
-                "west",
-                &tenant,
-                "client",
-                &[
-                    "sh",
-                    "-c",
-                    &format!("echo policy | socat -T2 - UDP:{ip}:5353"),
-                ],
-            );
-            let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-            if err.contains("No route to host") && !out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "socat exit {:?}, stdout {:?}, stderr {err:?}",
-                    out.status.code(),
-                    String::from_utf8_lossy(&out.stdout)
-                ))
-            }
-        });
+        answered(
+            &format!("an ICMP error from {ip}"),
+            &format!("echo policy | socat -T2 - UDP:{ip}:5353"),
+            "No route to host",
+        );
     }
 
     let (column, message) = wait_for("the STRAIT column of the Reject policy", T, || {
