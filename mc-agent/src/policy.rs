@@ -79,6 +79,36 @@ pub struct Coverage {
     pub not_enforced: Vec<String>,
 }
 
+impl Compiled {
+    /// A digest (FNV-1a, 32 bits) of the ingress decisions: the covered Pods and every entry.
+    /// The gateway's remembered verdicts (`mc_flow_verdicts`) hold the digest they were made
+    /// under, so any change to the ingress policy makes them stale at once, and an agent's
+    /// restart that writes the same policy keeps them.
+    pub fn ingress_generation(&self) -> u32 {
+        let mut h: u32 = 0x811c_9dc5;
+        let mut eat = |bytes: &[u8]| {
+            for b in bytes {
+                h = (h ^ u32::from(*b)).wrapping_mul(0x0100_0193);
+            }
+        };
+        for (pod, v) in &self.protected {
+            eat(&pod.octets());
+            eat(&v.action.to_be_bytes());
+            eat(&v.rule.to_be_bytes());
+        }
+        eat(b"|");
+        for (k, v) in &self.entries {
+            eat(&k.pod);
+            eat(&k.id.to_be_bytes());
+            eat(&k.port.to_be_bytes());
+            eat(&[k.proto]);
+            eat(&v.action.to_be_bytes());
+            eat(&v.rule.to_be_bytes());
+        }
+        h
+    }
+}
+
 /// A policy's condition of type `EnforcedByStrait`: (status, reason, message).
 pub const ENFORCED_CONDITION: &str = "EnforcedByStrait";
 
@@ -775,6 +805,34 @@ mod tests {
             .or_else(|| c.entries.get(&key(proto, 0)))
             .or_else(|| c.entries.get(&key(0, 0)))?;
         Some((v.action, c.rules[v.rule as usize].clone()))
+    }
+
+    /// The generation the gateway's remembered verdicts are checked against: the same for the
+    /// same policy (an agent's restart keeps them), another for any change of what is decided.
+    #[test]
+    fn the_ingress_generation_changes_with_every_ingress_decision_and_only_then() {
+        let w = world();
+        let admin = |action: &str| {
+            policy(
+                None,
+                "drop-tenant-access-to-admin-namespace",
+                json!({"priority": 1, "tier": "securityops",
+                       "appliedTo": [{"namespaceSelector": {"matchLabels": {"role": "admin"}}}],
+                       "ingress": [{"action": action, "from": [{"scope": "ClusterSet",
+                           "namespaceSelector": {"matchLabels": {"role": "tenant"}}}]}]}),
+            )
+        };
+        let drop = compile_in(&w, &[admin("Drop")]).ingress_generation();
+        assert_eq!(drop, compile_in(&w, &[admin("Drop")]).ingress_generation());
+        assert_ne!(drop, compile_in(&w, &[admin("Allow")]).ingress_generation());
+        assert_ne!(drop, compile_in(&w, &[]).ingress_generation());
+        // Another Pod covered, the same rules.
+        let mut more = world();
+        more.pods.push(pod("admin", "b", "10.0.0.9", &[]));
+        assert_ne!(
+            drop,
+            compile_in(&more, &[admin("Drop")]).ingress_generation()
+        );
     }
 
     #[test]

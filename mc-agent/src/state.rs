@@ -14,8 +14,9 @@ pub use mc_api::net::Prefix;
 
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
-    CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, LocalConfig,
-    PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+    CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
+    CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
+    PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
 
 /// A Pod of this Node, as read from the API.
@@ -291,6 +292,14 @@ pub fn desired(inputs: &Inputs) -> Desired {
                 .iter()
                 .map(|s| format!("stretched NetworkPolicy: {s}")),
         );
+        // What the policy program has to look at on this Node: nothing, on most Nodes.
+        if !out.policy.egress.is_empty() {
+            out.config.flags |= CONFIG_POLICY_EGRESS;
+        }
+        if is_gateway && !out.policy.protected.is_empty() {
+            out.config.flags |= CONFIG_POLICY_INGRESS;
+            out.config.policy_generation = out.policy.ingress_generation();
+        }
     }
 
     // Local prefixes a remote one must not overlap.
@@ -643,6 +652,58 @@ mod tests {
         // Clusters whose prefixes were all refused still identify their gateway.
         assert!(d.peers.contains_key(&ip("198.18.3.1")));
         assert!(!d.peers.contains_key(&ip("198.18.9.9")));
+    }
+
+    /// The policy program looks only where this Node has something to decide: egress entries
+    /// for its Pods, covered Pods on the gateway (with the digest its remembered verdicts are
+    /// checked against).
+    #[test]
+    fn the_policy_flags_say_what_a_node_has_to_decide() {
+        use crate::policy::PolicyObject;
+        let mut gw = inputs("east-gw", "198.18.1.1");
+        gw.stretched_policy = true;
+        let flags = |i: &Inputs| desired(i).config.flags;
+        assert_eq!(
+            flags(&gw),
+            CONFIG_STRETCHED_POLICY,
+            "no policy: nothing to decide"
+        );
+        gw.namespace_labels = [(
+            "prod".to_owned(),
+            [("kubernetes.io/metadata.name".to_owned(), "prod".to_owned())].into(),
+        )]
+        .into();
+        gw.cluster_pods = vec![PodObject {
+            namespace: "prod".into(),
+            name: "db".into(),
+            labels: [("app".to_owned(), "db".to_owned())].into(),
+            ips: vec!["10.244.0.9".into()],
+            ..Default::default()
+        }];
+        gw.policies = vec![PolicyObject {
+            namespace: Some("prod".into()),
+            name: "db-svc-allow-ingress-from-client-only".into(),
+            spec: serde_json::from_value(serde_json::json!({
+                "priority": 1, "tier": "application",
+                "appliedTo": [{"podSelector": {"matchLabels": {"app": "db"}}}],
+                "ingress": [{"action": "Allow", "from": [{"scope": "ClusterSet",
+                    "podSelector": {"matchLabels": {"app": "client"}}}]}, {"action": "Drop"}],
+            }))
+            .unwrap(),
+        }];
+        let d = desired(&gw);
+        assert_eq!(
+            d.config.flags,
+            CONFIG_STRETCHED_POLICY | CONFIG_POLICY_INGRESS
+        );
+        assert_eq!(d.config.policy_generation, d.policy.ingress_generation());
+        // The regular Node: the same world, no egress rule for its Pods, nothing to decide.
+        let mut node = gw.clone();
+        node.node_name = "east-node".into();
+        node.node_ip = Some(ip("198.18.1.2"));
+        let d = desired(&node);
+        assert_eq!(d.config.flags, 0);
+        assert_eq!(d.config.policy_generation, 0);
     }
 
     #[test]

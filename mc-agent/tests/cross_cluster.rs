@@ -23,7 +23,7 @@ use std::{
     process::Command,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread,
     time::Duration,
@@ -804,6 +804,71 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     assert!(
         !connects(&pod_n, service),
         "relabelled: new flows are dropped"
+    );
+
+    // A one-way UDP stream (no reply: every packet of it is new to conntrack, and the gateway
+    // answers its later packets from the verdict it remembers) follows a policy change and a
+    // change of its source's identity from the next packet on.
+    let received = Arc::new(AtomicU64::new(0));
+    {
+        let received = received.clone();
+        let stop = stop.clone();
+        servers.push(in_netns(&pod_w, move || {
+            let sock = UdpSocket::bind("10.245.0.7:5354").expect("bind the sink");
+            sock.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                if sock.recv_from(&mut buf).is_ok() {
+                    received.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    {
+        let stop = stop.clone();
+        servers.push(in_netns(&pod_n, move || {
+            let sock = UdpSocket::bind("10.244.1.5:40404").expect("bind the stream");
+            while !stop.load(Ordering::Relaxed) {
+                let _ = sock.send_to(b"stream", "10.245.0.7:5354");
+                thread::sleep(Duration::from_millis(10));
+            }
+        }));
+    }
+    // Datagrams the sink takes in 600 ms, from 300 ms after a change.
+    let arriving = || {
+        thread::sleep(Duration::from_millis(300));
+        let before = received.load(Ordering::Relaxed);
+        thread::sleep(Duration::from_millis(600));
+        received.load(Ordering::Relaxed) - before
+    };
+    let drop_all = PolicyObject {
+        name: "drop-clusterset-to-admin".into(),
+        spec: serde_json::from_value(serde_json::json!({
+            "priority": 1, "tier": "securityops",
+            "appliedTo": [{"namespaceSelector": {"matchLabels": {"role": "admin"}}}],
+            "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet",
+                "namespaceSelector": {}}]}],
+        }))
+        .unwrap(),
+        ..policy.clone()
+    };
+    east_node.sync(&east_as(Some(&plain_ns)));
+    let n = arriving();
+    assert!(n > 10, "an allowed stream: {n} datagrams arrived");
+    west_gw.sync(&west_with(vec![drop_all]));
+    let n = arriving();
+    assert_eq!(n, 0, "the stream after a policy dropping it");
+    west_gw.sync(&west_with(vec![policy.clone()]));
+    let n = arriving();
+    assert!(n > 10, "the stream with the policy back: {n}");
+    east_node.sync(&east_as(Some(&tenant_ns)));
+    let n = arriving();
+    assert_eq!(n, 0, "the stream after its source became a tenant");
+    assert!(
+        west_gw.counter("policy_drop_no_flow_identity") == 0,
+        "{:?}",
+        west_gw.nonzero()
     );
 
     // No identity (pod-n unknown to its Node): dropped towards the covered Pod, as Antrea does,

@@ -245,6 +245,25 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
     flow_ids
         .insert(&flow, &mc_common::dataplane::FlowIdentity { id: 7 }, 0)
         .expect("flow identity");
+    let mut flow_verdicts: aya::maps::HashMap<_, FlowKey, mc_common::dataplane::FlowVerdict> =
+        aya::maps::Map::from_map_data(
+            aya::maps::MapData::from_pin(layout.map(maps::FLOW_VERDICTS)).expect("flow verdicts"),
+        )
+        .expect("flow verdicts")
+        .try_into()
+        .expect("flow verdicts");
+    flow_verdicts
+        .insert(
+            &flow,
+            &mc_common::dataplane::FlowVerdict {
+                generation: 1,
+                pod: [10, 245, 0, 7],
+                action: 1,
+                rule: 2,
+            },
+            0,
+        )
+        .expect("flow verdict");
     for name in maps::ALL {
         // A ring buffer: bpftool dumps no entries of it.
         if *name == maps::REJECTS {
@@ -252,7 +271,13 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         }
         let fields = bpftool_fields(&layout.map(name));
         let expected: &[&str] = match *name {
-            maps::CONFIG => &["role", "node_ip", "gateway_internal_ip", "flags"],
+            maps::CONFIG => &[
+                "role",
+                "node_ip",
+                "gateway_internal_ip",
+                "flags",
+                "policy_generation",
+            ],
             maps::ROUTES => &["cluster", "gateway_ip"],
             maps::PEERS => &["kind"],
             maps::SNAT => &["addr", "port", "checked", "node", "flags"],
@@ -260,6 +285,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::COUNTERS => &["packets", "bytes"],
             maps::POD_IDS => &["id"],
             maps::FLOW_IDS => &["id"],
+            maps::FLOW_VERDICTS => &["generation", "pod", "action", "rule"],
             maps::INGRESS_POLICY | maps::PROTECTED_PODS | maps::EGRESS_POLICY => {
                 &["action", "rule"]
             }

@@ -147,6 +147,10 @@ counters! {
     /// A packet counted under `policy_reject` that the agent will not answer: the ring buffer
     /// was full, or the packet could not be read (not a second drop).
     PolicyRejectUnanswered = 34, "policy_reject_unanswered", false;
+    /// As `policy_allow`: a flow from a remote gateway to a covered Pod whose identity the
+    /// gateway did not keep (`mc_flow_ids` full, its entry evicted): it cannot be decided
+    /// exactly, so it is dropped.
+    PolicyDropNoFlowIdentity = 35, "policy_drop_no_flow_identity", true;
 }
 
 impl Counter {

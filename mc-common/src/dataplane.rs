@@ -39,9 +39,13 @@ pub struct LocalConfig {
     pub _pad0: u16,
     /// MTU of the uplink (for MSS clamping and fragmentation-needed).
     pub mtu: u32,
-    /// [`CONFIG_ROUTED_VIA_GATEWAY`], or zero.
+    /// [`CONFIG_ROUTED_VIA_GATEWAY`], [`CONFIG_STRETCHED_POLICY`], [`CONFIG_POLICY_EGRESS`],
+    /// [`CONFIG_POLICY_INGRESS`], or zero.
     pub flags: u32,
-    pub _pad1: u32,
+    /// A digest of the ingress policy the agent last wrote (`mc_ingress_policy`,
+    /// `mc_protected_pods`): a verdict remembered in `mc_flow_verdicts` under another
+    /// generation is stale and the flow is decided again.
+    pub policy_generation: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<LocalConfig>() == 32);
@@ -57,6 +61,15 @@ pub const CONFIG_ROUTED_VIA_GATEWAY: u32 = 1;
 /// records the label identity of every flow a remote cluster opens (`mc_flow_ids`) for the
 /// policy program.
 pub const CONFIG_STRETCHED_POLICY: u32 = 2;
+
+/// [`LocalConfig::flags`]: `mc_egress_policy` has entries for this Node's Pods (without it the
+/// policy program does not look there).
+pub const CONFIG_POLICY_EGRESS: u32 = 4;
+
+/// [`LocalConfig::flags`], the gateway: `mc_protected_pods` has entries (without it no
+/// remote-opened flow has anything to be decided by, and the policy program lets it pass
+/// without a lookup).
+pub const CONFIG_POLICY_INGRESS: u32 = 8;
 
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).
@@ -174,6 +187,24 @@ pub struct FlowIdentity {
 }
 
 const _: () = assert!(core::mem::size_of::<FlowIdentity>() == 4);
+
+/// Value of the gateway's verdict cache (LRU), keyed like [`FlowIdentity`]: the verdict the
+/// policy program made on a flow's first packet, for the flow's later packets that conntrack
+/// still calls new (a one-way UDP stream has no reply, so every packet of it is "new"). Valid
+/// while the flow's conntrack entry still leads to `pod` and the policy is still the one of
+/// `generation` ([`LocalConfig::policy_generation`]); the ingress program forgets it when the
+/// flow arrives with another identity.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowVerdict {
+    pub generation: u32,
+    /// The Pod the DNAT chose (the REPLY tuple's source).
+    pub pod: [u8; 4],
+    pub action: u32,
+    pub rule: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<FlowVerdict>() == 16);
 
 /// Key of the ingress policy map: a Pod of this cluster that a ClusterSet-scoped ingress rule
 /// covers, a source label ID and the destination port and protocol as the Pod receives them
@@ -295,6 +326,8 @@ pub const IP_CT_NEW: u64 = 2;
 pub const MAX_POLICY_RULES: u32 = 1024;
 /// Remote-opened flows the gateway remembers the identity of.
 pub const MAX_FLOW_IDENTITIES: u32 = 65_536;
+/// Flows whose verdict the gateway remembers.
+pub const MAX_FLOW_VERDICTS: u32 = 65_536;
 /// (protected Pod, source identity) pairs with a verdict.
 pub const MAX_POLICY_ENTRIES: u32 = 262_144;
 /// (Pod of this Node, multi-cluster Service address) pairs with an egress verdict.
@@ -327,6 +360,7 @@ mod pod {
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::PodIdentity {}
     unsafe impl aya::Pod for super::FlowIdentity {}
+    unsafe impl aya::Pod for super::FlowVerdict {}
     unsafe impl aya::Pod for super::PolicyKey {}
     unsafe impl aya::Pod for super::EgressKey {}
     unsafe impl aya::Pod for super::PolicyVerdict {}

@@ -47,6 +47,9 @@ pub mod maps {
     /// The gateway's remote-opened flows (LRU): [`crate::dataplane::FlowKey`] ->
     /// [`crate::dataplane::FlowIdentity`], the label ID they arrived with.
     pub const FLOW_IDS: &str = "mc_flow_ids";
+    /// The gateway's verdicts on remote-opened flows (LRU): [`crate::dataplane::FlowKey`] ->
+    /// [`crate::dataplane::FlowVerdict`], for the packets of a flow conntrack still calls new.
+    pub const FLOW_VERDICTS: &str = "mc_flow_verdicts";
     /// [`crate::dataplane::PolicyKey`] (protected Pod, source ID) ->
     /// [`crate::dataplane::PolicyVerdict`]: ClusterSet-scoped ingress rules, compiled.
     pub const INGRESS_POLICY: &str = "mc_ingress_policy";
@@ -76,6 +79,7 @@ pub mod maps {
         NEXT_HOPS,
         POD_IDS,
         FLOW_IDS,
+        FLOW_VERDICTS,
         INGRESS_POLICY,
         EGRESS_POLICY,
         PROTECTED_PODS,

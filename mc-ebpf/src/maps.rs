@@ -13,11 +13,12 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        EgressKey, FlowIdentity, FlowKey, KernelOffsets, LocalConfig, MAX_EGRESS_ENTRIES,
-        MAX_FLOW_IDENTITIES, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES,
-        MAX_POLICY_RULES, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer,
-        PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute,
-        SkbOffsets, SnatEntry, VNI_UNKNOWN,
+        EgressKey, FlowIdentity, FlowKey, FlowVerdict, KernelOffsets, LocalConfig,
+        MAX_EGRESS_ENTRIES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_NEXT_HOPS, MAX_PEERS,
+        MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
+        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
+        PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SkbOffsets, SnatEntry,
+        VNI_UNKNOWN,
     },
 };
 
@@ -46,6 +47,10 @@ static POD_IDS: HashMap<[u8; 4], PodIdentity, { MAX_POD_IDENTITIES as usize }> =
 
 #[btf_map(name = "mc_flow_ids")]
 pub(crate) static FLOW_IDS: LruHashMap<FlowKey, FlowIdentity, { MAX_FLOW_IDENTITIES as usize }> =
+    LruHashMap::new();
+
+#[btf_map(name = "mc_flow_verdicts")]
+pub(crate) static FLOW_VERDICTS: LruHashMap<FlowKey, FlowVerdict, { MAX_FLOW_VERDICTS as usize }> =
     LruHashMap::new();
 
 #[btf_map(name = "mc_ingress_policy")]

@@ -23,15 +23,16 @@ use aya_ebpf::{
 use mc_common::{
     Counter,
     dataplane::{
-        ACTION_ALLOW, ACTION_REJECT, EgressKey, FlowIdentity, FlowKey, IP_CT_NEW, PolicyKey,
+        ACTION_ALLOW, ACTION_REJECT, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, EgressKey,
+        FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey,
         PolicyVerdict, VNI_UNKNOWN, ct_tuple,
     },
 };
 
 use crate::{
     maps::{
-        EGRESS_POLICY, FLOW_IDS, INGRESS_POLICY, PROTECTED_PODS, REJECTS, count_len, count_rule,
-        kernel_offsets, skb_data_offset,
+        EGRESS_POLICY, FLOW_IDS, FLOW_VERDICTS, INGRESS_POLICY, PROTECTED_PODS, REJECTS, config,
+        count_len, count_rule, kernel_offsets, peer_kind, skb_data_offset,
     },
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
     tunnel::{Tunnel, UDP_HLEN},
@@ -69,8 +70,12 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
     if unsafe { FLOW_IDS.get(&key) }.is_some_and(|known| *known == id) {
         return;
     }
+    // A flow that comes with another identity (its Pod relabelled while it is still new to
+    // conntrack) is decided again.
+    let _ = FLOW_VERDICTS.remove(&key);
     // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to the
-    // policy program, which then lets it pass only if no ClusterSet-scoped rule covers its Pod.
+    // policy program, which drops it if a ClusterSet-scoped rule covers its Pod
+    // (`policy_drop_no_flow_identity`).
     let _ = FLOW_IDS.insert(&key, &id, 0);
 }
 
@@ -128,6 +133,12 @@ fn kread<T: Copy>(base: u64, off: u32) -> Option<T> {
 /// The verdict on one packet; `None` when it is none of the policy's business.
 #[inline(always)]
 fn decide(skb: *const u8) -> Option<i32> {
+    // A Node with no egress rule for its Pods and no Pod a ClusterSet-scoped ingress rule
+    // covers has nothing to decide: one array lookup, and the packet goes on.
+    let cfg = config();
+    if cfg.flags & (CONFIG_POLICY_EGRESS | CONFIG_POLICY_INGRESS) == 0 {
+        return None;
+    }
     let k = kernel_offsets()?;
     let skb = skb as u64;
     let nfct: u64 = kread(skb, k.skb_nfct)?;
@@ -162,62 +173,92 @@ fn decide(skb: *const u8) -> Option<i32> {
     // A Pod of this Node opening a flow to a multi-cluster Service an egress rule names (the
     // Service's address, before the DNAT: its endpoints here and in other clusters alike).
     // SAFETY (map reads): values are copied out at once.
-    if let Some(v) = unsafe {
-        EGRESS_POLICY.get(&EgressKey {
-            src: key.src,
-            dst: key.dst,
-        })
-    }
-    .copied()
+    if cfg.flags & CONFIG_POLICY_EGRESS != 0
+        && let Some(v) = unsafe {
+            EGRESS_POLICY.get(&EgressKey {
+                src: key.src,
+                dst: key.dst,
+            })
+        }
+        .copied()
     {
         let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
         return Some(apply(v, len, skb, &key));
     }
-    let id = unsafe { FLOW_IDS.get(&key) }?.id;
-    // The REPLY tuple's source: the Pod the DNAT chose (the destination itself without one),
-    // and the port it receives on.
-    let r: [u8; ct_tuple::LEN] = kread(ct, k.ct_tuple_reply)?;
-    let rat = |i: u32| r[i as usize];
-    let pod = [
-        rat(ct_tuple::SRC_IP),
-        rat(ct_tuple::SRC_IP + 1),
-        rat(ct_tuple::SRC_IP + 2),
-        rat(ct_tuple::SRC_IP + 3),
-    ];
+    if cfg.flags & CONFIG_POLICY_INGRESS == 0 {
+        return None;
+    }
+    // The Pod the DNAT chose: the REPLY tuple's source (the destination itself without one).
+    let pod: [u8; 4] = kread(ct, k.ct_tuple_reply + ct_tuple::SRC_IP)?;
+    // A later packet of a flow already decided under this policy, to the same Pod: the same
+    // verdict, without deciding again.
+    if let Some(v) = unsafe { FLOW_VERDICTS.get(&key) }.copied()
+        && v.generation == cfg.policy_generation
+        && v.pod == pod
+    {
+        let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
+        let verdict = PolicyVerdict {
+            action: v.action,
+            rule: v.rule,
+        };
+        return Some(apply(verdict, len, skb, &key));
+    }
+    let Some(id) = unsafe { FLOW_IDS.get(&key) }.map(|f| f.id) else {
+        // Not a remote-opened flow (none of the policy's business), unless it comes from a
+        // remote gateway: then its identity was lost (the LRU full) and it cannot be decided.
+        if peer_kind(&key.src) != PEER_REMOTE_GATEWAY {
+            return None;
+        }
+        let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
+        let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
+        count_rule(unknown.rule, len);
+        count_len(Counter::PolicyDropNoFlowIdentity, len);
+        return Some(NF_DROP);
+    };
     let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
     let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
-    let flow = key;
     if id == VNI_UNKNOWN {
         count_rule(unknown.rule, len);
         count_len(Counter::PolicyDropUnknownIdentity, len);
         return Some(NF_DROP);
     }
     let port = match proto {
-        IPPROTO_TCP | IPPROTO_UDP => {
-            u16::from_be_bytes([rat(ct_tuple::SRC_PORT), rat(ct_tuple::SRC_PORT + 1)])
-        }
+        IPPROTO_TCP | IPPROTO_UDP => kread::<[u8; 2]>(ct, k.ct_tuple_reply + ct_tuple::SRC_PORT)
+            .map_or(0, u16::from_be_bytes),
         _ => 0,
     };
     // The verdict for this port if a rule of the Pod names it, else for every other port; no
     // entry: no rule matched this identity, and the flow gets what the cluster would do without
     // the policy (the agent's rule 0, "no rule matched").
-    let mut key = PolicyKey {
+    let mut pkey = PolicyKey {
         pod,
         id,
         port,
         proto,
         _pad: 0,
     };
-    let exact = unsafe { INGRESS_POLICY.get(&key) }.copied();
-    key.port = 0;
-    key.proto = 0;
+    let exact = unsafe { INGRESS_POLICY.get(&pkey) }.copied();
+    pkey.port = 0;
+    pkey.proto = 0;
     let verdict = exact
-        .or_else(|| unsafe { INGRESS_POLICY.get(&key) }.copied())
+        .or_else(|| unsafe { INGRESS_POLICY.get(&pkey) }.copied())
         .unwrap_or(PolicyVerdict {
             action: ACTION_ALLOW,
             rule: 0,
         });
-    Some(apply(verdict, len, skb, &flow))
+    // Remembered for the flow's next packets; a full LRU evicts its oldest, and a failed
+    // update only means the next packet is decided again.
+    let _ = FLOW_VERDICTS.insert(
+        &key,
+        &FlowVerdict {
+            generation: cfg.policy_generation,
+            pod,
+            action: verdict.action,
+            rule: verdict.rule,
+        },
+        0,
+    );
+    Some(apply(verdict, len, skb, &key))
 }
 
 /// Counts a verdict under its rule and the policy's counters; the netfilter verdict. A rejected

@@ -681,6 +681,78 @@ impl Testbed {
     }
 }
 
+/// Controllers restarted with another MultiClusterConfig; the original ones come back on drop.
+/// On kubelet Nodes as seed 004 tells an operator: the ConfigMap edited, the Deployment
+/// restarted; with process controllers, the processes restarted with an edited config file.
+pub enum Reconfigured {
+    Deployments(Vec<&'static str>),
+    Processes(Vec<(String, Vec<String>)>),
+}
+
+impl Reconfigured {
+    pub fn endpoint_ip_type(clusters: &[&'static str], ip_type: &str) -> Self {
+        if kubelet_nodes() {
+            let tb = Testbed::from_env();
+            for cluster in clusters {
+                tb.set_endpoint_ip_type(cluster, ip_type);
+            }
+            return Self::Deployments(clusters.to_vec());
+        }
+        let mut restarted = Vec::new();
+        for cluster in clusters {
+            let name = format!("{cluster}-mc-controller");
+            let args = procs::kill(&name);
+            let config = args
+                .iter()
+                .find_map(|a| a.strip_prefix("--config="))
+                .expect("--config")
+                .to_owned();
+            let text = std::fs::read_to_string(&config).expect("config");
+            let changed = std::env::temp_dir().join(format!("strait-{name}-{ip_type}.yaml"));
+            std::fs::write(
+                &changed,
+                text.replace(
+                    "endpointIPType: \"ClusterIP\"",
+                    &format!("endpointIPType: \"{ip_type}\""),
+                ),
+            )
+            .expect("config");
+            let new_args: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    if a.starts_with("--config=") {
+                        format!("--config={}", changed.display())
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            procs::start(&name, &new_args);
+            restarted.push((name, args));
+        }
+        Self::Processes(restarted)
+    }
+}
+
+impl Drop for Reconfigured {
+    fn drop(&mut self) {
+        match self {
+            Self::Deployments(clusters) => {
+                let tb = Testbed::from_env();
+                for cluster in clusters.iter() {
+                    tb.set_endpoint_ip_type(cluster, "ClusterIP");
+                }
+            }
+            Self::Processes(restarted) => {
+                for (name, args) in restarted.iter() {
+                    procs::kill(name);
+                    procs::start(name, args);
+                }
+            }
+        }
+    }
+}
+
 /// Testbed processes (`target/testbed/pids/<name>.pid`), as a crash would treat them. On kubelet
 /// Nodes the controllers are Deployments: "pausing" one scales it to zero (a liveness probe would
 /// restart a frozen container), "killing" one force-deletes its Pod, "starting" it waits for the

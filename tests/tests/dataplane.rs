@@ -1634,78 +1634,6 @@ fn served(tb: &Testbed, cluster: &str, clients: &[&str], endpoints: &[&String], 
     answered_by(tb, cluster, clients, &ip, by);
 }
 
-/// Controllers restarted with another MultiClusterConfig; the original ones come back on drop.
-/// On kubelet Nodes as seed 004 tells an operator: the ConfigMap edited, the Deployment
-/// restarted; with process controllers, the processes restarted with an edited config file.
-enum Reconfigured {
-    Deployments(Vec<&'static str>),
-    Processes(Vec<(String, Vec<String>)>),
-}
-
-impl Reconfigured {
-    fn endpoint_ip_type(clusters: &[&'static str], ip_type: &str) -> Self {
-        if kubelet_nodes() {
-            let tb = Testbed::from_env();
-            for cluster in clusters {
-                tb.set_endpoint_ip_type(cluster, ip_type);
-            }
-            return Self::Deployments(clusters.to_vec());
-        }
-        let mut restarted = Vec::new();
-        for cluster in clusters {
-            let name = format!("{cluster}-mc-controller");
-            let args = procs::kill(&name);
-            let config = args
-                .iter()
-                .find_map(|a| a.strip_prefix("--config="))
-                .expect("--config")
-                .to_owned();
-            let text = std::fs::read_to_string(&config).expect("config");
-            let changed = std::env::temp_dir().join(format!("strait-{name}-{ip_type}.yaml"));
-            std::fs::write(
-                &changed,
-                text.replace(
-                    "endpointIPType: \"ClusterIP\"",
-                    &format!("endpointIPType: \"{ip_type}\""),
-                ),
-            )
-            .expect("config");
-            let new_args: Vec<String> = args
-                .iter()
-                .map(|a| {
-                    if a.starts_with("--config=") {
-                        format!("--config={}", changed.display())
-                    } else {
-                        a.clone()
-                    }
-                })
-                .collect();
-            procs::start(&name, &new_args);
-            restarted.push((name, args));
-        }
-        Self::Processes(restarted)
-    }
-}
-
-impl Drop for Reconfigured {
-    fn drop(&mut self) {
-        match self {
-            Self::Deployments(clusters) => {
-                let tb = Testbed::from_env();
-                for cluster in clusters.iter() {
-                    tb.set_endpoint_ip_type(cluster, "ClusterIP");
-                }
-            }
-            Self::Processes(restarted) => {
-                for (name, args) in restarted.iter() {
-                    procs::kill(name);
-                    procs::start(name, args);
-                }
-            }
-        }
-    }
-}
-
 /// Removes the test's Pods, Services and exports from every cluster (north's member join is
 /// undone by its `join::DualRole`).
 struct MultiExporterCleanup<'a>(&'a Testbed);
@@ -1839,7 +1767,7 @@ fn a_service_exported_from_the_callers_cluster_and_another_answers_every_request
 
     // endpointIPType PodIP: the other cluster's Pod, reached Pod to Pod through the gateways.
     {
-        let _podip = Reconfigured::endpoint_ip_type(&["east", "west"], "PodIP");
+        let _podip = mc_integration::Reconfigured::endpoint_ip_type(&["east", "west"], "PodIP");
         served(
             &tb,
             "east",

@@ -11,9 +11,11 @@ use std::{
 };
 
 use mc_integration::{
-    Testbed,
+    Reconfigured, Testbed,
     join::{self},
-    label_hash, pods, repo_root, wait_for,
+    label_hash, pods, repo_root,
+    services::endpoint_ips,
+    wait_for,
 };
 use serde_json::{Value, json};
 
@@ -338,6 +340,8 @@ fn the_guides_db_policy_lets_only_clients_of_its_namespace_in() {
     for (c, ns) in [("east", &prod), ("west", &prod), ("west", &elsewhere)] {
         tb.ensure_namespace(c, ns);
     }
+    // db on the gateway Node and on the regular Node; web, which the policy does not cover,
+    // beside them behind the Service `backend`.
     let db: Vec<String> = ["node-a", "node-b"]
         .iter()
         .map(|node| {
@@ -347,16 +351,27 @@ fn the_guides_db_policy_lets_only_clients_of_its_namespace_in() {
                 &prod,
                 &format!("db-{}", &node[5..]),
                 node,
-                json!({"app": "db"}),
+                json!({"app": "db", "tier": "backend"}),
                 true,
             )
         })
         .collect();
-    tb.apply(
+    let web = pod(
+        &tb,
         "east",
         &prod,
-        "apiVersion: v1\nkind: Service\nmetadata:\n  name: db\nspec:\n  selector:\n    app: db\n  ports:\n  - {name: http, port: 8080, protocol: TCP}\n  - {name: echo, port: 5353, protocol: UDP}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: db\n",
+        "web",
+        "node-b",
+        json!({"app": "web", "tier": "backend"}),
+        true,
     );
+    let service = |name: &str, app: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector:\n    {app}\n  ports:\n  - {{name: http, port: 8080, protocol: TCP}}\n  - {{name: echo, port: 5353, protocol: UDP}}\n---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata:\n  name: {name}\n"
+        )
+    };
+    tb.apply("east", &prod, &service("db", "app: db"));
+    tb.apply("east", &prod, &service("backend", "tier: backend"));
     tb.apply(
         "east",
         &prod,
@@ -369,38 +384,99 @@ fn the_guides_db_policy_lets_only_clients_of_its_namespace_in() {
     ] {
         pod(&tb, "west", ns, name, "node-b", json!({"app": app}), false);
     }
-    let service = wait_for("antrea-mc-db imported in west", T, || {
-        tb.try_json("west", &["get", "service", "-n", &prod, "antrea-mc-db"])
+    let imported = |name: &str| {
+        wait_for(&format!("antrea-mc-{name} imported in west"), T, || {
+            tb.try_json(
+                "west",
+                &["get", "service", "-n", &prod, &format!("antrea-mc-{name}")],
+            )
             .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
             .ok_or_else(|| "not yet".to_owned())
-    });
+        })
+    };
+    let (db_service, backend) = (imported("db"), imported("backend"));
     let mut targets: Vec<String> = db.clone();
-    targets.push(service);
+    targets.push(db_service.clone());
+    let every_endpoint = |name: &str, want: &[&String]| {
+        let mut want: Vec<String> = want.iter().map(|w| (*w).clone()).collect();
+        want.sort();
+        wait_for(
+            &format!("antrea-mc-{name}'s endpoints in west to be {want:?}"),
+            T,
+            || {
+                let have = endpoint_ips(&tb, "west", &prod, &format!("antrea-mc-{name}"))?;
+                (have == want)
+                    .then_some(())
+                    .ok_or_else(|| format!("{have:?}"))
+            },
+        );
+    };
+    // With endpointIPType ClusterIP (the testbed's), west's imports lead to east's Services
+    // and east's kube-proxy picks the Pod at east's gateway; the db Pods are also reached Pod to
+    // Pod. With PodIP, west's kube-proxy picks one of east's Pods itself.
+    let db_ips: Vec<&String> = db.iter().collect();
+    let backend_ips: Vec<&String> = db.iter().chain([&web]).collect();
+    enforced(&tb, &prod, &elsewhere, &targets, &backend);
+    {
+        let _podip = Reconfigured::endpoint_ip_type(&["east", "west"], "PodIP");
+        every_endpoint("db", &db_ips);
+        every_endpoint("backend", &backend_ips);
+        enforced(&tb, &prod, &elsewhere, &[db_service], &backend);
+    }
+}
+
+/// The guide's db policy as west's Pods meet it: `prod/client` reaches every target over TCP
+/// and UDP, `prod/other` and `elsewhere/client` none; through `backend` (two db Pods and web,
+/// which the policy does not cover), every connection gets the verdict of the Pod chosen:
+/// `other` reaches web only, `client` all three.
+fn enforced(tb: &Testbed, prod: &str, elsewhere: &str, targets: &[String], backend: &str) {
     // Allowed: every target, TCP and UDP; through the Service, several connections, so that
     // both db Pods are chosen in turn.
     wait_for("prod-us-west/client to reach every db target", T, || {
-        for ip in &targets {
+        for ip in targets {
             for _ in 0..3 {
-                http(&tb, "west", &prod, "client", ip).map_err(|e| format!("{ip}: {e}"))?;
+                http(tb, "west", prod, "client", ip).map_err(|e| format!("{ip}: {e}"))?;
             }
-            if !udp(&tb, "west", &prod, "client", ip) {
+            if !udp(tb, "west", prod, "client", ip) {
                 return Err(format!("UDP to {ip}"));
             }
         }
         Ok(())
     });
-    for (ns, who) in [(&prod, "other"), (&elsewhere, "client")] {
-        for ip in &targets {
+    for (ns, who) in [(prod, "other"), (elsewhere, "client")] {
+        for ip in targets {
             for _ in 0..2 {
-                let got = http(&tb, "west", ns, who, ip);
+                let got = http(tb, "west", ns, who, ip);
                 assert!(got.is_err(), "{ns}/{who} reached {ip} over TCP: {got:?}");
             }
             assert!(
-                !udp(&tb, "west", ns, who, ip),
+                !udp(tb, "west", ns, who, ip),
                 "{ns}/{who} reached {ip} over UDP"
             );
         }
     }
+    // `backend`: 20 connections each (all three Pods are chosen, at random, with 1 - (2/3)^20
+    // certainty that web is, and more that a db Pod is).
+    let answers = |who: &str| -> Vec<Result<String, String>> {
+        (0..20)
+            .map(|_| http(tb, "west", prod, who, backend))
+            .collect()
+    };
+    let client = answers("client");
+    assert!(
+        client.iter().all(Result::is_ok),
+        "prod/client through backend: {client:?}"
+    );
+    let other = answers("other");
+    let opened: Vec<&String> = other.iter().filter_map(|a| a.as_ref().ok()).collect();
+    assert!(
+        opened.iter().all(|body| body.ends_with("/web")),
+        "prod/other reached a db Pod through backend: {other:?}"
+    );
+    assert!(
+        !opened.is_empty() && opened.len() < other.len(),
+        "prod/other through backend: web must answer and the db Pods must not: {other:?}"
+    );
 }
 
 /// The guide's `acnp-drop-tenant-to-secured-mc-service` in east: a `role=tenant` Pod's flows to

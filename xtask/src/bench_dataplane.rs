@@ -17,8 +17,10 @@
 //! - (d) Strait with stretched NetworkPolicy: as (c), the client's label identity in the VNI,
 //!   the policy program attached on every Node and an Antrea NetworkPolicy in west covering the
 //!   server (allow the client's label, drop the rest; the guide's `db-svc-allow-ingress-from-
-//!   client-only`), conntrack on in every Node as kube-proxy has it, so that every new flow is
-//!   decided by west's gateway.
+//!   client-only`), so that every new flow is decided by west's gateway.
+//!
+//! In every variant conntrack is on in every Node's namespace (node, egw, wgw), as kube-proxy
+//! has it on a real Node whichever way its traffic goes (until 2026-11-27 only (d) had it).
 //!
 //! For each: TCP throughput with 1 and 4 streams (iperf3), TCP request/response (1-byte
 //! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
@@ -183,6 +185,14 @@ fn build_common(variant: Variant) -> anyhow::Result<()> {
             ),
         )?;
     }
+    // kube-proxy's conntrack, on in every Node's namespace in every variant: a real Node has it
+    // whichever way its cross-cluster traffic goes, and Strait's policy relies on it.
+    for n in BPF_NODES {
+        sh(
+            n,
+            "nft add table ip benchct && nft add chain ip benchct pre '{ type filter hook prerouting priority 0; }' && nft add rule ip benchct pre ct state new counter",
+        )?;
+    }
     sh("node", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
     sh("egw", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
     sh("wgw", "ip route add 198.18.21.0/24 via 198.18.22.254")?;
@@ -273,13 +283,6 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                         ns(n),
                         String::from_utf8_lossy(&out.stderr)
                     );
-                }
-                if policy {
-                    // kube-proxy's conntrack, on in every Node's namespace.
-                    sh(
-                        n,
-                        "nft add table ip benchct && nft add chain ip benchct pre '{ type filter hook prerouting priority 0; }' && nft add rule ip benchct pre ct state new counter",
-                    )?;
                 }
             }
             let east_gw = ("egw", "198.18.21.1", "10.97.0.0/16");
