@@ -24,8 +24,8 @@ use mc_common::{
     Counter,
     dataplane::{
         ACTION_ALLOW, ACTION_REJECT, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, EgressKey,
-        FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey,
-        PolicyVerdict, VNI_UNKNOWN, ct_tuple,
+        FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW, KernelOffsets, PEER_REMOTE_GATEWAY,
+        PolicyKey, PolicyVerdict, VNI_UNKNOWN, ct_tuple,
     },
 };
 
@@ -130,6 +130,53 @@ fn kread<T: Copy>(base: u64, off: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.ok()
 }
 
+/// `skb->_nfct` then `skb->len`, as every kernel since 4.11 lays them out: one read.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct NfctLen {
+    nfct: u64,
+    len: u32,
+}
+
+/// The packet's conntrack pointer with its ctinfo, and its length; one `bpf_probe_read_kernel`
+/// where the fields are adjacent (each read is a helper call that validates the address: on the
+/// path every packet of a one-way flow takes, the reads are most of the program's time).
+#[inline(always)]
+fn nfct_and_len(skb: u64, k: &KernelOffsets) -> Option<(u64, u32)> {
+    if k.skb_len == k.skb_nfct + 8 {
+        let both: NfctLen = kread(skb, k.skb_nfct)?;
+        return Some((both.nfct, both.len));
+    }
+    Some((kread(skb, k.skb_nfct)?, kread(skb, k.skb_len).unwrap_or(0)))
+}
+
+/// `struct nf_conn`'s `tuplehash[2]`: each direction's tuple after its 16-byte list node.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CtTuples {
+    original: [u8; ct_tuple::LEN],
+    /// The rest of the ORIGINAL tuple and the REPLY entry's `hnnode`.
+    _between: [u8; TUPLE_HASH_LEN - ct_tuple::LEN],
+    reply: [u8; ct_tuple::LEN],
+}
+
+/// `sizeof(struct nf_conntrack_tuple_hash)` on every 64-bit kernel since 2.6.
+const TUPLE_HASH_LEN: usize = 56;
+
+/// Both tuples of a conntrack entry: one read where they lie one `nf_conntrack_tuple_hash`
+/// apart, as they do on 64-bit kernels (the agent found the offsets in this kernel's BTF).
+#[inline(always)]
+fn read_tuples(ct: u64, k: &KernelOffsets) -> Option<CtTuples> {
+    if k.ct_tuple_reply == k.ct_tuple_original + TUPLE_HASH_LEN as u32 {
+        return kread(ct, k.ct_tuple_original);
+    }
+    Some(CtTuples {
+        original: kread(ct, k.ct_tuple_original)?,
+        _between: [0; TUPLE_HASH_LEN - ct_tuple::LEN],
+        reply: kread(ct, k.ct_tuple_reply)?,
+    })
+}
+
 /// The verdict on one packet; `None` when it is none of the policy's business.
 #[inline(always)]
 fn decide(skb: *const u8) -> Option<i32> {
@@ -141,7 +188,7 @@ fn decide(skb: *const u8) -> Option<i32> {
     }
     let k = kernel_offsets()?;
     let skb = skb as u64;
-    let nfct: u64 = kread(skb, k.skb_nfct)?;
+    let (nfct, len) = nfct_and_len(skb, &k)?;
     if nfct & 7 != IP_CT_NEW {
         return None;
     }
@@ -149,7 +196,8 @@ fn decide(skb: *const u8) -> Option<i32> {
     if ct == 0 {
         return None;
     }
-    let t: [u8; ct_tuple::LEN] = kread(ct, k.ct_tuple_original)?;
+    let tuples = read_tuples(ct, &k)?;
+    let t = &tuples.original;
     let at = |i: u32| t[i as usize];
     if u16::from_ne_bytes([at(ct_tuple::L3NUM), at(ct_tuple::L3NUM + 1)]) != AF_INET {
         return None;
@@ -182,21 +230,26 @@ fn decide(skb: *const u8) -> Option<i32> {
         }
         .copied()
     {
-        let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
         return Some(apply(v, len, skb, &key));
     }
     if cfg.flags & CONFIG_POLICY_INGRESS == 0 {
         return None;
     }
     // The Pod the DNAT chose: the REPLY tuple's source (the destination itself without one).
-    let pod: [u8; 4] = kread(ct, k.ct_tuple_reply + ct_tuple::SRC_IP)?;
+    let r = &tuples.reply;
+    let rat = |i: u32| r[i as usize];
+    let pod = [
+        rat(ct_tuple::SRC_IP),
+        rat(ct_tuple::SRC_IP + 1),
+        rat(ct_tuple::SRC_IP + 2),
+        rat(ct_tuple::SRC_IP + 3),
+    ];
     // A later packet of a flow already decided under this policy, to the same Pod: the same
     // verdict, without deciding again.
     if let Some(v) = unsafe { FLOW_VERDICTS.get(&key) }.copied()
         && v.generation == cfg.policy_generation
         && v.pod == pod
     {
-        let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
         let verdict = PolicyVerdict {
             action: v.action,
             rule: v.rule,
@@ -210,21 +263,20 @@ fn decide(skb: *const u8) -> Option<i32> {
             return None;
         }
         let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
-        let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
         count_rule(unknown.rule, len);
         count_len(Counter::PolicyDropNoFlowIdentity, len);
         return Some(NF_DROP);
     };
     let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
-    let len: u32 = kread(skb, k.skb_len).unwrap_or(0);
     if id == VNI_UNKNOWN {
         count_rule(unknown.rule, len);
         count_len(Counter::PolicyDropUnknownIdentity, len);
         return Some(NF_DROP);
     }
     let port = match proto {
-        IPPROTO_TCP | IPPROTO_UDP => kread::<[u8; 2]>(ct, k.ct_tuple_reply + ct_tuple::SRC_PORT)
-            .map_or(0, u16::from_be_bytes),
+        IPPROTO_TCP | IPPROTO_UDP => {
+            u16::from_be_bytes([rat(ct_tuple::SRC_PORT), rat(ct_tuple::SRC_PORT + 1)])
+        }
         _ => 0,
     };
     // The verdict for this port if a rule of the Pod names it, else for every other port; no
