@@ -91,6 +91,15 @@ pub fn apply<T: BorrowMut<MapData>>(
     let (held_egress, n2) = write_changed(&mut maps.egress_policy, &desired.policy.egress)?;
     let (held_protected, n3) = write_changed(&mut maps.protected_pods, &protected)?;
     report.policy_written += n1 + n2 + n3;
+    // The policy complete before the config names its generation: a verdict the gateway
+    // remembers under the new generation must have been made from the new entries only.
+    report.policy_removed += remove_unwanted(&mut maps.protected_pods, held_protected, &protected)?
+        + remove_unwanted(&mut maps.egress_policy, held_egress, &desired.policy.egress)?
+        + remove_unwanted(
+            &mut maps.ingress_policy,
+            held_policy,
+            &desired.policy.entries,
+        )?;
 
     let current_config = maps.config.get(&0, 0)?;
     if current_config != desired.config {
@@ -120,13 +129,6 @@ pub fn apply<T: BorrowMut<MapData>>(
             report.pod_ids_removed += 1;
         }
     }
-    report.policy_removed += remove_unwanted(&mut maps.protected_pods, held_protected, &protected)?
-        + remove_unwanted(&mut maps.egress_policy, held_egress, &desired.policy.egress)?
-        + remove_unwanted(
-            &mut maps.ingress_policy,
-            held_policy,
-            &desired.policy.entries,
-        )?;
     Ok(report)
 }
 

@@ -825,8 +825,9 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
             }
         }));
     }
+    let stream_stop = Arc::new(AtomicBool::new(false));
     {
-        let stop = stop.clone();
+        let stop = stream_stop.clone();
         servers.push(in_netns(&pod_n, move || {
             let sock = UdpSocket::bind("10.244.1.5:40404").expect("bind the stream");
             while !stop.load(Ordering::Relaxed) {
@@ -870,6 +871,32 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
         "{:?}",
         west_gw.nonzero()
     );
+    stream_stop.store(true, Ordering::Relaxed);
+
+    // A rule that names a protocol and no port: a tenant's UDP to the admin Pod is dropped, its
+    // TCP is not (no rule matches it).
+    let udp_only = PolicyObject {
+        name: "drop-tenant-udp-to-admin".into(),
+        spec: serde_json::from_value(serde_json::json!({
+            "priority": 1, "tier": "securityops",
+            "appliedTo": [{"namespaceSelector": {"matchLabels": {"role": "admin"}}}],
+            "ingress": [{"action": "Drop", "ports": [{"protocol": "UDP"}],
+                "from": [{"scope": "ClusterSet",
+                    "namespaceSelector": {"matchLabels": {"role": "tenant"}}}]}],
+        }))
+        .unwrap(),
+        ..policy.clone()
+    };
+    west_gw.sync(&west_with(vec![udp_only]));
+    assert!(
+        !echoes(&pod_n, pod_udp),
+        "a tenant's datagram passed a UDP-only Drop"
+    );
+    assert!(
+        connects(&pod_n, service),
+        "a tenant's TCP was refused by a UDP-only Drop"
+    );
+    west_gw.sync(&west_with(vec![policy.clone()]));
 
     // No identity (pod-n unknown to its Node): dropped towards the covered Pod, as Antrea does,
     // while the uncovered one is reached.

@@ -258,6 +258,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             &mc_common::dataplane::FlowVerdict {
                 generation: 1,
                 pod: [10, 245, 0, 7],
+                port: 8080,
                 action: 1,
                 rule: 2,
             },
@@ -285,7 +286,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::COUNTERS => &["packets", "bytes"],
             maps::POD_IDS => &["id"],
             maps::FLOW_IDS => &["id"],
-            maps::FLOW_VERDICTS => &["generation", "pod", "action", "rule"],
+            maps::FLOW_VERDICTS => &["generation", "pod", "port", "action", "rule"],
             maps::INGRESS_POLICY | maps::PROTECTED_PODS | maps::EGRESS_POLICY => {
                 &["action", "rule"]
             }

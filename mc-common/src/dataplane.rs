@@ -191,16 +191,18 @@ const _: () = assert!(core::mem::size_of::<FlowIdentity>() == 4);
 /// Value of the gateway's verdict cache (LRU), keyed like [`FlowIdentity`]: the verdict the
 /// policy program made on a flow's first packet, for the flow's later packets that conntrack
 /// still calls new (a one-way UDP stream has no reply, so every packet of it is "new"). Valid
-/// while the flow's conntrack entry still leads to `pod` and the policy is still the one of
+/// while the flow's conntrack entry still leads to `pod`:`port` and the policy is still the one of
 /// `generation` ([`LocalConfig::policy_generation`]); the ingress program forgets it when the
 /// flow arrives with another identity.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowVerdict {
     pub generation: u32,
-    /// The Pod the DNAT chose (the REPLY tuple's source).
+    /// The Pod the DNAT chose and the port it receives on (the REPLY tuple's source).
     pub pod: [u8; 4],
-    pub action: u32,
+    pub port: u16,
+    /// [`ACTION_ALLOW`], [`ACTION_DROP`] or [`ACTION_REJECT`].
+    pub action: u16,
     pub rule: u32,
 }
 

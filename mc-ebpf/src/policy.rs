@@ -70,13 +70,14 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
     if unsafe { FLOW_IDS.get(&key) }.is_some_and(|known| *known == id) {
         return;
     }
-    // A flow that comes with another identity (its Pod relabelled while it is still new to
-    // conntrack) is decided again.
-    let _ = FLOW_VERDICTS.remove(&key);
     // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to the
     // policy program, which drops it if a ClusterSet-scoped rule covers its Pod
     // (`policy_drop_no_flow_identity`).
     let _ = FLOW_IDS.insert(&key, &id, 0);
+    // A flow that comes with another identity (its Pod relabelled while it is still new to
+    // conntrack) is decided again. After the insert: the policy program checks the identity
+    // again after remembering a verdict, so one of the two always catches a race.
+    let _ = FLOW_VERDICTS.remove(&key);
 }
 
 /// The flow of the inner packet as conntrack's ORIGINAL tuple will hold it.
@@ -232,10 +233,13 @@ fn decide(skb: *const u8) -> Option<i32> {
     {
         return Some(apply(v, len, skb, &key));
     }
-    if cfg.flags & CONFIG_POLICY_INGRESS == 0 {
+    // Ingress: only flows other clusters opened, which their gateways SNATed to their own
+    // addresses (the ingress program drops any other inner source from a remote gateway).
+    if cfg.flags & CONFIG_POLICY_INGRESS == 0 || peer_kind(&key.src) != PEER_REMOTE_GATEWAY {
         return None;
     }
-    // The Pod the DNAT chose: the REPLY tuple's source (the destination itself without one).
+    // The Pod the DNAT chose and the port it receives on: the REPLY tuple's source (the
+    // destination itself without a DNAT).
     let r = &tuples.reply;
     let rat = |i: u32| r[i as usize];
     let pod = [
@@ -244,44 +248,41 @@ fn decide(skb: *const u8) -> Option<i32> {
         rat(ct_tuple::SRC_IP + 2),
         rat(ct_tuple::SRC_IP + 3),
     ];
-    // A later packet of a flow already decided under this policy, to the same Pod: the same
-    // verdict, without deciding again.
-    if let Some(v) = unsafe { FLOW_VERDICTS.get(&key) }.copied()
-        && v.generation == cfg.policy_generation
-        && v.pod == pod
-    {
-        let verdict = PolicyVerdict {
-            action: v.action,
-            rule: v.rule,
-        };
-        return Some(apply(verdict, len, skb, &key));
-    }
-    let Some(id) = unsafe { FLOW_IDS.get(&key) }.map(|f| f.id) else {
-        // Not a remote-opened flow (none of the policy's business), unless it comes from a
-        // remote gateway: then its identity was lost (the LRU full) and it cannot be decided.
-        if peer_kind(&key.src) != PEER_REMOTE_GATEWAY {
-            return None;
-        }
-        let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
-        count_rule(unknown.rule, len);
-        count_len(Counter::PolicyDropNoFlowIdentity, len);
-        return Some(NF_DROP);
-    };
-    let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
-    if id == VNI_UNKNOWN {
-        count_rule(unknown.rule, len);
-        count_len(Counter::PolicyDropUnknownIdentity, len);
-        return Some(NF_DROP);
-    }
     let port = match proto {
         IPPROTO_TCP | IPPROTO_UDP => {
             u16::from_be_bytes([rat(ct_tuple::SRC_PORT), rat(ct_tuple::SRC_PORT + 1)])
         }
         _ => 0,
     };
-    // The verdict for this port if a rule of the Pod names it, else for every other port; no
-    // entry: no rule matched this identity, and the flow gets what the cluster would do without
-    // the policy (the agent's rule 0, "no rule matched").
+    // A later packet of a flow already decided under this policy, to the same Pod and port:
+    // the same verdict, without deciding again.
+    if let Some(v) = unsafe { FLOW_VERDICTS.get(&key) }.copied()
+        && v.generation == cfg.policy_generation
+        && v.pod == pod
+        && v.port == port
+    {
+        let verdict = PolicyVerdict {
+            action: u32::from(v.action),
+            rule: v.rule,
+        };
+        return Some(apply(verdict, len, skb, &key));
+    }
+    let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
+    let Some(id) = unsafe { FLOW_IDS.get(&key) }.map(|f| f.id) else {
+        // A remote-opened flow whose identity was lost (the LRU full): it cannot be decided.
+        count_rule(unknown.rule, len);
+        count_len(Counter::PolicyDropNoFlowIdentity, len);
+        return Some(NF_DROP);
+    };
+    if id == VNI_UNKNOWN {
+        count_rule(unknown.rule, len);
+        count_len(Counter::PolicyDropUnknownIdentity, len);
+        return Some(NF_DROP);
+    }
+    // The verdict for this port if a rule of the Pod names it, else for every other port of
+    // the protocol if a rule names the protocol alone, else for everything else; no entry: no
+    // rule matched this identity, and the flow gets what the cluster would do without the
+    // policy (the agent's rule 0, "no rule matched").
     let mut pkey = PolicyKey {
         pod,
         id,
@@ -291,9 +292,12 @@ fn decide(skb: *const u8) -> Option<i32> {
     };
     let exact = unsafe { INGRESS_POLICY.get(&pkey) }.copied();
     pkey.port = 0;
-    pkey.proto = 0;
     let verdict = exact
         .or_else(|| unsafe { INGRESS_POLICY.get(&pkey) }.copied())
+        .or_else(|| {
+            pkey.proto = 0;
+            unsafe { INGRESS_POLICY.get(&pkey) }.copied()
+        })
         .unwrap_or(PolicyVerdict {
             action: ACTION_ALLOW,
             rule: 0,
@@ -305,11 +309,18 @@ fn decide(skb: *const u8) -> Option<i32> {
         &FlowVerdict {
             generation: cfg.policy_generation,
             pod,
-            action: verdict.action,
+            port,
+            action: verdict.action as u16,
             rule: verdict.rule,
         },
         0,
     );
+    // The flow came with another identity while this verdict was made (`record_flow` on
+    // another CPU recorded it, then forgot the remembered verdict, maybe before this insert):
+    // not kept, so the next packet is decided for the new identity.
+    if unsafe { FLOW_IDS.get(&key) }.is_none_or(|f| f.id != id) {
+        let _ = FLOW_VERDICTS.remove(&key);
+    }
     Some(apply(verdict, len, skb, &key))
 }
 
