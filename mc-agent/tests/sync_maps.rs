@@ -235,24 +235,11 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         .egress_policy
         .insert(&egress_key, &verdict, 0)
         .expect("egress entry");
-    let mut flow_ids: aya::maps::HashMap<_, FlowKey, mc_common::dataplane::FlowIdentity> =
-        aya::maps::Map::from_map_data(
-            aya::maps::MapData::from_pin(layout.map(maps::FLOW_IDS)).expect("flow ids"),
-        )
-        .expect("flow ids")
-        .try_into()
-        .expect("flow ids");
-    flow_ids
+    // The maps only the programs write: one entry each, through their pins.
+    pinned_hash(&layout, maps::FLOW_IDS)
         .insert(&flow, &mc_common::dataplane::FlowIdentity { id: 7 }, 0)
         .expect("flow identity");
-    let mut flow_verdicts: aya::maps::HashMap<_, FlowKey, mc_common::dataplane::FlowVerdict> =
-        aya::maps::Map::from_map_data(
-            aya::maps::MapData::from_pin(layout.map(maps::FLOW_VERDICTS)).expect("flow verdicts"),
-        )
-        .expect("flow verdicts")
-        .try_into()
-        .expect("flow verdicts");
-    flow_verdicts
+    pinned_hash(&layout, maps::FLOW_VERDICTS)
         .insert(
             &flow,
             &mc_common::dataplane::FlowVerdict {
@@ -302,6 +289,18 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             );
         }
     }
+}
+
+/// A pinned hash (or LRU hash) map, opened by its pin.
+fn pinned_hash<K: aya::Pod, V: aya::Pod>(
+    layout: &PinLayout,
+    name: &str,
+) -> aya::maps::HashMap<aya::maps::MapData, K, V> {
+    aya::maps::HashMap::try_from(
+        aya::maps::Map::from_map_data(aya::maps::MapData::from_pin(layout.map(name)).expect(name))
+            .expect(name),
+    )
+    .expect(name)
 }
 
 /// The field names of the values `bpftool -j map dump pinned` prints for a map (per-CPU values

@@ -131,7 +131,8 @@ fn kread<T: Copy>(base: u64, off: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.ok()
 }
 
-/// `skb->_nfct` then `skb->len`, as every kernel since 4.11 lays them out: one read.
+/// `skb->_nfct` then `skb->len`, as the kernel lays them out (Linux 6.18 does; the offsets the
+/// agent read from BTF say whether this one does): one read.
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct NfctLen {
@@ -161,7 +162,8 @@ struct CtTuples {
     reply: [u8; ct_tuple::LEN],
 }
 
-/// `sizeof(struct nf_conntrack_tuple_hash)` on every 64-bit kernel since 2.6.
+/// `sizeof(struct nf_conntrack_tuple_hash)` on 64-bit kernels (a 16-byte list node and the
+/// 40-byte tuple); where the BTF offsets say otherwise, the tuples are read one by one.
 const TUPLE_HASH_LEN: usize = 56;
 
 /// Both tuples of a conntrack entry: one read where they lie one `nf_conntrack_tuple_hash`

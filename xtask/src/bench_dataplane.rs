@@ -20,7 +20,8 @@
 //!   client-only`), so that every new flow is decided by west's gateway.
 //!
 //! In every variant conntrack is on in every Node's namespace (node, egw, wgw), as kube-proxy
-//! has it on a real Node whichever way its traffic goes (until 2026-11-27 only (d) had it).
+//! has it on a real Node whichever way its traffic goes (before 2026-11-26's late series, only (d)
+//! had it).
 //!
 //! For each: TCP throughput with 1 and 4 streams (iperf3), TCP request/response (1-byte
 //! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
