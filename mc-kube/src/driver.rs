@@ -31,6 +31,11 @@ pub trait Reconciler {
     fn keys(&self) -> Option<BTreeSet<String>> {
         None
     }
+    /// When the loop has work that is waiting for a time rather than an event (held statuses,
+    /// see [`crate::StatusPacer`]): the driver wakes it then.
+    fn wake_at(&self) -> Option<Instant> {
+        None
+    }
     /// Why the loop is not ready after its last pass, beyond its watches (`/readyz`).
     fn not_ready(&self) -> Option<String> {
         None
@@ -69,9 +74,16 @@ impl Driver {
             // During a resync the next slice does not wait for an event (unless the loop is
             // waiting for its watches).
             if resync.is_none() || waiting {
+                let wake = r.wake_at();
                 tokio::select! {
                     _ = self.trigger.wait() => {}
                     _ = tick.tick() => {}
+                    _ = async {
+                        match wake {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                 }
             }
             tokio::time::sleep(self.settle).await;

@@ -320,6 +320,85 @@ async fn api_writes(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<Stri
     Ok(writes)
 }
 
+/// Time the API servers took over each kind of write, and over each admission webhook call:
+/// (total seconds, count) by "cluster verb resource" and "cluster webhook name", from their
+/// `apiserver_request_duration_seconds` and `apiserver_admission_webhook_admission_duration_seconds`.
+async fn write_latencies(
+    clients: &[(&str, &Client)],
+) -> anyhow::Result<BTreeMap<String, (f64, f64)>> {
+    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (cluster, c) in clients {
+        let text = c
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await
+            .context("the API server's /metrics")?;
+        for line in text.lines() {
+            let (labels, is_sum) = if let Some(l) =
+                line.strip_prefix("apiserver_request_duration_seconds_sum{")
+            {
+                (l, true)
+            } else if let Some(l) = line.strip_prefix("apiserver_request_duration_seconds_count{") {
+                (l, false)
+            } else if let Some(l) =
+                line.strip_prefix("apiserver_admission_webhook_admission_duration_seconds_sum{")
+            {
+                (l, true)
+            } else if let Some(l) =
+                line.strip_prefix("apiserver_admission_webhook_admission_duration_seconds_count{")
+            {
+                (l, false)
+            } else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split_once(&format!("{name}=\""))
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .map_or("", |(value, _)| value)
+            };
+            let key = if line.starts_with("apiserver_admission") {
+                format!("{cluster} webhook {}", label("name"))
+            } else {
+                if !["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&label("verb")) {
+                    continue;
+                }
+                let resource = match label("subresource") {
+                    "" => label("resource").to_owned(),
+                    sub => format!("{}/{sub}", label("resource")),
+                };
+                format!("{cluster} {} {resource}", label("verb"))
+            };
+            let v = line
+                .rsplit_once(' ')
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            let e = out.entry(key).or_default();
+            if is_sum {
+                e.0 += v;
+            } else {
+                e.1 += v;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The mean of each kind of write or webhook call between two [`write_latencies`] readings.
+fn latency_line(
+    before: &BTreeMap<String, (f64, f64)>,
+    after: &BTreeMap<String, (f64, f64)>,
+) -> String {
+    after
+        .iter()
+        .filter_map(|(k, (sum, n))| {
+            let (s0, n0) = before.get(k).copied().unwrap_or_default();
+            let count = (n - n0).round();
+            (count > 0.0).then(|| format!("{k} {:.1} ms ({count})", (sum - s0) / count * 1e3))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Waits (up to a minute) until the API servers serve fewer than 10 writes in 2 s (leases and
 /// heartbeats go on): the mirroring of EndpointSlices and other work a burst set off is done.
 async fn wait_quiet(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<String, u64>> {
@@ -607,6 +686,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         // At this scale, one more at a time.
         let mut steady = Vec::new();
         let mut hop_times: Vec<Vec<Duration>> = vec![Vec::new(); hops.len()];
+        let latencies_before = write_latencies(&clusters).await?;
         for i in n..n + STEADY {
             let name = format!("svc-{i}");
             let t0 = Instant::now();
@@ -635,6 +715,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let request_line = latency_line(&latencies_before, &write_latencies(&clusters).await?);
         steady.sort();
         si_task.abort();
         ep_task.abort();
@@ -672,7 +753,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             total,
             all_ready,
             rss,
-            (cost, hop_line),
+            (cost, hop_line, request_line),
         ));
         for c in [&west, &east, &north] {
             let api: Api<Namespace> = Api::all(c.clone());
@@ -698,9 +779,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "1-BY-1 p99"
     );
     let mut costs = Vec::new();
-    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops)) in rows {
+    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops, requests)) in rows {
         costs.push(format!(
-            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}",
+            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}\n  1-by-1 at {n}, the API servers' mean time per write and per webhook call (count): {requests}",
             hops.join(", ")
         ));
         let mem: Vec<String> = rss

@@ -231,6 +231,10 @@ impl Reconciler for Leader {
         std::mem::take(&mut self.pending)
     }
 
+    fn wake_at(&self) -> Option<std::time::Instant> {
+        self.statuses.wake_at()
+    }
+
     fn keys(&self) -> Option<BTreeSet<String>> {
         Some(
             self.exports
@@ -341,10 +345,10 @@ impl Leader {
             |_| self.ri_api.clone(),
             |_| true,
         );
-        let statuses_due = self.statuses.due(!ops.is_empty());
+        let busy = !ops.is_empty();
         failures += run_all("ResourceImport", ops).await;
 
-        let ops = self.export_writes(&exports, &merged, &known, now, statuses_due);
+        let ops = self.export_writes(&exports, &merged, &known, now, busy);
         failures += run_all("ResourceExport", ops).await;
         failures += self.clusterset_status(now, &withdrawn).await;
         failures
@@ -352,14 +356,14 @@ impl Leader {
 
     /// The writes about the exports of this pass: finalizers released (their imports no longer
     /// count them), exports of departed members collected, verdicts written as statuses (held
-    /// back while imports are written, see `StatusPacer`).
+    /// back while imports are written and shortly after, see `StatusPacer`).
     fn export_writes(
         &mut self,
         exports: &[Arc<ResourceExport>],
         merged: &merge::Merged,
         known: &BTreeSet<String>,
         now: Timestamp,
-        statuses_due: bool,
+        busy: bool,
     ) -> Vec<(String, Op)> {
         let mut ops = Vec::new();
         let mut statuses = Vec::new();
@@ -417,7 +421,8 @@ impl Leader {
                 }) as Op,
             ));
         }
-        if statuses_due && !statuses.is_empty() {
+        let due = self.statuses.due(busy, !statuses.is_empty());
+        if due && !statuses.is_empty() {
             ops.extend(statuses.into_iter().map(|(_, name, op)| (name, op)));
             self.statuses.written();
         } else {

@@ -188,6 +188,10 @@ impl Reconciler for Member {
         std::mem::take(&mut self.pending)
     }
 
+    fn wake_at(&self) -> Option<std::time::Instant> {
+        self.statuses.wake_at()
+    }
+
     fn keys(&self) -> Option<BTreeSet<String>> {
         let l = &self.local;
         let mut keys: BTreeSet<String> = [
@@ -328,7 +332,7 @@ impl Member {
                 let (f, wrote) = self.import(&conn, &work).await;
                 (failures, busy) = (failures + f, busy || wrote);
             }
-            if !statuses.is_empty() && self.statuses.due(busy) {
+            if self.statuses.due(busy, !statuses.is_empty()) && !statuses.is_empty() {
                 failures += run_all("ServiceExport", statuses).await;
                 self.statuses.written();
             } else {
