@@ -70,11 +70,19 @@ impl Driver {
         let mut later = Work::All;
         let mut resync: Option<Resync> = None;
         let mut waiting = false;
+        // When the last pass began.
+        let mut last_pass: Option<Instant> = None;
         loop {
             // During a resync the next slice does not wait for an event (unless the loop is
             // waiting for its watches).
             if resync.is_none() || waiting {
-                let wake = r.wake_at();
+                // A wake-up time no later than the last pass's start is stale (that pass did
+                // not get to the held work, e.g. without a connection): the next event or tick
+                // brings it, rather than a pass every `settle`. Nothing runs while waiting for
+                // the watches anyway.
+                let wake = r
+                    .wake_at()
+                    .filter(|at| !waiting && last_pass.is_none_or(|p| *at > p));
                 tokio::select! {
                     _ = self.trigger.wait() => {}
                     _ = tick.tick() => {}
@@ -132,6 +140,7 @@ impl Driver {
                 Work::Keys(k) => k.len(),
             };
             let started = Instant::now();
+            last_pass = Some(started);
             let failures = r.pass(work).await;
             let left = r.later();
             let took = started.elapsed();
@@ -169,6 +178,7 @@ mod tests {
         fail_at: Vec<usize>,
         seen: Arc<Mutex<Vec<Work>>>,
         keys: Option<BTreeSet<String>>,
+        wake: Arc<Mutex<Option<Instant>>>,
     }
 
     impl Reconciler for Recorder {
@@ -190,6 +200,10 @@ mod tests {
         fn keys(&self) -> Option<BTreeSet<String>> {
             self.keys.clone()
         }
+
+        fn wake_at(&self) -> Option<Instant> {
+            *self.wake.lock().unwrap()
+        }
     }
 
     /// Waits until `seen` holds `n` passes.
@@ -203,6 +217,34 @@ mod tests {
         panic!("fewer than {n} passes: {:?}", seen.lock().unwrap());
     }
 
+    /// A driver whose tick comes only once (at once) within a test.
+    fn driver(trigger: &Trigger, metrics: &Metrics, full_resync: Duration) -> Driver {
+        Driver {
+            domain: "test",
+            trigger: trigger.clone(),
+            metrics: metrics.clone(),
+            tick: Duration::from_secs(3600),
+            settle: Duration::from_millis(1),
+            full_resync,
+        }
+    }
+
+    /// A recorder with no failures, and its record of passes.
+    fn recorder(
+        health: &Arc<WatchHealth>,
+        keys: Option<BTreeSet<String>>,
+    ) -> (Recorder, Arc<Mutex<Vec<Work>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let r = Recorder {
+            health: health.clone(),
+            fail_at: vec![],
+            seen: seen.clone(),
+            keys,
+            wake: Default::default(),
+        };
+        (r, seen)
+    }
+
     fn keys(k: &[&str]) -> Work {
         Work::Keys(k.iter().map(|s| (*s).to_owned()).collect())
     }
@@ -211,23 +253,10 @@ mod tests {
     async fn marks_wait_for_the_first_lists_and_a_failed_pass_is_followed_by_everything() {
         let metrics = Metrics::default();
         let trigger = Trigger::new(&metrics);
-        let seen = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(WatchHealth::default());
-        let mut r = Recorder {
-            health: health.clone(),
-            fail_at: vec![1],
-            seen: seen.clone(),
-            keys: None,
-        };
-        let driver = Driver {
-            domain: "test",
-            trigger: trigger.clone(),
-            metrics: metrics.clone(),
-            // Only the first tick (at once) comes within the test.
-            tick: Duration::from_secs(3600),
-            settle: Duration::from_millis(1),
-            full_resync: Duration::from_secs(3600),
-        };
+        let (mut r, seen) = recorder(&health, None);
+        r.fail_at = vec![1];
+        let driver = driver(&trigger, &metrics, Duration::from_secs(3600));
         let passes = |n: usize| passes(&seen, n);
         let script = async {
             trigger.mark(Some(vec!["default/early".into()]));
@@ -268,26 +297,13 @@ mod tests {
     async fn a_periodic_resync_goes_through_every_key_in_slices_beside_the_marks() {
         let metrics = Metrics::default();
         let trigger = Trigger::new(&metrics);
-        let seen = Arc::new(Mutex::new(Vec::new()));
         let health = Arc::new(WatchHealth::default());
         health.set_synced();
         let all_keys: Vec<String> = (0..2 * RESYNC_SLICE + 20)
             .map(|i| format!("k{i:03}"))
             .collect();
-        let mut r = Recorder {
-            health,
-            fail_at: vec![],
-            seen: seen.clone(),
-            keys: Some(all_keys.iter().cloned().collect()),
-        };
-        let driver = Driver {
-            domain: "test",
-            trigger: trigger.clone(),
-            metrics: metrics.clone(),
-            tick: Duration::from_secs(3600),
-            settle: Duration::from_millis(1),
-            full_resync: Duration::from_millis(400),
-        };
+        let (mut r, seen) = recorder(&health, Some(all_keys.iter().cloned().collect()));
+        let driver = driver(&trigger, &metrics, Duration::from_millis(400));
         let script = async {
             passes(&seen, 1).await;
             trigger.mark(Some(vec!["m1".into()]));
@@ -328,5 +344,38 @@ mod tests {
             ],
             "everything at first; then the resync in slices (the first with the mark that came)"
         );
+    }
+
+    #[tokio::test]
+    async fn a_loop_is_woken_when_its_held_work_is_due_and_not_again_for_a_stale_time() {
+        let metrics = Metrics::default();
+        let trigger = Trigger::new(&metrics);
+        let health = Arc::new(WatchHealth::default());
+        health.set_synced();
+        let (mut r, seen) = recorder(&health, None);
+        let wake = r.wake.clone();
+        let driver = driver(&trigger, &metrics, Duration::from_secs(3600));
+        let script = async {
+            passes(&seen, 1).await;
+            let due = Instant::now() + Duration::from_millis(100);
+            *wake.lock().unwrap() = Some(due);
+            trigger.mark(Some(vec!["a".into()]));
+            passes(&seen, 2).await;
+            assert!(Instant::now() < due, "the mark's pass came at once");
+            // No event: the wake-up brings the next pass.
+            passes(&seen, 3).await;
+            assert!(Instant::now() >= due, "woken at the time asked, not before");
+            // The time stays asked for but is now older than the last pass: no more passes.
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            assert_eq!(
+                seen.lock().unwrap().len(),
+                3,
+                "a stale wake-up time is ignored"
+            );
+        };
+        tokio::select! {
+            _ = driver.reconcile(&mut r) => unreachable!("the driver runs for good"),
+            _ = script => {}
+        }
     }
 }

@@ -460,15 +460,14 @@ fn desired_hash<T: Serialize>(obj: &T) -> u64 {
 /// it writes exports or imports and until it has written none for `STATUS_QUIET`, so that an
 /// export's statuses (and what they set off in other clusters: a ResourceExport's status wakes
 /// its member, which writes its ServiceExport's) do not compete with its own imports for the API
-/// servers; for at most `STATUS_DEFER` (then they go anyway, so a busy loop still reports). The
-/// loop wakes itself when they are due ([`StatusPacer::wake_at`]).
+/// servers; for at most `STATUS_DEFER` from when holding began (then they go anyway, so a busy
+/// loop still reports). The loop wakes itself when they are due ([`StatusPacer::wake_at`]).
+#[derive(Default)]
 pub struct StatusPacer {
-    /// When statuses were last written.
-    written: Instant,
     /// When the loop last wrote exports or imports.
     busy: Option<Instant>,
-    /// Statuses are waiting.
-    held: bool,
+    /// Since when statuses have been held; `None` while none are.
+    held_since: Option<Instant>,
 }
 
 const STATUS_DEFER: Duration = Duration::from_secs(5);
@@ -477,20 +476,10 @@ const STATUS_DEFER: Duration = Duration::from_secs(5);
 /// an import within some tens of milliseconds of the leader's write.
 pub const STATUS_QUIET: Duration = Duration::from_millis(100);
 
-impl Default for StatusPacer {
-    fn default() -> Self {
-        Self {
-            written: Instant::now(),
-            busy: None,
-            held: false,
-        }
-    }
-}
-
 impl StatusPacer {
     /// Called by every pass, which is (`busy`) or is not writing exports/imports and has or has
-    /// not statuses `waiting`: whether it writes them now; when not, they are held until
-    /// [`Self::wake_at`].
+    /// not statuses `waiting`: whether it writes them now (it does, when told so); when not, they
+    /// are held until [`Self::wake_at`].
     pub fn due(&mut self, busy: bool, waiting: bool) -> bool {
         self.due_at(Instant::now(), busy, waiting)
     }
@@ -499,29 +488,26 @@ impl StatusPacer {
         if busy {
             self.busy = Some(now);
         }
+        if !waiting {
+            self.held_since = None;
+            return false;
+        }
         let quiet = self
             .busy
             .is_none_or(|at| now.duration_since(at) >= STATUS_QUIET);
-        let due = quiet || now.duration_since(self.written) > STATUS_DEFER;
-        self.held = waiting && !due;
+        let since = *self.held_since.get_or_insert(now);
+        let due = quiet || now.duration_since(since) >= STATUS_DEFER;
+        if due {
+            self.held_since = None;
+        }
         due
-    }
-
-    /// Statuses were just written.
-    pub fn written(&mut self) {
-        self.written_at(Instant::now());
-    }
-
-    fn written_at(&mut self, now: Instant) {
-        self.written = now;
-        self.held = false;
     }
 
     /// When held statuses are due, for the loop to wake up then.
     pub fn wake_at(&self) -> Option<Instant> {
-        let busy = self.busy?;
-        self.held
-            .then(|| (busy + STATUS_QUIET).min(self.written + STATUS_DEFER))
+        let since = self.held_since?;
+        let quiet = self.busy.map_or(since, |at| at + STATUS_QUIET);
+        Some(quiet.min(since + STATUS_DEFER))
     }
 }
 
@@ -710,33 +696,34 @@ mod tests {
         let t0 = Instant::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
         let mut p = StatusPacer::default();
-        p.written_at(t0);
         // A loop that never wrote exports or imports writes statuses at once.
         assert!(p.due_at(ms(1), false, true));
-        p.written_at(ms(1));
         assert_eq!(p.wake_at(), None);
         // A pass writing imports holds its statuses, and the loop wakes when they are due.
         assert!(!p.due_at(ms(10), true, true));
         assert_eq!(p.wake_at(), Some(ms(10) + STATUS_QUIET));
         // A quiet pass before then still holds them; one after writes them.
         assert!(!p.due_at(ms(60), false, true));
+        assert_eq!(p.wake_at(), Some(ms(10) + STATUS_QUIET));
         assert!(p.due_at(ms(10) + STATUS_QUIET, false, true));
-        p.written_at(ms(10) + STATUS_QUIET);
         assert_eq!(p.wake_at(), None);
         // Nothing waiting: nothing to wake up for, even while busy.
         assert!(!p.due_at(ms(200), true, false));
         assert_eq!(p.wake_at(), None);
-        // A loop busy for longer than STATUS_DEFER writes its statuses anyway.
-        let mut last = ms(200);
-        let mut t = last;
-        while t < ms(200) + STATUS_DEFER {
+        // Long after the last status write, an export's statuses still wait for its imports.
+        let later = ms(20_000);
+        assert!(!p.due_at(later, true, true));
+        assert_eq!(p.wake_at(), Some(later + STATUS_QUIET));
+        assert!(p.due_at(later + STATUS_QUIET, false, true));
+        // A loop busy for longer than STATUS_DEFER from when holding began writes them anyway.
+        let began = ms(30_000);
+        let mut t = began;
+        while !p.due_at(t, true, true) {
+            assert!(t < began + STATUS_DEFER, "held past STATUS_DEFER");
+            assert!(p.wake_at().is_some_and(|at| at <= began + STATUS_DEFER));
             t += Duration::from_millis(50);
-            if p.due_at(t, true, true) {
-                break;
-            }
-            last = t;
-            assert!(p.wake_at().is_some_and(|at| at <= ms(110) + STATUS_DEFER));
         }
-        assert!(t > ms(110) + STATUS_DEFER && last <= ms(110) + STATUS_DEFER);
+        assert_eq!(t, began + STATUS_DEFER);
+        assert_eq!(p.wake_at(), None);
     }
 }

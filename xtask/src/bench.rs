@@ -284,37 +284,71 @@ fn testbed_cpu() -> BTreeMap<&'static str, Duration> {
     by_kind
 }
 
-/// Writes (create, update, patch, apply, delete) the API servers have served so far, from their
-/// own `apiserver_request_total`, by cluster and resource.
-async fn api_writes(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<String, u64>> {
-    let mut writes = BTreeMap::new();
+/// One sample of an API server's `/metrics`: the metric's name, its labels and its value.
+struct Sample<'a> {
+    name: &'a str,
+    labels: &'a str,
+    value: f64,
+}
+
+impl Sample<'_> {
+    fn label(&self, name: &str) -> &str {
+        self.labels
+            .split_once(&format!("{name}=\""))
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map_or("", |(value, _)| value)
+    }
+
+    /// For a write (create, update, patch, apply, delete): its verb and its resource
+    /// (`resource/subresource` for a subresource).
+    fn write(&self) -> Option<(&str, String)> {
+        let verb = self.label("verb");
+        if !["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb) {
+            return None;
+        }
+        let resource = match self.label("subresource") {
+            "" => self.label("resource").to_owned(),
+            sub => format!("{}/{sub}", self.label("resource")),
+        };
+        Some((verb, resource))
+    }
+}
+
+/// Each API server's `/metrics`, by cluster, for [`samples`].
+async fn api_metrics(clients: &[(&str, &Client)]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
     for (cluster, c) in clients {
         let text = c
             .request_text(http::Request::get("/metrics").body(Vec::new())?)
             .await
             .context("the API server's /metrics")?;
-        for line in text.lines() {
-            let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
-                continue;
-            };
-            let label = |name: &str| {
-                labels
-                    .split_once(&format!("{name}=\""))
-                    .and_then(|(_, rest)| rest.split_once('"'))
-                    .map_or("", |(value, _)| value)
-            };
-            if !["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&label("verb")) {
-                continue;
+        out.push((cluster.to_string(), text));
+    }
+    Ok(out)
+}
+
+/// The samples of the metrics named in `names` in a `/metrics` text.
+fn samples<'a>(text: &'a str, names: &'a [&str]) -> impl Iterator<Item = Sample<'a>> {
+    text.lines().filter_map(move |line| {
+        let (name, rest) = line.split_once('{')?;
+        let (labels, value) = rest.rsplit_once("} ")?;
+        names.contains(&name).then(|| Sample {
+            name,
+            labels,
+            value: value.parse().unwrap_or(0.0),
+        })
+    })
+}
+
+/// Writes (create, update, patch, apply, delete) the API servers have served so far, from their
+/// own `apiserver_request_total`, by cluster and resource.
+async fn api_writes(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<String, u64>> {
+    let mut writes = BTreeMap::new();
+    for (cluster, text) in api_metrics(clients).await? {
+        for s in samples(&text, &["apiserver_request_total"]) {
+            if let Some((_, resource)) = s.write() {
+                *writes.entry(format!("{cluster} {resource}")).or_default() += s.value as u64;
             }
-            let resource = match label("subresource") {
-                "" => label("resource").to_owned(),
-                sub => format!("{}/{sub}", label("resource")),
-            };
-            let n = line
-                .rsplit_once(' ')
-                .and_then(|(_, v)| v.parse::<f64>().ok())
-                .unwrap_or(0.0) as u64;
-            *writes.entry(format!("{cluster} {resource}")).or_default() += n;
         }
     }
     Ok(writes)
@@ -326,57 +360,29 @@ async fn api_writes(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<Stri
 async fn write_latencies(
     clients: &[(&str, &Client)],
 ) -> anyhow::Result<BTreeMap<String, (f64, f64)>> {
+    const REQUEST: &str = "apiserver_request_duration_seconds";
+    const WEBHOOK: &str = "apiserver_admission_webhook_admission_duration_seconds";
+    let names = [
+        &format!("{REQUEST}_sum") as &str,
+        &format!("{REQUEST}_count"),
+        &format!("{WEBHOOK}_sum"),
+        &format!("{WEBHOOK}_count"),
+    ];
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for (cluster, c) in clients {
-        let text = c
-            .request_text(http::Request::get("/metrics").body(Vec::new())?)
-            .await
-            .context("the API server's /metrics")?;
-        for line in text.lines() {
-            let (labels, is_sum) = if let Some(l) =
-                line.strip_prefix("apiserver_request_duration_seconds_sum{")
-            {
-                (l, true)
-            } else if let Some(l) = line.strip_prefix("apiserver_request_duration_seconds_count{") {
-                (l, false)
-            } else if let Some(l) =
-                line.strip_prefix("apiserver_admission_webhook_admission_duration_seconds_sum{")
-            {
-                (l, true)
-            } else if let Some(l) =
-                line.strip_prefix("apiserver_admission_webhook_admission_duration_seconds_count{")
-            {
-                (l, false)
+    for (cluster, text) in api_metrics(clients).await? {
+        for s in samples(&text, &names) {
+            let key = if s.name.starts_with(WEBHOOK) {
+                format!("{cluster} webhook {}", s.label("name"))
+            } else if let Some((verb, resource)) = s.write() {
+                format!("{cluster} {verb} {resource}")
             } else {
                 continue;
             };
-            let label = |name: &str| {
-                labels
-                    .split_once(&format!("{name}=\""))
-                    .and_then(|(_, rest)| rest.split_once('"'))
-                    .map_or("", |(value, _)| value)
-            };
-            let key = if line.starts_with("apiserver_admission") {
-                format!("{cluster} webhook {}", label("name"))
-            } else {
-                if !["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&label("verb")) {
-                    continue;
-                }
-                let resource = match label("subresource") {
-                    "" => label("resource").to_owned(),
-                    sub => format!("{}/{sub}", label("resource")),
-                };
-                format!("{cluster} {} {resource}", label("verb"))
-            };
-            let v = line
-                .rsplit_once(' ')
-                .and_then(|(_, v)| v.parse::<f64>().ok())
-                .unwrap_or(0.0);
             let e = out.entry(key).or_default();
-            if is_sum {
-                e.0 += v;
+            if s.name.ends_with("_sum") {
+                e.0 += s.value;
             } else {
-                e.1 += v;
+                e.1 += s.value;
             }
         }
     }

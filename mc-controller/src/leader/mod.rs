@@ -421,10 +421,8 @@ impl Leader {
                 }) as Op,
             ));
         }
-        let due = self.statuses.due(busy, !statuses.is_empty());
-        if due && !statuses.is_empty() {
+        if self.statuses.due(busy, !statuses.is_empty()) {
             ops.extend(statuses.into_iter().map(|(_, name, op)| (name, op)));
-            self.statuses.written();
         } else {
             // Deferred: the next pass (a wake-up or the tick) writes them.
             for (group, _, _) in statuses {

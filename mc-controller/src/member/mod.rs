@@ -332,9 +332,8 @@ impl Member {
                 let (f, wrote) = self.import(&conn, &work).await;
                 (failures, busy) = (failures + f, busy || wrote);
             }
-            if self.statuses.due(busy, !statuses.is_empty()) && !statuses.is_empty() {
+            if self.statuses.due(busy, !statuses.is_empty()) {
                 failures += run_all("ServiceExport", statuses).await;
-                self.statuses.written();
             } else {
                 // Deferred: the next pass (a wake-up or the tick) writes them. Their labels
                 // are the Services' keys.
