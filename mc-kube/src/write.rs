@@ -474,7 +474,7 @@ const STATUS_DEFER: Duration = Duration::from_secs(5);
 
 /// How long a loop writes no exports or imports before it writes statuses. The members take up
 /// an import within some tens of milliseconds of the leader's write.
-pub const STATUS_QUIET: Duration = Duration::from_millis(100);
+const STATUS_QUIET: Duration = Duration::from_millis(100);
 
 impl StatusPacer {
     /// Called by every pass, which is (`busy`) or is not writing exports/imports and has or has

@@ -360,13 +360,12 @@ async fn api_writes(clients: &[(&str, &Client)]) -> anyhow::Result<BTreeMap<Stri
 async fn write_latencies(
     clients: &[(&str, &Client)],
 ) -> anyhow::Result<BTreeMap<String, (f64, f64)>> {
-    const REQUEST: &str = "apiserver_request_duration_seconds";
     const WEBHOOK: &str = "apiserver_admission_webhook_admission_duration_seconds";
     let names = [
-        &format!("{REQUEST}_sum") as &str,
-        &format!("{REQUEST}_count"),
-        &format!("{WEBHOOK}_sum"),
-        &format!("{WEBHOOK}_count"),
+        "apiserver_request_duration_seconds_sum",
+        "apiserver_request_duration_seconds_count",
+        "apiserver_admission_webhook_admission_duration_seconds_sum",
+        "apiserver_admission_webhook_admission_duration_seconds_count",
     ];
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for (cluster, text) in api_metrics(clients).await? {
