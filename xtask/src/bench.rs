@@ -5,7 +5,8 @@
 //! (with an IP) and the Endpoints `antrea-mc-<name>` (with an address). Then, once every
 //! ServiceExport reports Ready (statuses are written after the imports), `STEADY` more Services
 //! are exported one at a time (the next once the previous is imported): the latency an operator
-//! sees at that scale. Prints p50/p99 of both per size and
+//! sees at that scale (with when each hop saw each export, and the slowest exports hop by hop).
+//! Prints p50/p99 of both per size and
 //! each controller's resident memory after the size, and what each burst cost: the writes the
 //! three API servers served (their own `apiserver_request_total`) and the CPU time of the
 //! testbed's processes by kind, until every ServiceExport was Ready.
@@ -691,6 +692,8 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         // At this scale, one more at a time.
         let mut steady = Vec::new();
         let mut hop_times: Vec<Vec<Duration>> = vec![Vec::new(); hops.len()];
+        // Each export's latency and when each hop saw it, for the slowest ones (the tail).
+        let mut traces: Vec<(Duration, String, Vec<Option<Duration>>)> = Vec::new();
         let latencies_before = write_latencies(&clusters).await?;
         for i in n..n + STEADY {
             let name = format!("svc-{i}");
@@ -706,11 +709,18 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             loop {
                 if let Some(d) = imported(&seen, &one).first() {
                     steady.push(*d);
+                    let mut trace = Vec::new();
                     for ((_, seen), took) in hops.iter().zip(&mut hop_times) {
-                        if let Some(at) = seen.0.lock().expect("hop").get(&name) {
-                            took.push(at.saturating_duration_since(t0));
-                        }
+                        let at = seen
+                            .0
+                            .lock()
+                            .expect("hop")
+                            .get(&name)
+                            .map(|at| at.saturating_duration_since(t0));
+                        took.extend(at);
+                        trace.push(at);
                     }
+                    traces.push((*d, name.clone(), trace));
                     break;
                 }
                 if t0.elapsed() > Duration::from_secs(60) {
@@ -737,6 +747,18 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
                 )
             })
             .collect();
+        traces.sort_by_key(|a| std::cmp::Reverse(a.0));
+        let slowest: Vec<String> = traces
+            .iter()
+            .take(3)
+            .map(|(took, name, hops)| {
+                let at: Vec<String> = hops
+                    .iter()
+                    .map(|h| h.map_or("-".to_owned(), |d| d.as_millis().to_string()))
+                    .collect();
+                format!("{name} {} ms ({})", took.as_millis(), at.join(", "))
+            })
+            .collect();
         let mut sorted = latencies;
         sorted.sort();
         let rss: Vec<(String, u64, u64)> = CLUSTERS
@@ -758,7 +780,7 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             total,
             all_ready,
             rss,
-            (cost, hop_line, request_line),
+            (cost, hop_line, request_line, slowest),
         ));
         for c in [&west, &east, &north] {
             let api: Api<Namespace> = Api::all(c.clone());
@@ -784,10 +806,11 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "1-BY-1 p99"
     );
     let mut costs = Vec::new();
-    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops, requests)) in rows {
+    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops, requests, slowest)) in rows {
         costs.push(format!(
-            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}\n  1-by-1 at {n}, the API servers' mean time per write and per webhook call (count): {requests}",
-            hops.join(", ")
+            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}\n  1-by-1 at {n}, the slowest exports and when each hop above saw them (ms): {}\n  1-by-1 at {n}, the API servers' mean time per write and per webhook call (count): {requests}",
+            hops.join(", "),
+            slowest.join("; ")
         ));
         let mem: Vec<String> = rss
             .iter()
