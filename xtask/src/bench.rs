@@ -691,8 +691,8 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         );
         // At this scale, one more at a time.
         let mut steady = Vec::new();
-        let mut hop_times: Vec<Vec<Duration>> = vec![Vec::new(); hops.len()];
-        // Each export's latency and when each hop saw it, for the slowest ones (the tail).
+        // Each export's latency and when each hop saw it: the hops' percentiles, and the
+        // slowest exports hop by hop (the tail).
         let mut traces: Vec<(Duration, String, Vec<Option<Duration>>)> = Vec::new();
         let latencies_before = write_latencies(&clusters).await?;
         for i in n..n + STEADY {
@@ -709,17 +709,15 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             loop {
                 if let Some(d) = imported(&seen, &one).first() {
                     steady.push(*d);
-                    let mut trace = Vec::new();
-                    for ((_, seen), took) in hops.iter().zip(&mut hop_times) {
-                        let at = seen
-                            .0
-                            .lock()
-                            .expect("hop")
-                            .get(&name)
-                            .map(|at| at.saturating_duration_since(t0));
-                        took.extend(at);
-                        trace.push(at);
-                    }
+                    let trace = hops
+                        .iter()
+                        .map(|(_, (seen, _))| {
+                            seen.lock()
+                                .expect("hop")
+                                .get(&name)
+                                .map(|at| at.saturating_duration_since(t0))
+                        })
+                        .collect();
                     traces.push((*d, name.clone(), trace));
                     break;
                 }
@@ -736,14 +734,15 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         ep_task.abort();
         let hop_line: Vec<String> = hops
             .iter()
-            .zip(&mut hop_times)
-            .map(|((hop, (_, task)), took)| {
+            .enumerate()
+            .map(|(i, (hop, (_, task)))| {
                 task.abort();
+                let mut took: Vec<Duration> = traces.iter().filter_map(|t| t.2[i]).collect();
                 took.sort();
                 format!(
                     "{hop} {:.0?}/{:.0?}",
-                    percentile(took, 0.5),
-                    percentile(took, 0.99)
+                    percentile(&took, 0.5),
+                    percentile(&took, 0.99)
                 )
             })
             .collect();
