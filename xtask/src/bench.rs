@@ -489,6 +489,50 @@ fn burst_cost(
     )
 }
 
+/// How long the testbed's idle CPU is measured before each one-by-one phase.
+const IDLE_WINDOW: Duration = Duration::from_secs(5);
+
+/// The CPU each kind of process used between two [`testbed_cpu`] readings `wall` apart, in
+/// cores, and per export when `exports` were made in that time.
+fn cpu_line(
+    cpu: (
+        &BTreeMap<&'static str, Duration>,
+        &BTreeMap<&'static str, Duration>,
+    ),
+    wall: Duration,
+    exports: Option<usize>,
+) -> String {
+    let used: Vec<(&str, Duration)> = cpu
+        .1
+        .iter()
+        .map(|(k, t)| {
+            (
+                *k,
+                t.saturating_sub(cpu.0.get(k).copied().unwrap_or_default()),
+            )
+        })
+        .collect();
+    let total: Duration = used.iter().map(|(_, t)| *t).sum();
+    let share = |t: Duration| t.as_secs_f64() / wall.as_secs_f64().max(1e-9);
+    let parts: Vec<String> = used
+        .iter()
+        .map(|(k, t)| match exports {
+            Some(n) => format!(
+                "{k} {:.2} cores ({:.1} ms per export)",
+                share(*t),
+                t.as_secs_f64() * 1e3 / n as f64
+            ),
+            None => format!("{k} {:.2} cores", share(*t)),
+        })
+        .collect();
+    format!(
+        "{:.2} cores over {:.1} s: {}",
+        share(total),
+        wall.as_secs_f64(),
+        parts.join(", ")
+    )
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -695,6 +739,15 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         // slowest exports hop by hop (the tail).
         let mut traces: Vec<(Duration, String, Vec<Option<Duration>>)> = Vec::new();
         let latencies_before = write_latencies(&clusters).await?;
+        // What the testbed burns with nothing to do (leases, resyncs, what the burst left
+        // behind), then over the one-by-one phase: how much of an export's time is queueing
+        // behind other work on the two cores.
+        let idle_before = testbed_cpu();
+        let idle_started = Instant::now();
+        tokio::time::sleep(IDLE_WINDOW).await;
+        let idle_line = cpu_line((&idle_before, &testbed_cpu()), idle_started.elapsed(), None);
+        let steady_cpu_before = testbed_cpu();
+        let steady_started = Instant::now();
         for i in n..n + STEADY {
             let name = format!("svc-{i}");
             let t0 = Instant::now();
@@ -728,6 +781,11 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let steady_line = cpu_line(
+            (&steady_cpu_before, &testbed_cpu()),
+            steady_started.elapsed(),
+            Some(STEADY),
+        );
         let request_line = latency_line(&latencies_before, &write_latencies(&clusters).await?);
         steady.sort();
         si_task.abort();
@@ -779,7 +837,13 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             total,
             all_ready,
             rss,
-            (cost, hop_line, request_line, slowest),
+            (
+                cost,
+                hop_line,
+                request_line,
+                slowest,
+                (idle_line, steady_line),
+            ),
         ));
         for c in [&west, &east, &north] {
             let api: Api<Namespace> = Api::all(c.clone());
@@ -805,11 +869,15 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "1-BY-1 p99"
     );
     let mut costs = Vec::new();
-    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops, requests, slowest)) in rows {
+    for (n, [p50, p99, s50, s99], total, all_ready, rss, (cost, hops, requests, slowest, cpu)) in
+        rows
+    {
         costs.push(format!(
-            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}\n  1-by-1 at {n}, the slowest exports and when each hop above saw them (ms): {}\n  1-by-1 at {n}, the API servers' mean time per write and per webhook call (count): {requests}",
+            "{cost}\n  1-by-1 at {n}, when each hop was first seen after the ServiceExport's create request (p50/p99): {}\n  1-by-1 at {n}, the slowest exports and when each hop above saw them (ms): {}\n  1-by-1 at {n}, the API servers' mean time per write and per webhook call (count): {requests}\n  at {n}, the testbed's CPU idle before the one-by-one phase: {}\n  1-by-1 at {n}, the testbed's CPU over the phase: {}",
             hops.join(", "),
-            slowest.join("; ")
+            slowest.join("; "),
+            cpu.0,
+            cpu.1
         ));
         let mem: Vec<String> = rss
             .iter()

@@ -627,6 +627,14 @@ fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
     ))
 }
 
+/// A row of the six ratios, in the table's columns.
+fn ratio_row(name: &str, r: &[f64; 6]) -> String {
+    format!(
+        "{:<24} {:>11.2}x {:>10.2}x {:>10.2}x {:>8.2}x {:>10.2}x {:>12.2}x",
+        name, r[0], r[1], r[2], r[3], r[4], r[5]
+    )
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -837,16 +845,31 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ("(d)/(a')", &d, &a2),
         ("(d)/(c)", &d, &c),
     ] {
-        println!(
-            "{:<24} {:>11.2}x {:>10.2}x {:>10.2}x {:>8.2}x {:>10.2}x {:>12.2}x",
-            name,
+        let r = [
             c.tcp1 / base.tcp1,
             c.tcp4 / base.tcp4,
             c.rr / base.rr,
             c.rtt_us / base.rtt_us,
             c.pps / base.pps,
-            c.softirq_ns / base.softirq_ns
-        );
+            c.softirq_ns / base.softirq_ns,
+        ];
+        println!("{}", ratio_row(name, &r));
+    }
+    // The same ratios taken round by round (each variant against the other's run of the same
+    // round, minutes apart at most) and their median: a drift of the machine between rounds
+    // falls out of these, where it stays in the ratio of two medians above.
+    println!("\nper round, then the median over rounds:");
+    for (name, x, base) in [("(c)/(a)", 3, 0), ("(d)/(a)", 4, 0), ("(d)/(c)", 4, 3)] {
+        let ratios: Vec<[f64; 6]> = samples[x]
+            .iter()
+            .zip(&samples[base])
+            .map(|(v, b)| std::array::from_fn(|k| v[k] / b[k]))
+            .collect();
+        for (round, r) in ratios.iter().enumerate() {
+            println!("{}", ratio_row(&format!("{name} round {}", round + 1), r));
+        }
+        let m: [f64; 6] = std::array::from_fn(|k| median(ratios.iter().map(|r| r[k]).collect()));
+        println!("{}", ratio_row(&format!("{name} paired median"), &m));
     }
     println!(
         "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a) (the issue's reference figures lower the sender's MTU by the tunnel's overhead: (a')); softirq/pkt is the whole path's kernel time"
