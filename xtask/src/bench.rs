@@ -461,16 +461,7 @@ fn burst_cost(
         .take(12)
         .map(|(k, v)| format!("{k} {:.1}", per(*v)))
         .collect();
-    let used: Vec<(&str, Duration)> = cpu
-        .1
-        .iter()
-        .map(|(k, t)| {
-            (
-                *k,
-                t.saturating_sub(cpu.0.get(k).copied().unwrap_or_default()),
-            )
-        })
-        .collect();
+    let used = cpu_used(cpu);
     let total: Duration = used.iter().map(|(_, t)| *t).sum();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let parts: Vec<String> = used
@@ -489,6 +480,24 @@ fn burst_cost(
     )
 }
 
+/// The CPU each kind of process used between two [`testbed_cpu`] readings.
+fn cpu_used(
+    cpu: (
+        &BTreeMap<&'static str, Duration>,
+        &BTreeMap<&'static str, Duration>,
+    ),
+) -> Vec<(&'static str, Duration)> {
+    cpu.1
+        .iter()
+        .map(|(k, t)| {
+            (
+                *k,
+                t.saturating_sub(cpu.0.get(k).copied().unwrap_or_default()),
+            )
+        })
+        .collect()
+}
+
 /// How long the testbed's idle CPU is measured before each one-by-one phase.
 const IDLE_WINDOW: Duration = Duration::from_secs(5);
 
@@ -502,16 +511,7 @@ fn cpu_line(
     wall: Duration,
     exports: Option<usize>,
 ) -> String {
-    let used: Vec<(&str, Duration)> = cpu
-        .1
-        .iter()
-        .map(|(k, t)| {
-            (
-                *k,
-                t.saturating_sub(cpu.0.get(k).copied().unwrap_or_default()),
-            )
-        })
-        .collect();
+    let used = cpu_used(cpu);
     let total: Duration = used.iter().map(|(_, t)| *t).sum();
     let share = |t: Duration| t.as_secs_f64() / wall.as_secs_f64().max(1e-9);
     let parts: Vec<String> = used
