@@ -518,7 +518,7 @@ fn cpu_line(
         .iter()
         .map(|(k, t)| match exports {
             Some(n) => format!(
-                "{k} {:.2} cores ({:.1} ms per export)",
+                "{k} {:.2} cores ({:.1} ms per export, idle included)",
                 share(*t),
                 t.as_secs_f64() * 1e3 / n as f64
             ),
@@ -738,7 +738,6 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         // Each export's latency and when each hop saw it: the hops' percentiles, and the
         // slowest exports hop by hop (the tail).
         let mut traces: Vec<(Duration, String, Vec<Option<Duration>>)> = Vec::new();
-        let latencies_before = write_latencies(&clusters).await?;
         // What the testbed burns with nothing to do (leases, resyncs, what the burst left
         // behind), then over the one-by-one phase: how much of an export's time is queueing
         // behind other work on the two cores.
@@ -746,6 +745,9 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         let idle_started = Instant::now();
         tokio::time::sleep(IDLE_WINDOW).await;
         let idle_line = cpu_line((&idle_before, &testbed_cpu()), idle_started.elapsed(), None);
+        // (After the idle window, so that its leases are not in the phase's write times; before
+        // the phase's CPU window, as reading the metrics costs the API servers CPU.)
+        let latencies_before = write_latencies(&clusters).await?;
         let steady_cpu_before = testbed_cpu();
         let steady_started = Instant::now();
         for i in n..n + STEADY {
