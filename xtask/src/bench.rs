@@ -738,9 +738,8 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         // Each export's latency and when each hop saw it: the hops' percentiles, and the
         // slowest exports hop by hop (the tail).
         let mut traces: Vec<(Duration, String, Vec<Option<Duration>>)> = Vec::new();
-        // What the testbed burns with nothing to do (leases, resyncs, what the burst left
-        // behind), then over the one-by-one phase: how much of an export's time is queueing
-        // behind other work on the two cores.
+        // What the testbed uses with nothing in flight (leases, resyncs, what the burst left
+        // behind), then over the one-by-one phase: the background, and what an export costs.
         let idle_before = testbed_cpu();
         let idle_started = Instant::now();
         tokio::time::sleep(IDLE_WINDOW).await;

@@ -856,8 +856,9 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         println!("{}", ratio_row(name, &r));
     }
     // The same ratios taken round by round (each variant against the other's run of the same
-    // round, minutes apart at most) and their median: a drift of the machine between rounds
-    // falls out of these, where it stays in the ratio of two medians above.
+    // round, a minute or two apart) and their median: meant to take a drift of the machine
+    // between rounds out, which stays in the ratio of two medians above; the rows show how far
+    // one round's ratio strays.
     println!("\nper round, then the median over rounds:");
     for (name, x, base) in [("(c)/(a)", 3, 0), ("(d)/(a)", 4, 0), ("(d)/(c)", 4, 3)] {
         let ratios: Vec<[f64; 6]> = samples[x]
