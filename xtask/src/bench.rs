@@ -57,11 +57,12 @@ pub enum BenchCommand {
     /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through one namespace topology:
     /// TCP throughput (1 and 4 streams), request/response, small-packet rate, CPU per packet.
     Dataplane {
-        /// Runs per measurement (the median is printed); the variants take turns run by run.
-        #[arg(long, default_value_t = 5)]
+        /// Rounds (the median is printed): in each, every test runs through every variant in
+        /// turn, all the variants' topologies being up at once.
+        #[arg(long, default_value_t = 15)]
         runs: usize,
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 5)]
+        /// Seconds per test and variant in a round.
+        #[arg(long, default_value_t = 2)]
         seconds: u64,
     },
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask bench dataplane`: one namespace topology, three ways through it, measured in the
+//! `cargo xtask bench dataplane`: one namespace topology, five ways through it, measured in the
 //! same run (issue: the dataplane's Measure section).
 //!
 //! ```text
@@ -27,9 +27,11 @@
 //! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
 //! delivered (a sender thread in the client, a receiver in the server), and the kernel's
 //! softirq CPU time per delivered packet over the whole path (namespaces share one kernel, so
-//! one hop's CPU cannot be told apart). Each number is the median of several runs, the three
-//! variants taking turns run by run, each through a topology built afresh (this machine's speed
-//! drifts over minutes; a drift must not favour one variant). For Strait,
+//! one hop's CPU cannot be told apart). Every variant's topology is up at once (each in its own
+//! namespaces), and each number is the median over rounds: in a round, every test runs through
+//! every variant in turn before the next test, in an order that changes from test to test, so
+//! that the runs compared are seconds apart (this machine's speed drifts over minutes; a drift
+//! must not favour one variant) and no variant always follows the same other. For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's
 //! own time per packet (not during the measured runs: timing every run costs per packet). It
 //! prints numbers; it asserts nothing.
@@ -83,6 +85,18 @@ impl Variant {
         }
     }
 
+    /// The variant's part of its namespaces' and bpffs directories' names: every variant's
+    /// topology is up at once.
+    fn tag(self) -> &'static str {
+        match self {
+            Variant::Plain => "a",
+            Variant::PlainTunnelMtu => "a2",
+            Variant::Kernel => "b",
+            Variant::Strait => "c",
+            Variant::StraitPolicy => "d",
+        }
+    }
+
     fn pod_mtu(self) -> u32 {
         match self {
             Variant::Plain => 1500,
@@ -93,18 +107,26 @@ impl Variant {
     }
 }
 
-fn ns(name: &str) -> String {
-    format!("{PREFIX}-{name}")
+const VARIANTS: [Variant; 5] = [
+    Variant::Plain,
+    Variant::PlainTunnelMtu,
+    Variant::Kernel,
+    Variant::Strait,
+    Variant::StraitPolicy,
+];
+
+fn ns(v: Variant, name: &str) -> String {
+    format!("{PREFIX}-{}-{name}", v.tag())
 }
 
-fn sh(netns: &str, line: &str) -> anyhow::Result<()> {
+fn sh(v: Variant, netns: &str, line: &str) -> anyhow::Result<()> {
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns(netns), "sh", "-c", line])
+        .args(["netns", "exec", &ns(v, netns), "sh", "-c", line])
         .output()?;
     if !out.status.success() {
         bail!(
             "in {}: {line}: {}",
-            ns(netns),
+            ns(v, netns),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -126,48 +148,54 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 const NAMESPACES: [&str; 6] = ["client", "node", "egw", "router", "wgw", "server"];
 const BPF_NODES: [&str; 3] = ["node", "egw", "wgw"];
 
-fn bpffs(node: &str) -> PathBuf {
-    PathBuf::from(format!("/run/strait-bench/{node}"))
+fn bpffs(v: Variant, node: &str) -> PathBuf {
+    PathBuf::from(format!("/run/strait-bench/{}/{node}", v.tag()))
 }
 
+/// Removes every variant's topology.
 fn teardown() {
-    for n in NAMESPACES {
-        let _ = Command::new("ip").args(["netns", "del", &ns(n)]).output();
-    }
-    for n in BPF_NODES {
-        let _ = Command::new("umount").arg(bpffs(n)).output();
+    for v in VARIANTS {
+        for n in NAMESPACES {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns(v, n)])
+                .output();
+        }
+        for n in BPF_NODES {
+            let _ = Command::new("umount").arg(bpffs(v, n)).output();
+        }
     }
 }
 
-fn veth(a: &str, a_dev: &str, b: &str, b_dev: &str) -> anyhow::Result<()> {
+fn veth(v: Variant, a: &str, a_dev: &str, b: &str, b_dev: &str) -> anyhow::Result<()> {
     ip(&[
         "link",
         "add",
         a_dev,
         "netns",
-        &ns(a),
+        &ns(v, a),
         "type",
         "veth",
         "peer",
         b_dev,
         "netns",
-        &ns(b),
+        &ns(v, b),
     ])
 }
 
 /// The namespaces, links and addresses every variant shares.
 fn build_common(variant: Variant) -> anyhow::Result<()> {
-    teardown();
+    let v = variant;
     for n in NAMESPACES {
-        ip(&["netns", "add", &ns(n)])?;
-        sh(n, "ip link set lo up")?;
+        ip(&["netns", "add", &ns(v, n)])?;
+        sh(v, n, "ip link set lo up")?;
     }
-    veth("client", "eth0", "node", "vpod")?;
-    veth("node", "eth0", "router", "node-e")?;
-    veth("egw", "eth0", "router", "gw-e")?;
-    veth("wgw", "eth0", "router", "gw-w")?;
-    veth("server", "eth0", "wgw", "vpod")?;
+    veth(v, "client", "eth0", "node", "vpod")?;
+    veth(v, "node", "eth0", "router", "node-e")?;
+    veth(v, "egw", "eth0", "router", "gw-e")?;
+    veth(v, "wgw", "eth0", "router", "gw-w")?;
+    veth(v, "server", "eth0", "wgw", "vpod")?;
     sh(
+        v,
         "router",
         "ip link add br-east type bridge && ip addr add 198.18.21.254/24 dev br-east && ip link set br-east up && \
          ip link set node-e master br-east up && ip link set gw-e master br-east up && \
@@ -179,6 +207,7 @@ fn build_common(variant: Variant) -> anyhow::Result<()> {
         ("wgw", "198.18.22.1/24"),
     ] {
         sh(
+            v,
             n,
             &format!(
                 "ip addr add {addr} dev eth0 && ip link set eth0 up && sysctl -qw net.ipv4.ip_forward=1 && \
@@ -190,19 +219,22 @@ fn build_common(variant: Variant) -> anyhow::Result<()> {
     // whichever way its cross-cluster traffic goes, and Strait's policy relies on it.
     for n in BPF_NODES {
         sh(
+            v,
             n,
             "nft add table ip benchct && nft add chain ip benchct pre '{ type filter hook prerouting priority 0; }' && nft add rule ip benchct pre ct state new counter",
         )?;
     }
-    sh("node", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
-    sh("egw", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
-    sh("wgw", "ip route add 198.18.21.0/24 via 198.18.22.254")?;
+    sh(v, "node", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
+    sh(v, "egw", "ip route add 198.18.22.0/24 via 198.18.21.254")?;
+    sh(v, "wgw", "ip route add 198.18.21.0/24 via 198.18.22.254")?;
     let mtu = variant.pod_mtu();
     sh(
+        v,
         "node",
         &format!("ip addr add 10.244.1.1/24 dev vpod && ip link set vpod mtu {mtu} up"),
     )?;
     sh(
+        v,
         "client",
         &format!(
             "ip addr add 10.244.1.5/24 dev eth0 && ip link set eth0 mtu {mtu} up && \
@@ -210,10 +242,12 @@ fn build_common(variant: Variant) -> anyhow::Result<()> {
         ),
     )?;
     sh(
+        v,
         "wgw",
         &format!("ip addr add 10.245.0.1/24 dev vpod && ip link set vpod mtu {mtu} up"),
     )?;
     sh(
+        v,
         "server",
         &format!(
             "ip addr add {SERVER}/24 dev eth0 && ip link set eth0 mtu {mtu} up && \
@@ -225,24 +259,28 @@ fn build_common(variant: Variant) -> anyhow::Result<()> {
 }
 
 fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
+    let v = variant;
     build_common(variant)?;
     match variant {
         Variant::Plain | Variant::PlainTunnelMtu => {
             // The same hops as the tunnel's: node -> egw -> router -> wgw.
-            sh("node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
+            sh(v, "node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
             sh(
+                v,
                 "egw",
                 "ip route add 10.245.0.0/16 via 198.18.21.254 && ip route add 10.244.1.0/24 via 198.18.21.2",
             )?;
             sh(
+                v,
                 "router",
                 "ip route add 10.245.0.0/16 via 198.18.22.1 && ip route add 10.244.0.0/16 via 198.18.21.1",
             )?;
-            sh("wgw", "ip route add 10.244.0.0/16 via 198.18.22.254")?;
+            sh(v, "wgw", "ip route add 10.244.0.0/16 via 198.18.22.254")?;
         }
         Variant::Kernel => {
-            sh("node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
+            sh(v, "node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
             sh(
+                v,
                 "egw",
                 "ip link add vxlan0 type vxlan id 42 local 198.18.21.1 remote 198.18.22.1 dstport 4789 && \
                  ip addr add 169.254.42.1/30 dev vxlan0 && ip link set vxlan0 up && \
@@ -253,6 +291,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                  nft add rule ip bench post oifname vxlan0 masquerade",
             )?;
             sh(
+                v,
                 "wgw",
                 "ip link add vxlan0 type vxlan id 42 local 198.18.22.1 remote 198.18.21.1 dstport 4789 && \
                  ip addr add 169.254.42.2/30 dev vxlan0 && ip link set vxlan0 up",
@@ -261,7 +300,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
         Variant::Strait | Variant::StraitPolicy => {
             let policy = variant == Variant::StraitPolicy;
             for n in BPF_NODES {
-                let dir = bpffs(n);
+                let dir = bpffs(v, n);
                 std::fs::create_dir_all(&dir)?;
                 let status = Command::new("mount")
                     .args(["-t", "bpf", "bpf"])
@@ -271,7 +310,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                     bail!("mounting bpffs on {}", dir.display());
                 }
                 let out = Command::new("nsenter")
-                    .arg(format!("--net=/run/netns/{}", ns(n)))
+                    .arg(format!("--net=/run/netns/{}", ns(v, n)))
                     .arg(agent)
                     .arg("--pin-root")
                     .arg(dir.join("mc/v1"))
@@ -281,7 +320,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 if !out.status.success() {
                     bail!(
                         "mc-agent attach in {}: {}",
-                        ns(n),
+                        ns(v, n),
                         String::from_utf8_lossy(&out.stderr)
                     );
                 }
@@ -296,14 +335,17 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 i
             };
             sync(
+                v,
                 "egw",
                 &with_policy(inputs("egw", "198.18.21.1", east_gw, west, &east_nodes)),
             )?;
             sync(
+                v,
                 "node",
                 &with_policy(inputs("node", "198.18.21.2", east_gw, west, &east_nodes)),
             )?;
             sync(
+                v,
                 "wgw",
                 &with_policy(inputs(
                     "wgw",
@@ -406,8 +448,8 @@ fn stretched(i: &mut Inputs) {
 /// What the agent does on one Node: the maps from its inputs, its routes to the remote prefixes
 /// (installed in the Node's namespace by the agent's own code), then the config flag that
 /// depends on those routes.
-fn sync(node: &str, inputs: &Inputs) -> anyhow::Result<()> {
-    let layout = PinLayout::new(bpffs(node).join("mc/v1"));
+fn sync(v: Variant, node: &str, inputs: &Inputs) -> anyhow::Result<()> {
+    let layout = PinLayout::new(bpffs(v, node).join("mc/v1"));
     let mut maps = DataplaneMaps::open_pinned(&layout)?;
     let mut d = desired(inputs);
     if let Some(why) = d.not_ready {
@@ -420,7 +462,7 @@ fn sync(node: &str, inputs: &Inputs) -> anyhow::Result<()> {
         toward,
         prefixes: prefixes.clone(),
     });
-    in_ns(node, move || routes::sync("eth0", &prefixes, toward))
+    in_ns(v, node, move || routes::sync("eth0", &prefixes, toward))
         .join()
         .map_err(|_| anyhow::anyhow!("route sync thread in {node}"))?
         .with_context(|| format!("routes in {node}"))?;
@@ -431,10 +473,11 @@ fn sync(node: &str, inputs: &Inputs) -> anyhow::Result<()> {
 
 /// Runs `f` on a thread inside a namespace of the topology.
 fn in_ns<T: Send + 'static>(
+    v: Variant,
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::thread::JoinHandle<T> {
-    let path = format!("/run/netns/{}", ns(name));
+    let path = format!("/run/netns/{}", ns(v, name));
     std::thread::spawn(move || {
         let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
@@ -452,9 +495,17 @@ impl Drop for Server {
     }
 }
 
-fn iperf(streams: u32, seconds: u64) -> anyhow::Result<f64> {
+fn iperf(v: Variant, streams: u32, seconds: u64) -> anyhow::Result<f64> {
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns("client"), "iperf3", "-J", "-c", SERVER])
+        .args([
+            "netns",
+            "exec",
+            &ns(v, "client"),
+            "iperf3",
+            "-J",
+            "-c",
+            SERVER,
+        ])
         .args([
             "-p",
             &IPERF_PORT.to_string(),
@@ -475,10 +526,10 @@ fn iperf(streams: u32, seconds: u64) -> anyhow::Result<f64> {
 }
 
 /// 1-byte ping-pong over one TCP connection: (transactions per second, median round trip).
-fn request_response(seconds: u64) -> anyhow::Result<(f64, Duration)> {
+fn request_response(v: Variant, seconds: u64) -> anyhow::Result<(f64, Duration)> {
     let ready = Arc::new(AtomicBool::new(false));
     let r2 = ready.clone();
-    let server = in_ns("server", move || -> std::io::Result<()> {
+    let server = in_ns(v, "server", move || -> std::io::Result<()> {
         let listener = TcpListener::bind((SERVER, RR_PORT))?;
         r2.store(true, Ordering::Release);
         let (mut conn, _) = listener.accept()?;
@@ -492,7 +543,7 @@ fn request_response(seconds: u64) -> anyhow::Result<(f64, Duration)> {
     while !ready.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let client = in_ns("client", move || -> std::io::Result<Vec<Duration>> {
+    let client = in_ns(v, "client", move || -> std::io::Result<Vec<Duration>> {
         let mut conn = TcpStream::connect((SERVER, RR_PORT))?;
         conn.set_nodelay(true)?;
         let mut rtts = Vec::new();
@@ -553,12 +604,12 @@ fn mmsg_headers(iov: impl Fn(usize) -> *mut libc::iovec) -> [libc::mmsghdr; BATC
 
 /// 64-byte UDP frames (18-byte payload) as fast as one sender thread goes with `sendmmsg`:
 /// (delivered packets per second, softirq ns per delivered packet).
-fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
+fn udp_flood(v: Variant, seconds: u64) -> anyhow::Result<(f64, f64)> {
     let received = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(AtomicBool::new(false));
     let (r, s, rd) = (received.clone(), stop.clone(), ready.clone());
-    let receiver = in_ns("server", move || -> std::io::Result<()> {
+    let receiver = in_ns(v, "server", move || -> std::io::Result<()> {
         let sock = UdpSocket::bind((SERVER, UDP_PORT))?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         rd.store(true, Ordering::Release);
@@ -590,7 +641,7 @@ fn udp_flood(seconds: u64) -> anyhow::Result<(f64, f64)> {
     }
     let softirq_before = softirq_ns();
     let start_count = received.load(Ordering::Relaxed);
-    let sender = in_ns("client", move || -> std::io::Result<()> {
+    let sender = in_ns(v, "client", move || -> std::io::Result<()> {
         let sock = UdpSocket::bind("10.244.1.5:0")?;
         sock.connect((SERVER, UDP_PORT))?;
         // sendmmsg: BATCH datagrams per system call, so the sender is not what limits the rate.
@@ -635,9 +686,19 @@ fn ratio_row(name: &str, r: &[f64; 6]) -> String {
     )
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The value at `at` (0 to 1) of the sorted values (the nearest rank).
+fn quantile(mut v: Vec<f64>, at: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v[((v.len() - 1) as f64 * at).round() as usize]
+}
+
+/// A range of ratios, as the table prints them.
+fn span(low: f64, high: f64) -> String {
+    format!("{low:.2}-{high:.2}x")
 }
 
 #[derive(Default, Clone)]
@@ -656,18 +717,13 @@ struct Row {
 /// Each program's name, mean time per run (ns) and runs.
 type Programs = Vec<(String, f64, u64)>;
 
-struct Sample {
-    values: [f64; 6],
-    programs: Programs,
-}
-
 /// Run time and run count of the program behind each pinned Strait link (the kernel counts them
 /// while `kernel.bpf_stats_enabled` is 1).
-fn program_stats() -> Vec<(String, u64, u64)> {
+fn program_stats(v: Variant) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for node in BPF_NODES {
         for hook in ["eth0_ingress", "eth0_egress", "netfilter_ingress"] {
-            let link = bpffs(node).join("mc/v1/links").join(hook);
+            let link = bpffs(v, node).join("mc/v1/links").join(hook);
             let json = |args: &[&str]| -> Option<serde_json::Value> {
                 let o = Command::new("bpftool")
                     .args(args)
@@ -705,96 +761,142 @@ fn bpf_stats(enabled: bool) -> String {
     old.trim().to_owned()
 }
 
-/// One run of every measurement through a freshly built topology for `variant`; for Strait with
-/// `stats`, then one more request/response and UDP run with the kernel's BPF statistics on, for
-/// the programs' own time per packet (they time every program run, which costs enough per packet
-/// that the measured runs leave them off).
-fn measure(variant: Variant, seconds: u64, agent: &Path, stats: bool) -> anyhow::Result<Sample> {
-    build(variant, agent)
-        .with_context(|| format!("building the topology for {}", variant.label()))?;
-    let _server = Server(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns("server"),
-                "iperf3",
-                "-s",
-                "-p",
-                &IPERF_PORT.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting iperf3 -s")?,
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    // Warm up neighbours, conntrack and (for Strait) the SNAT entry's path.
+/// The four tests: each runs for every variant in turn before the next test begins.
+#[derive(Clone, Copy)]
+enum Test {
+    Tcp1,
+    Tcp4,
+    RequestResponse,
+    Udp,
+}
+
+const TESTS: [Test; 4] = [Test::Tcp1, Test::Tcp4, Test::RequestResponse, Test::Udp];
+
+/// Builds a variant's topology and starts its iperf3 server (stopped when dropped).
+fn bring_up(v: Variant, agent: &Path) -> anyhow::Result<Server> {
+    build(v, agent).with_context(|| format!("building the topology for {}", v.label()))?;
+    let server = Command::new("ip")
+        .args(["netns", "exec", &ns(v, "server"), "iperf3", "-s", "-p"])
+        .arg(IPERF_PORT.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s")?;
+    Ok(Server(server))
+}
+
+/// Warms up a variant's neighbours, conntrack and (for Strait) the SNAT entry's path.
+fn warm_up(v: Variant) {
     let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns("client"),
-            "ping",
-            "-c",
-            "3",
-            "-i",
-            "0.2",
-            "-W",
-            "1",
-            SERVER,
-        ])
+        .args(["netns", "exec", &ns(v, "client"), "ping", "-c", "3"])
+        .args(["-i", "0.2", "-W", "1", SERVER])
         .output();
-    let tcp1 = iperf(1, seconds)?;
-    let tcp4 = iperf(4, seconds)?;
-    let (rr, p50) = request_response(seconds)?;
-    let (pps, softirq_ns) = udp_flood(seconds)?;
-    let mut programs = Vec::new();
-    if stats && matches!(variant, Variant::Strait | Variant::StraitPolicy) {
-        eprintln!("  {} with BPF statistics", variant.label());
-        let old = bpf_stats(true);
-        let before = program_stats();
-        let measured = request_response(seconds).and_then(|_| udp_flood(seconds));
-        let after = program_stats();
-        bpf_stats(old == "1");
-        measured?;
-        for ((name, t1, c1), (_, t0, c0)) in after.into_iter().zip(before) {
-            let (ns, runs) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
-            programs.push((name, ns as f64 / runs.max(1) as f64, runs));
+}
+
+/// Runs one test through a variant's topology; its figures go into their columns of `values`.
+fn run_test(v: Variant, test: Test, seconds: u64, values: &mut [f64; 6]) -> anyhow::Result<()> {
+    match test {
+        Test::Tcp1 => values[0] = iperf(v, 1, seconds)?,
+        Test::Tcp4 => values[1] = iperf(v, 4, seconds)?,
+        Test::RequestResponse => {
+            let (rate, p50) = request_response(v, seconds)?;
+            values[2] = rate;
+            values[3] = p50.as_secs_f64() * 1e6;
         }
-        programs.sort_by(|a, b| a.0.cmp(&b.0));
+        Test::Udp => {
+            let (pps, softirq_ns) = udp_flood(v, seconds)?;
+            values[4] = pps;
+            values[5] = softirq_ns;
+        }
     }
-    Ok(Sample {
-        values: [tcp1, tcp4, rr, p50.as_secs_f64() * 1e6, pps, softirq_ns],
-        programs,
-    })
+    Ok(())
+}
+
+/// For a Strait variant, one more request/response and UDP run with the kernel's BPF statistics
+/// on: each program's own time per packet (they time every program run, which costs enough per
+/// packet that the measured runs leave them off).
+fn program_times(v: Variant, seconds: u64) -> anyhow::Result<Programs> {
+    let old = bpf_stats(true);
+    let before = program_stats(v);
+    let measured = request_response(v, seconds).and_then(|_| udp_flood(v, seconds));
+    let after = program_stats(v);
+    bpf_stats(old == "1");
+    measured?;
+    let mut programs = Vec::new();
+    for ((name, t1, c1), (_, t0, c0)) in after.into_iter().zip(before) {
+        let (ns, runs) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
+        programs.push((name, ns as f64 / runs.max(1) as f64, runs));
+    }
+    programs.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(programs)
+}
+
+/// Each variant's figures (in the table's columns), round by round.
+type Rounds = Vec<Vec<[f64; 6]>>;
+
+/// The order in which the variants take their turns at the `n`-th test of the run: a different
+/// permutation each time (a fixed sequence, so runs are comparable), so that no variant always
+/// follows the same other one (whose load may linger) or always comes first.
+fn turns(n: usize) -> [usize; VARIANTS.len()] {
+    let mut order: [usize; VARIANTS.len()] = std::array::from_fn(|i| i);
+    let mut x = (n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for i in (1..order.len()).rev() {
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 32;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+/// Every variant's topology up at once, then `runs` rounds: in each, every test runs through
+/// every variant in turn (in an order that changes from test to test, see [`turns`]), so that
+/// a variant's run and the others' of the same test are seconds apart, not minutes. Returns
+/// each variant's rounds and the Strait variants' program times.
+fn measure_all(
+    runs: usize,
+    seconds: u64,
+    agent: &Path,
+) -> anyhow::Result<(Rounds, Vec<(Variant, Programs)>)> {
+    let mut servers = Vec::new();
+    for v in VARIANTS {
+        eprintln!("  building {}", v.label());
+        servers.push(bring_up(v, agent)?);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for v in VARIANTS {
+        warm_up(v);
+    }
+    let mut samples: Rounds = vec![Vec::with_capacity(runs); VARIANTS.len()];
+    for round in 0..runs {
+        let mut this = [[0.0; 6]; VARIANTS.len()];
+        eprintln!("  round {}/{runs}", round + 1);
+        for (t, test) in TESTS.into_iter().enumerate() {
+            for i in turns(round * TESTS.len() + t) {
+                let v = VARIANTS[i];
+                run_test(v, test, seconds, &mut this[i])
+                    .with_context(|| format!("{} in round {}", v.label(), round + 1))?;
+            }
+        }
+        for (rounds, values) in samples.iter_mut().zip(this) {
+            rounds.push(values);
+        }
+    }
+    let mut programs = Vec::new();
+    for v in [Variant::Strait, Variant::StraitPolicy] {
+        eprintln!("  {} with BPF statistics", v.label());
+        programs.push((v, program_times(v, seconds.max(5))?));
+    }
+    drop(servers);
+    Ok((samples, programs))
 }
 
 pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
-    // The variants take turns, run after run, each through a topology built afresh: this
-    // machine's speed drifts over minutes, and a drift must not fall on one variant only.
-    const VARIANTS: [Variant; 5] = [
-        Variant::Plain,
-        Variant::PlainTunnelMtu,
-        Variant::Kernel,
-        Variant::Strait,
-        Variant::StraitPolicy,
-    ];
-    let mut samples: Vec<Vec<[f64; 6]>> = vec![Vec::new(); VARIANTS.len()];
-    let mut programs: Vec<(Variant, Programs)> = Vec::new();
-    for run in 0..runs {
-        for (i, &variant) in VARIANTS.iter().enumerate() {
-            eprintln!("  {} run {}/{runs}", variant.label(), run + 1);
-            let sample = measure(variant, seconds, &agent, run + 1 == runs);
-            teardown();
-            let sample = sample?;
-            samples[i].push(sample.values);
-            if !sample.programs.is_empty() {
-                programs.push((variant, sample.programs));
-            }
-        }
-    }
+    teardown();
+    let measured = measure_all(runs, seconds, &agent);
+    teardown();
+    let (samples, programs) = measured?;
     let rows: Vec<(Variant, Row)> = VARIANTS
         .iter()
         .zip(&samples)
@@ -819,7 +921,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         rows[4].1.clone(),
     );
     println!(
-        "\ndataplane: medians of {runs} runs of {seconds} s, the variants taking turns; Pod MTU lowered by each tunnel's overhead (and for (a'))\n"
+        "\ndataplane: medians of {runs} rounds, {seconds} s per test, every variant's topology up at once and the variants taking turns test by test; Pod MTU lowered by each tunnel's overhead (and for (a'))\n"
     );
     println!(
         "{:<24} {:>11} {:>11} {:>11} {:>9} {:>11} {:>13}",
@@ -855,22 +957,33 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ];
         println!("{}", ratio_row(name, &r));
     }
-    // The same ratios taken round by round (each variant against the other's run of the same
-    // round, a minute or two apart) and their median: meant to take a drift of the machine
-    // between rounds out, which stays in the ratio of two medians above; the rows show how far
-    // one round's ratio strays.
-    println!("\nper round, then the median over rounds:");
+    // The same ratios taken round by round, each variant against the other's run of the same
+    // test seconds before or after it: their median, and the middle half of the rounds (how far
+    // one round's ratio strays).
+    println!(
+        "\nround by round (each run against the other variant's run of the same test in the same round):"
+    );
     for (name, x, base) in [("(c)/(a)", 3, 0), ("(d)/(a)", 4, 0), ("(d)/(c)", 4, 3)] {
         let ratios: Vec<[f64; 6]> = samples[x]
             .iter()
             .zip(&samples[base])
             .map(|(v, b)| std::array::from_fn(|k| v[k] / b[k]))
             .collect();
-        for (round, r) in ratios.iter().enumerate() {
-            println!("{}", ratio_row(&format!("{name} round {}", round + 1), r));
-        }
-        let m: [f64; 6] = std::array::from_fn(|k| median(ratios.iter().map(|r| r[k]).collect()));
-        println!("{}", ratio_row(&format!("{name} paired median"), &m));
+        let q = |at: f64| -> [f64; 6] {
+            std::array::from_fn(|k| quantile(ratios.iter().map(|r| r[k]).collect(), at))
+        };
+        println!("{}", ratio_row(&format!("{name} paired median"), &q(0.5)));
+        let (low, high) = (q(0.25), q(0.75));
+        println!(
+            "{:<24} {:>12} {:>11} {:>11} {:>9} {:>11} {:>13}",
+            format!("{name} middle half"),
+            span(low[0], high[0]),
+            span(low[1], high[1]),
+            span(low[2], high[2]),
+            span(low[3], high[3]),
+            span(low[4], high[4]),
+            span(low[5], high[5]),
+        );
     }
     println!(
         "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a) (the issue's reference figures lower the sender's MTU by the tunnel's overhead: (a')); softirq/pkt is the whole path's kernel time"
@@ -885,4 +998,28 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_turn_is_a_permutation_and_the_orders_vary() {
+        let mut first = BTreeSet::new();
+        let mut follows = BTreeSet::new();
+        for n in 0..60 {
+            let order = turns(n);
+            let mut sorted = order;
+            sorted.sort();
+            assert_eq!(sorted, [0, 1, 2, 3, 4], "turn {n}: {order:?}");
+            first.insert(order[0]);
+            follows.extend(order.windows(2).map(|w| (w[0], w[1])));
+        }
+        // Over 60 tests every variant comes first some time, and every ordered pair of
+        // variants occurs (each variant follows every other one).
+        assert_eq!(first.len(), 5);
+        assert_eq!(follows.len(), 20);
+        assert_ne!(turns(0), turns(1));
+    }
 }
