@@ -95,15 +95,52 @@ impl Member {
             },
         );
         let (w, c) = (&self.writer, &self.client);
-        let (mut ops, want_si) =
-            service_writes(w, c, plan.services, plan.awaiting_ip, &services_v, &dying);
         let endpoints_v = self.local.endpoints.covered(work);
+        // A Service being created (its ServiceImport waits for its ClusterIP) has its Endpoints
+        // and MCS EndpointSlices written after its apply, with its ServiceImport: its apply
+        // (the ClusterIP allocation, the longest write of an import) then has the API server
+        // to itself, and the ServiceImport, which waits for it, comes sooner.
+        let creating: BTreeSet<NsName> = plan.awaiting_ip.keys().cloned().collect();
+        let (endpoints_after, endpoints_now): (Vec<_>, Vec<_>) = plan
+            .endpoints
+            .into_iter()
+            .partition(|eps| creating.contains(&ns_name(eps)));
+        let (slices_after, slices_now): (Vec<_>, Vec<_>) = plan
+            .mcs_slices
+            .into_iter()
+            .partition(|s| creating.contains(&slice_service(s)));
+        let mut after: BTreeMap<NsName, Vec<Op>> = BTreeMap::new();
+        follow_ups(
+            w,
+            endpoints_after,
+            &endpoints_v,
+            ns_name,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            &mut after,
+        );
+        follow_ups(
+            w,
+            slices_after,
+            &mcs_slices_v,
+            slice_service,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            &mut after,
+        );
+        let (mut ops, want_si) = service_writes(
+            w,
+            c,
+            plan.services,
+            plan.awaiting_ip,
+            after,
+            &services_v,
+            &dying,
+        );
         ops.extend(w.converge(
-            plan.endpoints,
+            endpoints_now,
             &endpoints_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
-            |eps| !dying(ns_of(eps)),
+            |eps| !dying(ns_of(eps)) && !creating.contains(&ns_name(eps)),
         ));
         ops.extend(w.converge(
             plan.service_imports,
@@ -117,11 +154,11 @@ impl Member {
             },
         ));
         ops.extend(w.converge(
-            plan.mcs_slices,
+            slices_now,
             &mcs_slices_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
-            |s| is_managed(s) && !dying(ns_of(s)),
+            |s| is_managed(s) && !dying(ns_of(s)) && !creating.contains(&slice_service(s)),
         ));
         ops.extend(w.converge(
             plan.cluster_infos,
@@ -303,15 +340,63 @@ impl Member {
     }
 }
 
-/// Objects by `(namespace, name)`.
+/// The writes of `desired` (objects that follow the apply of the Service `service` gives),
+/// added to `after` under that Service. No delete: what is not desired is left to the pass's
+/// own writes.
+fn follow_ups<K>(
+    w: &Writer,
+    desired: Vec<K>,
+    stored: &[Arc<K>],
+    service: impl Fn(&K) -> NsName,
+    api: impl Fn(&str) -> Api<K>,
+    after: &mut BTreeMap<NsName, Vec<Op>>,
+) where
+    K: Resource + serde::Serialize + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let stored: HashMap<NsName, &Arc<K>> =
+        stored.iter().map(|o| (ns_name(o.as_ref()), o)).collect();
+    for obj in desired {
+        let key = service(&obj);
+        let copy: Vec<Arc<K>> = stored
+            .get(&ns_name(&obj))
+            .map(|o| (*o).clone())
+            .into_iter()
+            .collect();
+        let ops = w.converge(vec![obj], &copy, Compare::Fields, &api, |_| false);
+        after
+            .entry(key)
+            .or_default()
+            .extend(ops.into_iter().map(|(_, op)| op));
+    }
+}
+
+/// An object's namespace and name.
+fn ns_name<K: Resource>(o: &K) -> NsName {
+    (ns_of(o).to_owned(), o.name_any())
+}
+
+/// The imported Service an MCS EndpointSlice is for (its namespace and name).
+fn slice_service(s: &EndpointSlice) -> NsName {
+    let service = s
+        .labels()
+        .get(mc_api::mcs::labels::SERVICE_NAME)
+        .map(|n| names::imported(n))
+        .unwrap_or_default();
+    (ns_of(s).to_owned(), service)
+}
+
 /// The writes of the imported Services, each new one's ServiceImport chained to its apply (see
-/// `import`), and the ServiceImports they stand for (not to be deleted while they wait for a
-/// ClusterIP).
+/// `import`) with the writes `after` holds for it, and the ServiceImports they stand for (not
+/// to be deleted while they wait for a ClusterIP). Follow-ups of a Service that needs no write
+/// this pass are written as the pass's other writes are.
 fn service_writes(
     w: &Writer,
     c: &Client,
     services: Vec<Service>,
     awaiting_ip: BTreeMap<(String, String), ServiceImport>,
+    mut after: BTreeMap<NsName, Vec<Op>>,
     stored: &[Arc<Service>],
     dying: &impl Fn(&str) -> bool,
 ) -> (Vec<(String, Op)>, BTreeSet<NsName>) {
@@ -328,21 +413,36 @@ fn service_writes(
     // server allocated (one write sooner than waiting for the Service's watch event).
     let mut awaiting = awaiting_ip;
     let then = |svc: &Service| -> Option<Then<Service>> {
-        let mut si = awaiting.remove(&(ns_of(svc).to_owned(), svc.name_any()))?;
+        let key = ns_name(svc);
+        let si = awaiting.remove(&key);
+        let follow = after.remove(&key).unwrap_or_default();
+        if si.is_none() && follow.is_empty() {
+            return None;
+        }
         let (w, api) = (
             w.clone(),
             Api::<ServiceImport>::namespaced(c.clone(), ns_of(svc)),
         );
         Some(Box::new(move |stored: Service| {
             let ip = stored
-                .spec?
-                .cluster_ip
-                .filter(|ip| ip != "None" && !ip.is_empty())?;
-            si.spec.ips = vec![ip];
-            Some(w.apply_op(&api, si).1)
+                .spec
+                .and_then(|s| s.cluster_ip)
+                .filter(|ip| ip != "None" && !ip.is_empty());
+            let si = si.zip(ip).map(|(mut si, ip)| {
+                si.spec.ips = vec![ip];
+                w.apply_op(&api, si).1
+            });
+            let ops: Vec<Op> = si.into_iter().chain(follow).collect();
+            Some(Box::pin(async move {
+                let results = futures::future::join_all(ops).await;
+                results
+                    .into_iter()
+                    .collect::<kube::Result<Vec<()>>>()
+                    .map(|_| ())
+            }) as Op)
         }))
     };
-    let ops = w.converge_then(
+    let mut ops = w.converge_then(
         services,
         stored,
         Compare::Fields,
@@ -356,6 +456,10 @@ fn service_writes(
         },
         then,
     );
+    // Follow-ups whose Service needed no write.
+    for (key, follow) in after {
+        ops.extend(follow.into_iter().map(|op| (key.1.clone(), op)));
+    }
     (ops, want_si)
 }
 
@@ -366,6 +470,7 @@ fn ns_of<K: Resource>(o: &K) -> &str {
     o.meta().namespace.as_deref().unwrap_or_default()
 }
 
+/// Objects by `(namespace, name)`.
 fn by_ns_name<K: Resource>(objects: &[Arc<K>]) -> BTreeMap<(String, String), &K> {
     objects
         .iter()
@@ -376,4 +481,37 @@ fn by_ns_name<K: Resource>(objects: &[Arc<K>]) -> BTreeMap<(String, String), &K>
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mcs_slice_follows_the_imported_service_it_is_labelled_for() {
+        let mut slice = EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some("web-west-0".into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: None,
+            ports: None,
+        };
+        // Unlabelled: no Service, so it follows none being created.
+        assert_eq!(slice_service(&slice), ("shop".to_owned(), String::new()));
+        slice.metadata.labels = Some(
+            [(
+                mc_api::mcs::labels::SERVICE_NAME.to_owned(),
+                "web".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            slice_service(&slice),
+            ("shop".to_owned(), names::imported("web"))
+        );
+        assert_eq!(names::imported("web"), "antrea-mc-web");
+    }
 }
