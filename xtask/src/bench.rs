@@ -54,12 +54,13 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_values_t = [1, 100, 1000])]
         sizes: Vec<usize>,
     },
-    /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through one namespace topology:
+    /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through copies of one namespace topology:
     /// TCP throughput (1 and 4 streams), request/response, small-packet rate, CPU per packet.
     Dataplane {
         /// Rounds (the median is printed): in each, every test runs through every variant in
-        /// turn, all the variants' topologies being up at once.
-        #[arg(long, default_value_t = 15)]
+        /// turn, all the variants' topologies being up at once; a multiple of 10 balances the
+        /// order of the variants (see `turns`).
+        #[arg(long, default_value_t = 20)]
         runs: usize,
         /// Seconds per test and variant in a round.
         #[arg(long, default_value_t = 2)]

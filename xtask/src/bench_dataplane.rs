@@ -1,5 +1,5 @@
-//! `cargo xtask bench dataplane`: one namespace topology, five ways through it, measured in the
-//! same run (issue: the dataplane's Measure section).
+//! `cargo xtask bench dataplane`: one namespace topology, five ways through it (five copies, up
+//! at once), measured in the same run (issue: the dataplane's Measure section).
 //!
 //! ```text
 //!  client 10.244.1.5 ── node 198.18.21.2 ─┐                    ┌─ wgw 198.18.22.1 ── server 10.245.0.7
@@ -690,10 +690,13 @@ fn median(v: Vec<f64>) -> f64 {
     quantile(v, 0.5)
 }
 
-/// The value at `at` (0 to 1) of the sorted values (the nearest rank).
+/// The value at `at` (0 to 1) of the sorted values (the nearest rank; for the quartiles, as
+/// many values outside on either side: the first is at rank k, the third at n - 1 - k).
 fn quantile(mut v: Vec<f64>, at: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * at).round() as usize]
+    let last = v.len() - 1;
+    let k = (last as f64 * at.min(1.0 - at)).round() as usize;
+    if at <= 0.5 { v[k] } else { v[last - k] }
 }
 
 /// A range of ratios, as the table prints them.
@@ -711,10 +714,8 @@ struct Row {
     softirq_ns: f64,
 }
 
-/// One run of a variant: TCP 1 and 4 streams (bit/s), request/response (/s), its median round
-/// trip (us), UDP packets per second and softirq ns per packet; for Strait's last run, per Node
-/// and hook, the programs' mean run time (ns) and runs with the kernel's BPF statistics on.
-/// Each program's name, mean time per run (ns) and runs.
+/// Each program's name (Node and hook), mean time per run (ns) with the kernel's BPF statistics
+/// on, and runs.
 type Programs = Vec<(String, f64, u64)>;
 
 /// Run time and run count of the program behind each pinned Strait link (the kernel counts them
@@ -834,17 +835,24 @@ fn program_times(v: Variant, seconds: u64) -> anyhow::Result<Programs> {
 /// Each variant's figures (in the table's columns), round by round.
 type Rounds = Vec<Vec<[f64; 6]>>;
 
-/// The order in which the variants take their turns at the `n`-th test of the run: a different
-/// permutation each time (a fixed sequence, so runs are comparable), so that no variant always
-/// follows the same other one (whose load may linger) or always comes first.
+/// The order in which the variants take their turns in sequence `n`: a Williams design, whose
+/// 2 x 5 sequences (a cyclic Latin square and its mirror) put every variant in every position
+/// twice and every variant right after every other twice, so that over each 10 consecutive
+/// sequences no variant is favoured by coming first or by following one whose load may linger.
+/// A test's sequence is the round's number plus the test's ([`measure_all`]): over 10 rounds,
+/// every test runs through all ten.
 fn turns(n: usize) -> [usize; VARIANTS.len()] {
-    let mut order: [usize; VARIANTS.len()] = std::array::from_fn(|i| i);
-    let mut x = (n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for i in (1..order.len()).rev() {
-        x ^= x >> 29;
-        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x ^= x >> 32;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
+    const N: usize = VARIANTS.len();
+    // 0, 1, N-1, 2, N-2, ...
+    let first: [usize; N] = std::array::from_fn(|j| match j {
+        0 => 0,
+        j if j % 2 == 1 => j.div_ceil(2),
+        j => N - j / 2,
+    });
+    let k = n % (2 * N);
+    let mut order: [usize; N] = std::array::from_fn(|j| (first[j] + k % N) % N);
+    if k >= N {
+        order.reverse();
     }
     order
 }
@@ -872,7 +880,7 @@ fn measure_all(
         let mut this = [[0.0; 6]; VARIANTS.len()];
         eprintln!("  round {}/{runs}", round + 1);
         for (t, test) in TESTS.into_iter().enumerate() {
-            for i in turns(round * TESTS.len() + t) {
+            for i in turns(round + t) {
                 let v = VARIANTS[i];
                 run_test(v, test, seconds, &mut this[i])
                     .with_context(|| format!("{} in round {}", v.label(), round + 1))?;
@@ -1005,21 +1013,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_turn_is_a_permutation_and_the_orders_vary() {
-        let mut first = BTreeSet::new();
-        let mut follows = BTreeSet::new();
-        for n in 0..60 {
-            let order = turns(n);
-            let mut sorted = order;
-            sorted.sort();
-            assert_eq!(sorted, [0, 1, 2, 3, 4], "turn {n}: {order:?}");
-            first.insert(order[0]);
-            follows.extend(order.windows(2).map(|w| (w[0], w[1])));
+    fn the_turns_are_balanced_over_ten_sequences() {
+        for from in [0, 3, 10] {
+            let mut at = [[0; 5]; 5];
+            let mut follows = [[0; 5]; 5];
+            for n in from..from + 10 {
+                let order = turns(n);
+                let mut sorted = order;
+                sorted.sort();
+                assert_eq!(sorted, [0, 1, 2, 3, 4], "sequence {n}: {order:?}");
+                for (position, &v) in order.iter().enumerate() {
+                    at[position][v] += 1;
+                }
+                for w in order.windows(2) {
+                    follows[w[0]][w[1]] += 1;
+                }
+            }
+            // Every variant in every position twice; every variant right after every other
+            // twice (and never after itself).
+            assert_eq!(at, [[2; 5]; 5]);
+            for (v, row) in follows.iter().enumerate() {
+                for (next, &count) in row.iter().enumerate() {
+                    assert_eq!(count, if v == next { 0 } else { 2 }, "{next} after {v}");
+                }
+            }
         }
-        // Over 60 tests every variant comes first some time, and every ordered pair of
-        // variants occurs (each variant follows every other one).
-        assert_eq!(first.len(), 5);
-        assert_eq!(follows.len(), 20);
-        assert_ne!(turns(0), turns(1));
     }
 }

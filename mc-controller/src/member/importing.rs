@@ -109,7 +109,14 @@ impl Member {
             .mcs_slices
             .into_iter()
             .partition(|s| creating.contains(&slice_service(s)));
-        let mut after: BTreeMap<NsName, Vec<Op>> = BTreeMap::new();
+        // Only these are kept from the pass's deletes below: a stale object of a Service being
+        // created goes at once.
+        let deferred: BTreeSet<NsName> = endpoints_after
+            .iter()
+            .map(ns_name)
+            .chain(slices_after.iter().map(ns_name))
+            .collect();
+        let mut after: BTreeMap<NsName, Vec<(String, Op)>> = BTreeMap::new();
         follow_ups(
             w,
             endpoints_after,
@@ -140,7 +147,7 @@ impl Member {
             &endpoints_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
-            |eps| !dying(ns_of(eps)) && !creating.contains(&ns_name(eps)),
+            |eps| !dying(ns_of(eps)) && !deferred.contains(&ns_name(eps)),
         ));
         ops.extend(w.converge(
             plan.service_imports,
@@ -158,7 +165,7 @@ impl Member {
             &mcs_slices_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
-            |s| is_managed(s) && !dying(ns_of(s)) && !creating.contains(&slice_service(s)),
+            |s| is_managed(s) && !dying(ns_of(s)) && !deferred.contains(&ns_name(s)),
         ));
         ops.extend(w.converge(
             plan.cluster_infos,
@@ -341,15 +348,16 @@ impl Member {
 }
 
 /// The writes of `desired` (objects that follow the apply of the Service `service` gives),
-/// added to `after` under that Service. No delete: what is not desired is left to the pass's
-/// own writes.
+/// added to `after` under that Service. Applies only: the pass's own converge deletes what is
+/// not desired. They wait for the Service's apply: while it fails, they are not written (nor is
+/// the ServiceImport, which needs its ClusterIP), and the pass after a failure recomputes them.
 fn follow_ups<K>(
     w: &Writer,
     desired: Vec<K>,
     stored: &[Arc<K>],
     service: impl Fn(&K) -> NsName,
     api: impl Fn(&str) -> Api<K>,
-    after: &mut BTreeMap<NsName, Vec<Op>>,
+    after: &mut BTreeMap<NsName, Vec<(String, Op)>>,
 ) where
     K: Resource + serde::Serialize + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K: Send + Sync + 'static,
@@ -365,10 +373,7 @@ fn follow_ups<K>(
             .into_iter()
             .collect();
         let ops = w.converge(vec![obj], &copy, Compare::Fields, &api, |_| false);
-        after
-            .entry(key)
-            .or_default()
-            .extend(ops.into_iter().map(|(_, op)| op));
+        after.entry(key).or_default().extend(ops);
     }
 }
 
@@ -396,7 +401,7 @@ fn service_writes(
     c: &Client,
     services: Vec<Service>,
     awaiting_ip: BTreeMap<(String, String), ServiceImport>,
-    mut after: BTreeMap<NsName, Vec<Op>>,
+    mut after: BTreeMap<NsName, Vec<(String, Op)>>,
     stored: &[Arc<Service>],
     dying: &impl Fn(&str) -> bool,
 ) -> (Vec<(String, Op)>, BTreeSet<NsName>) {
@@ -430,15 +435,28 @@ fn service_writes(
                 .filter(|ip| ip != "None" && !ip.is_empty());
             let si = si.zip(ip).map(|(mut si, ip)| {
                 si.spec.ips = vec![ip];
-                w.apply_op(&api, si).1
+                w.apply_op(&api, si)
             });
-            let ops: Vec<Op> = si.into_iter().chain(follow).collect();
+            let ops: Vec<(String, Op)> = si.into_iter().chain(follow).collect();
+            // A few writes (the ServiceImport, the Endpoints, a slice per source cluster), at
+            // once; each failure is logged as `run_all` logs its own, and the first one fails
+            // the chain (the pass then recomputes everything).
             Some(Box::pin(async move {
-                let results = futures::future::join_all(ops).await;
-                results
-                    .into_iter()
-                    .collect::<kube::Result<Vec<()>>>()
-                    .map(|_| ())
+                let results = futures::future::join_all(
+                    ops.into_iter()
+                        .map(|(label, op)| async move { (label, op.await) }),
+                )
+                .await;
+                let mut first = Ok(());
+                for (label, result) in results {
+                    if let Err(e) = result {
+                        tracing::warn!(what = "import", object = label, error = %e, "write failed; will retry");
+                        if first.is_ok() {
+                            first = Err(e);
+                        }
+                    }
+                }
+                first
             }) as Op)
         }))
     };
@@ -457,9 +475,7 @@ fn service_writes(
         then,
     );
     // Follow-ups whose Service needed no write.
-    for (key, follow) in after {
-        ops.extend(follow.into_iter().map(|op| (key.1.clone(), op)));
-    }
+    ops.extend(after.into_values().flatten());
     (ops, want_si)
 }
 
