@@ -111,11 +111,8 @@ impl Member {
             .partition(|s| creating.contains(&slice_service(s)));
         // Only these are kept from the pass's deletes below: a stale object of a Service being
         // created goes at once.
-        let deferred: BTreeSet<NsName> = endpoints_after
-            .iter()
-            .map(ns_name)
-            .chain(slices_after.iter().map(ns_name))
-            .collect();
+        let deferred_endpoints: BTreeSet<NsName> = endpoints_after.iter().map(ns_name).collect();
+        let deferred_slices: BTreeSet<NsName> = slices_after.iter().map(ns_name).collect();
         let mut after: BTreeMap<NsName, Vec<(String, Op)>> = BTreeMap::new();
         follow_ups(
             w,
@@ -147,7 +144,7 @@ impl Member {
             &endpoints_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
-            |eps| !dying(ns_of(eps)) && !deferred.contains(&ns_name(eps)),
+            |eps| !dying(ns_of(eps)) && !deferred_endpoints.contains(&ns_name(eps)),
         ));
         ops.extend(w.converge(
             plan.service_imports,
@@ -165,7 +162,7 @@ impl Member {
             &mcs_slices_v,
             Compare::Fields,
             |ns: &str| Api::namespaced(c.clone(), ns),
-            |s| is_managed(s) && !dying(ns_of(s)) && !deferred.contains(&ns_name(s)),
+            |s| is_managed(s) && !dying(ns_of(s)) && !deferred_slices.contains(&ns_name(s)),
         ));
         ops.extend(w.converge(
             plan.cluster_infos,
@@ -439,8 +436,8 @@ fn service_writes(
             });
             let ops: Vec<(String, Op)> = si.into_iter().chain(follow).collect();
             // A few writes (the ServiceImport, the Endpoints, a slice per source cluster), at
-            // once; each failure is logged as `run_all` logs its own, and the first one fails
-            // the chain (the pass then recomputes everything).
+            // once. The first failure fails the chain (`run_all` logs it, under the Service's
+            // name, and the pass after recomputes everything); the others are logged here.
             Some(Box::pin(async move {
                 let results = futures::future::join_all(
                     ops.into_iter()
@@ -449,11 +446,16 @@ fn service_writes(
                 .await;
                 let mut first = Ok(());
                 for (label, result) in results {
-                    if let Err(e) = result {
-                        tracing::warn!(what = "import", object = label, error = %e, "write failed; will retry");
-                        if first.is_ok() {
-                            first = Err(e);
+                    match result {
+                        Err(e) if first.is_ok() => {
+                            first = Err(kube::Error::Service(
+                                format!("{label}, after the Service's apply: {e}").into(),
+                            ))
                         }
+                        Err(e) => {
+                            tracing::warn!(what = "import", object = label, error = %e, "write failed; will retry")
+                        }
+                        Ok(()) => {}
                     }
                 }
                 first
