@@ -837,7 +837,7 @@ type Rounds = Vec<Vec<[f64; 6]>>;
 
 /// The order in which the variants take their turns in sequence `n`: a Williams design, whose
 /// 2 x 5 sequences (a cyclic Latin square and its mirror) put every variant in every position
-/// twice and every variant right after every other twice, so that over each 10 consecutive
+/// twice and, within a test, right after every other twice, so that over each 10 consecutive
 /// sequences no variant is favoured by coming first or by following one whose load may linger.
 /// A test's sequence is the round's number plus the test's ([`measure_all`]): over 10 rounds,
 /// every test runs through all ten.
@@ -858,7 +858,7 @@ fn turns(n: usize) -> [usize; VARIANTS.len()] {
 }
 
 /// Every variant's topology up at once, then `runs` rounds: in each, every test runs through
-/// every variant in turn (in an order that changes from test to test, see [`turns`]), so that
+/// every variant in turn (in the balanced order of [`turns`]), so that
 /// a variant's run and the others' of the same test are seconds apart, not minutes. Returns
 /// each variant's rounds and the Strait variants' program times.
 fn measure_all(

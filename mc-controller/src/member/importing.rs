@@ -360,6 +360,10 @@ fn follow_ups<K>(
     K: Send + Sync + 'static,
     K::DynamicType: Default,
 {
+    if desired.is_empty() {
+        // Most passes: nothing being created, and no index of the stored objects to build.
+        return;
+    }
     let stored: HashMap<NsName, &Arc<K>> =
         stored.iter().map(|o| (ns_name(o.as_ref()), o)).collect();
     for obj in desired {
@@ -492,12 +496,7 @@ fn ns_of<K: Resource>(o: &K) -> &str {
 fn by_ns_name<K: Resource>(objects: &[Arc<K>]) -> BTreeMap<(String, String), &K> {
     objects
         .iter()
-        .map(|o| {
-            (
-                (o.namespace().unwrap_or_default(), o.name_any()),
-                o.as_ref(),
-            )
-        })
+        .map(|o| (ns_name(o.as_ref()), o.as_ref()))
         .collect()
 }
 
