@@ -852,8 +852,19 @@ async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             let api: Api<Namespace> = Api::all(c.clone());
             api.delete(&ns, &DeleteParams::background()).await?;
         }
-        // The leader and members clean up the exports and imports of the deleted namespace.
-        tokio::time::sleep(Duration::from_secs(3 + n as u64 / 100)).await;
+        // The next size creates its Services once the namespaces are gone (1100 Services created
+        // while 600 were still being deleted timed out); its burst waits for the API servers to
+        // be quiet (the leader and members clean up the exports and imports of the namespace).
+        let deadline = Instant::now() + Duration::from_secs(300);
+        for c in [&west, &east, &north] {
+            let api: Api<Namespace> = Api::all(c.clone());
+            while api.get_opt(&ns).await?.is_some() {
+                if Instant::now() > deadline {
+                    bail!("the namespace {ns} was not deleted within 5 minutes");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
     }
     println!(
         "\nexport→import latency (ServiceExport created in west → ServiceImport and Endpoints in east)"
