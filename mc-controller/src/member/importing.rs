@@ -59,6 +59,43 @@ impl Member {
         out
     }
 
+    /// The writes of the imports that are not about one Service: ClusterInfoImports, label
+    /// identities and, once their watches have listed (`acnps` is then given, with what is
+    /// stored), the replicated ClusterNetworkPolicies.
+    fn cluster_wide_writes(
+        &self,
+        cluster_infos: Vec<ClusterInfoImport>,
+        label_identities: Vec<LabelIdentity>,
+        acnps: Option<(Vec<ClusterNetworkPolicy>, &[Arc<ClusterNetworkPolicy>])>,
+        work: &Work,
+    ) -> Vec<(String, Op)> {
+        let (w, c) = (&self.writer, &self.client);
+        let mut ops = w.converge(
+            cluster_infos,
+            &self.local.cluster_infos.all(),
+            Compare::ExactSpec,
+            |ns: &str| Api::namespaced(c.clone(), ns),
+            |_| true,
+        );
+        ops.extend(w.converge(
+            label_identities,
+            &self.local.label_identities.covered(work),
+            Compare::ExactSpec,
+            |_| Api::all(c.clone()),
+            is_managed,
+        ));
+        if let Some((desired, stored)) = acnps {
+            ops.extend(w.converge(
+                desired,
+                stored,
+                Compare::Fields,
+                |_| Api::all(c.clone()),
+                is_managed,
+            ));
+        }
+        ops
+    }
+
     /// Writes the imports; returns the failures and whether anything was written.
     pub(super) async fn import(&mut self, conn: &Connection, work: &Work) -> (usize, bool) {
         let (namespaces, terminating) = self.namespaces();
@@ -164,29 +201,12 @@ impl Member {
             |ns: &str| Api::namespaced(c.clone(), ns),
             |s| is_managed(s) && !dying(ns_of(s)) && !deferred_slices.contains(&ns_name(s)),
         ));
-        ops.extend(w.converge(
+        ops.extend(self.cluster_wide_writes(
             plan.cluster_infos,
-            &self.local.cluster_infos.all(),
-            Compare::ExactSpec,
-            |ns: &str| Api::namespaced(c.clone(), ns),
-            |_| true,
-        ));
-        ops.extend(w.converge(
             plan.label_identities,
-            &self.local.label_identities.covered(work),
-            Compare::ExactSpec,
-            |_| Api::all(c.clone()),
-            is_managed,
+            acnps_ready.then_some((plan.acnps, acnps_v.as_slice())),
+            work,
         ));
-        if acnps_ready {
-            ops.extend(w.converge(
-                plan.acnps,
-                &acnps_v,
-                Compare::Fields,
-                |_| Api::all(c.clone()),
-                is_managed,
-            ));
-        }
         let wrote = !ops.is_empty();
         let mut failures = run_all("import", ops).await;
         for s in plan.skipped {
