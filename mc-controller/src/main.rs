@@ -104,11 +104,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// One glibc heap arena for the whole process, set before any thread starts. By default glibc
-/// gives each thread that meets a locked arena one of its own (up to eight per core), and the
-/// runtime's workers and blocking threads each fill and fragment theirs during a burst: at 1000
-/// Services the exporting member kept 51-52 MiB resident (62-65 at its peak) against 46 (53)
-/// with one arena, and its CPU in the burst did not grow (docs/benchmarks.md). A controller's
-/// allocations are small and few per object; two workers rarely wait for the one lock.
+/// gives each new thread an arena of its own on its first allocation (up to eight per core), and
+/// the runtime's workers and blocking threads each fill and fragment theirs during a burst: at
+/// 1000 Services the exporting member kept 51-52 MiB resident (62-65 at its peak) against 47-48
+/// (55-57) with one arena, and the controllers' CPU in the burst and the export latency did not
+/// change (docs/benchmarks.md, ninth series).
 fn one_heap_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets a glibc tunable; it is called before any other thread exists.
@@ -118,7 +118,7 @@ fn one_heap_arena() {
 }
 
 /// Every 10 s, returns the heap's free pages to the kernel. A burst of changes (a thousand
-/// exports at once) leaves glibc's arenas holding many MiB freed in the middle of the heap, which
+/// exports at once) leaves glibc's heap holding many MiB freed in the middle of the heap, which
 /// glibc keeps resident until told otherwise: without this, the controller's resident memory
 /// stays at its largest burst so far, not what it holds now. (jemalloc and mimalloc were both
 /// measured: each left more resident than glibc with this.)
