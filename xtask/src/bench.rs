@@ -555,20 +555,24 @@ where
     Ok(())
 }
 
-/// Waits until the namespace `ns` is gone from every cluster, for the next size to create its
-/// Services then (1100 Services created while 600 were still being deleted timed out); its
-/// burst waits for the API servers to be quiet (the leader and members clean up the exports
-/// and imports of the namespace). After 5 minutes, or on errors, it warns and lets the run go on:
-/// the sizes measured so far are printed at the end.
+/// Waits until the namespace `ns` is gone from every cluster, so that the next size creates its
+/// Services after the previous size's are deleted (1100 Services created while 600 were still
+/// being deleted timed out). A failed read is retried (and said once); after 5 minutes it warns
+/// and lets the run go on: the sizes measured so far are printed at the end.
 async fn namespaces_gone(ns: &str, clients: &[&Client]) {
     let deadline = Instant::now() + Duration::from_secs(300);
     for c in clients {
         let api: Api<Namespace> = Api::all((*c).clone());
+        let mut said = false;
         loop {
             match api.get_opt(ns).await {
                 Ok(None) => break,
                 Ok(Some(_)) => {}
-                Err(e) => eprintln!("warning: reading the namespace {ns}: {e}"),
+                Err(e) if !said => {
+                    eprintln!("warning: reading the namespace {ns} (retrying): {e}");
+                    said = true;
+                }
+                Err(_) => {}
             }
             if Instant::now() > deadline {
                 eprintln!(
