@@ -4,7 +4,8 @@
 //! then `BPF_PROG_LOAD`, `BPF_LINK_CREATE` and `BPF_OBJ_PIN` are called directly. The link is
 //! pinned as `links/netfilter_ingress`; a restart attaches the new program first and only then
 //! detaches the old one (a netfilter link cannot swap its program), so there is no moment
-//! without a decision.
+//! without a decision. The running agent keeps the program loaded and links it only while its
+//! Node has something to decide ([`PolicyHook`]); elsewhere no packet pays for the hook.
 //!
 //! The program reads the kernel's `sk_buff` and conntrack entry at offsets this module finds in
 //! the running kernel's BTF (`/sys/kernel/btf/vmlinux`) and writes into `mc_kernel`.
@@ -384,47 +385,111 @@ pub fn link_path(layout: &PinLayout) -> PathBuf {
 }
 
 /// Writes this kernel's offsets into `mc_kernel` and `mc_skb`, loads the policy program from
-/// `object` and attaches it at PREROUTING (replacing a pinned one from an earlier start).
+/// `object` and attaches it at PREROUTING (replacing a pinned one from an earlier start): what
+/// `mc-agent attach --stretched-policy` does.
 pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterError> {
-    let (offsets, skb) = running_kernel_offsets()?;
-    write_first(layout, maps::KERNEL, &offsets)?;
-    write_first(layout, maps::SKB, &skb)?;
-    let (insns, _maps) = instructions(object, layout)?;
-    let prog = load_program(&insns)?;
-    let path = link_path(layout);
-    // (bpffs refuses names with a dot.)
-    let fresh = layout.links_dir().join("netfilter_ingress_new");
-    if fresh.exists() {
-        // An earlier start stopped between pinning its link and renaming it: keep one of the two.
+    let mut hook = PolicyHook::load(object, layout)?;
+    hook.attach()?;
+    Ok(hook.link_path())
+}
+
+/// The policy program, loaded once when the agent starts and linked at PREROUTING only while
+/// this Node has something to decide (on the gateway, a Pod of the cluster a ClusterSet-scoped
+/// ingress rule covers; on any Node, an egress `toServices` rule for one of its Pods): on the
+/// other Nodes no packet pays for the hook (docs/design.md §4b).
+pub struct PolicyHook {
+    layout: PinLayout,
+    prog: OwnedFd,
+    /// Whether the pinned link holds this program (attached or replaced since this start).
+    linked: bool,
+}
+
+impl PolicyHook {
+    /// Writes this kernel's offsets into `mc_kernel` and `mc_skb` and loads the program; attaches
+    /// nothing (a link an earlier start pinned stays until [`Self::attach`] replaces it or
+    /// [`Self::detach`] removes it).
+    pub fn load(object: &[u8], layout: &PinLayout) -> Result<Self, NetfilterError> {
+        let (offsets, skb) = running_kernel_offsets()?;
+        write_first(layout, maps::KERNEL, &offsets)?;
+        write_first(layout, maps::SKB, &skb)?;
+        let (insns, _maps) = instructions(object, layout)?;
+        Ok(Self {
+            layout: layout.clone(),
+            prog: load_program(&insns)?,
+            linked: false,
+        })
+    }
+
+    /// The pinned link's path.
+    pub fn link_path(&self) -> PathBuf {
+        link_path(&self.layout)
+    }
+
+    /// Links the program at PREROUTING unless it already is; `true` when this call linked it.
+    /// An earlier start's link is replaced: the new link is pinned beside the old one before the
+    /// old one goes, and renamed over it, so an agent killed at any step leaves a pinned,
+    /// attached program (two at most, which the next start reduces to one), never none.
+    pub fn attach(&mut self) -> Result<bool, NetfilterError> {
+        let path = self.link_path();
+        if self.linked && path.exists() {
+            return Ok(false);
+        }
+        // (bpffs refuses names with a dot.)
+        let fresh = self.layout.links_dir().join("netfilter_ingress_new");
+        if fresh.exists() {
+            // An earlier start stopped between pinning its link and renaming it: keep one of the two.
+            if path.exists() {
+                detach_and_unpin(&fresh)?;
+            } else {
+                std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
+                    what: format!("renaming {} to {}", fresh.display(), path.display()),
+                    source,
+                })?;
+            }
+        }
+        let link = match link_create(&self.prog, PRIORITIES[0]) {
+            Err(NetfilterError::Syscall { source, .. })
+                if source.raw_os_error() == Some(libc::EBUSY) =>
+            {
+                link_create(&self.prog, PRIORITIES[1])?
+            }
+            other => other?,
+        };
+        pin(&link, &fresh)?;
         if path.exists() {
-            detach_and_unpin(&fresh)?;
-        } else {
-            std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
-                what: format!("renaming {} to {}", fresh.display(), path.display()),
-                source,
-            })?;
+            detach_and_unpin(&path)?;
+        }
+        std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
+            what: format!("renaming {} to {}", fresh.display(), path.display()),
+            source,
+        })?;
+        self.linked = true;
+        Ok(true)
+    }
+
+    /// Takes the program off PREROUTING (this start's link or an earlier one's); `true` when
+    /// there was a link. Call it only once the maps say there is nothing to decide.
+    pub fn detach(&mut self) -> Result<bool, NetfilterError> {
+        self.linked = false;
+        unlink(&self.layout)
+    }
+}
+
+/// Takes a pinned policy program off PREROUTING (and a half-renamed one a stopped start left);
+/// `true` when there was one. The agent calls it at start with stretched policy off, so that
+/// an earlier agent's link does not stay.
+pub fn unlink(layout: &PinLayout) -> Result<bool, NetfilterError> {
+    let mut removed = false;
+    for path in [
+        layout.links_dir().join("netfilter_ingress_new"),
+        link_path(layout),
+    ] {
+        if path.exists() {
+            detach_and_unpin(&path)?;
+            removed = true;
         }
     }
-    let link = match link_create(&prog, PRIORITIES[0]) {
-        Err(NetfilterError::Syscall { source, .. })
-            if source.raw_os_error() == Some(libc::EBUSY) =>
-        {
-            link_create(&prog, PRIORITIES[1])?
-        }
-        other => other?,
-    };
-    // The new link is pinned beside the old one before the old one goes, and renamed over it:
-    // an agent killed at any step leaves a pinned, attached program (two at most, which the
-    // next start reduces to one), never none.
-    pin(&link, &fresh)?;
-    if path.exists() {
-        detach_and_unpin(&path)?;
-    }
-    std::fs::rename(&fresh, &path).map_err(|source| NetfilterError::Syscall {
-        what: format!("renaming {} to {}", fresh.display(), path.display()),
-        source,
-    })?;
-    Ok(path)
+    Ok(removed)
 }
 
 /// Writes the only entry of the pinned array `name`.

@@ -30,6 +30,7 @@ use crate::{
     counters,
     dataplane::Dataplane,
     host::HostState,
+    netfilter::PolicyHook,
     policy::{Coverage, ENFORCED_CONDITION, PolicyObject},
     routes,
     state::{ClusterInfoObject, Desired, GatewayObject, Inputs, PodObject, Routed, desired},
@@ -56,6 +57,8 @@ struct Attached {
     uplink: String,
     /// Strait's routes to the remote prefixes as the last sync that succeeded left them.
     routed: Option<Routed>,
+    /// With stretched policy: the policy program, linked while this Node has something to decide.
+    policy: Option<PolicyHook>,
 }
 
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
@@ -539,6 +542,16 @@ fn pass(
         problems.push(e.clone());
         not_ready = Some(e.clone());
     }
+    // The policy program follows the maps: linked once they hold what it decides by, taken off
+    // once they say there is nothing to decide here.
+    let mut link_failed = false;
+    if let (Ok(()), Some(hook)) = (&maps_written, a.policy.as_mut())
+        && let Err(e) = link_policy(hook, want.decides_policy())
+    {
+        link_failed = true;
+        problems.push(e.clone());
+        not_ready = Some(e);
+    }
     if want.config.role == mc_common::dataplane::ROLE_GATEWAY {
         match opts.host.set_sysctl("net/ipv4/ip_forward", "1") {
             Ok(Some(old)) => {
@@ -584,14 +597,39 @@ fn pass(
             not_ready = Some(e);
         }
     }
-    // The active gateway says on each policy what Strait enforces of it.
-    let coverage = (want.config.role == mc_common::dataplane::ROLE_GATEWAY && stretched.is_some())
+    // The active gateway says on each policy what Strait enforces of it (nothing new while its
+    // policy program could not be linked: the conditions stay as they were until a pass links it).
+    let coverage = (want.config.role == mc_common::dataplane::ROLE_GATEWAY
+        && stretched.is_some()
+        && !link_failed)
         .then(|| std::mem::take(&mut want.policy.coverage));
     Pass {
         not_ready,
         problems,
         coverage,
     }
+}
+
+/// Links the policy program at PREROUTING when this Node has something to decide, else takes it
+/// off (a Node without it spends nothing per packet on the policy).
+fn link_policy(hook: &mut PolicyHook, decide: bool) -> Result<(), String> {
+    if decide {
+        let linked = hook
+            .attach()
+            .map_err(|e| format!("linking the stretched NetworkPolicy program: {e}"))?;
+        if linked {
+            tracing::info!(
+                link = %hook.link_path().display(),
+                "linked the policy program at netfilter's PREROUTING, after the DNAT: this Node has flows to decide"
+            );
+        }
+    } else if hook
+        .detach()
+        .map_err(|e| format!("unlinking the stretched NetworkPolicy program: {e}"))?
+    {
+        tracing::info!("took the policy program off PREROUTING: nothing on this Node to decide");
+    }
+    Ok(())
 }
 
 /// The `EnforcedByStrait` condition of every policy whose stored one differs from what
@@ -647,12 +685,20 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
     };
     let layout = PinLayout::new(&opts.config.pin_path);
     let mut dataplane = Dataplane::load(layout.clone()).map_err(|e| e.to_string())?;
-    if opts.config.enable_stretched_network_policy {
-        let link = crate::netfilter::attach(crate::EBPF_OBJECT, &layout)
-            .map_err(|e| format!("the stretched NetworkPolicy program: {e}"))?;
-        tracing::info!(
-            link = %link.display(),
-            "attached the policy program at netfilter's PREROUTING, after the DNAT"
+    let mut policy = None;
+    if !opts.config.enable_stretched_network_policy {
+        // An earlier agent's policy program, with stretched policy on then, does not stay.
+        match crate::netfilter::unlink(&layout) {
+            Ok(true) => tracing::info!(
+                "took an earlier agent's policy program off PREROUTING: stretched NetworkPolicy is off"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("cannot remove an earlier policy program's link: {e}"),
+        }
+    } else {
+        policy = Some(
+            PolicyHook::load(crate::EBPF_OBJECT, &layout)
+                .map_err(|e| format!("the stretched NetworkPolicy program: {e}"))?,
         );
         let layout = layout.clone();
         tokio::spawn(async move {
@@ -694,6 +740,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         dataplane,
         uplink,
         routed: None,
+        policy,
     })
 }
 

@@ -149,6 +149,12 @@ impl Desired {
             0
         }
     }
+    /// Whether the policy program has anything to decide on this Node (on the gateway, a Pod of
+    /// the cluster that a ClusterSet-scoped ingress rule covers; on any Node, an egress
+    /// `toServices` rule for one of its Pods): only then is it linked at PREROUTING.
+    pub fn decides_policy(&self) -> bool {
+        self.config.flags & (CONFIG_POLICY_EGRESS | CONFIG_POLICY_INGRESS) != 0
+    }
 }
 
 fn parse_ip(what: &str, object: &str, value: Option<&str>) -> Result<Ipv4Addr, String> {
@@ -697,6 +703,7 @@ mod tests {
             CONFIG_STRETCHED_POLICY | CONFIG_POLICY_INGRESS
         );
         assert_eq!(d.config.policy_generation, d.policy.ingress_generation());
+        assert!(d.decides_policy(), "the gateway links the policy program");
         // The regular Node: the same world, no egress rule for its Pods, nothing to decide.
         let mut node = gw.clone();
         node.node_name = "east-node".into();
@@ -704,6 +711,7 @@ mod tests {
         let d = desired(&node);
         assert_eq!(d.config.flags, 0);
         assert_eq!(d.config.policy_generation, 0);
+        assert!(!d.decides_policy(), "no policy program on this Node");
     }
 
     #[test]

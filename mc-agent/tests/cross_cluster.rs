@@ -914,6 +914,36 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     west_gw.sync(&west_with(vec![]));
     assert!(connects(&pod_n, service), "with the policy deleted");
 
+    // As the running agent does it (`netfilter::PolicyHook`): with nothing to decide, no
+    // program at PREROUTING; with the policy back, the program linked (in place of the CLI's
+    // link) and deciding.
+    let layout = PinLayout::new(west_gw.pin_root());
+    let mut hook = in_netns(&west_gw.ns, move || {
+        mc_agent::netfilter::PolicyHook::load(mc_agent::EBPF_OBJECT, &layout).expect("load")
+    })
+    .join()
+    .unwrap();
+    assert!(hook.detach().expect("detach"), "the CLI's link was pinned");
+    assert!(!hook.link_path().exists());
+    assert!(!hook.detach().expect("detach"), "nothing left to detach");
+    west_gw.sync(&west_with(vec![policy.clone()]));
+    assert!(
+        connects(&pod_n, service),
+        "the policy in the maps but no program linked: nothing decides"
+    );
+    let hook = in_netns(&west_gw.ns, move || {
+        let mut hook = hook;
+        assert!(hook.attach().expect("attach"));
+        assert!(!hook.attach().expect("attach again"), "already linked");
+        hook
+    })
+    .join()
+    .unwrap();
+    assert!(hook.link_path().exists());
+    assert!(!connects(&pod_n, service), "linked by PolicyHook");
+    west_gw.sync(&west_with(vec![]));
+    assert!(connects(&pod_n, service), "with the policy deleted again");
+
     // Egress: the guide's acnp-drop-tenant-to-secured-mc-service at east's Node, decided on the
     // Service's address before the DNAT (conntrack on, as kube-proxy has it on every Node).
     sh_in(

@@ -235,9 +235,7 @@ fn decide(skb: *const u8) -> Option<i32> {
     {
         return Some(apply(v, len, skb, &key));
     }
-    // Ingress: only flows other clusters opened, which their gateways SNATed to their own
-    // addresses (the ingress program drops any other inner source from a remote gateway).
-    if cfg.flags & CONFIG_POLICY_INGRESS == 0 || peer_kind(&key.src) != PEER_REMOTE_GATEWAY {
+    if cfg.flags & CONFIG_POLICY_INGRESS == 0 {
         return None;
     }
     // The Pod the DNAT chose and the port it receives on: the REPLY tuple's source (the
@@ -257,17 +255,26 @@ fn decide(skb: *const u8) -> Option<i32> {
         _ => 0,
     };
     // A later packet of a flow already decided under this policy, to the same Pod and port:
-    // the same verdict, without deciding again.
+    // the same verdict, without deciding again (looked up first: on a one-way flow, where
+    // conntrack calls every packet new, it saves the peer lookup below on each packet). Only
+    // remote-opened flows are remembered; a refusal is still checked against the peers, so
+    // that a flow whose source stopped being a remote gateway is none of the policy's business.
     if let Some(v) = unsafe { FLOW_VERDICTS.get(&key) }.copied()
         && v.generation == cfg.policy_generation
         && v.pod == pod
         && v.port == port
+        && (u32::from(v.action) == ACTION_ALLOW || peer_kind(&key.src) == PEER_REMOTE_GATEWAY)
     {
         let verdict = PolicyVerdict {
             action: u32::from(v.action),
             rule: v.rule,
         };
         return Some(apply(verdict, len, skb, &key));
+    }
+    // Ingress: only flows other clusters opened, which their gateways SNATed to their own
+    // addresses (the ingress program drops any other inner source from a remote gateway).
+    if peer_kind(&key.src) != PEER_REMOTE_GATEWAY {
+        return None;
     }
     let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
     let Some(id) = unsafe { FLOW_IDS.get(&key) }.map(|f| f.id) else {

@@ -171,6 +171,66 @@ fn gateway_policy_map(cluster: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
 }
 
+/// The type of the link pinned as the policy program's on a Node (`netfilter` while the agent
+/// has it linked at PREROUTING), `None` when bpftool finds no such pin, read with bpftool in the
+/// Node's own namespaces; `Err` for any other answer (so that a failed read is never taken for
+/// "no link").
+fn policy_link(cluster: &str, node: &str) -> Result<Option<String>, String> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "xtask",
+            "testbed",
+            "exec",
+            &format!("{cluster}/{node}"),
+            "--",
+        ])
+        .args([
+            "bpftool",
+            "-j",
+            "link",
+            "show",
+            "pinned",
+            "/sys/fs/bpf/mc/v1/links/netfilter_ingress",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .map_err(|e| format!("cargo xtask testbed exec: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let link: Value = serde_json::from_slice(&out.stdout).map_err(|_| text.clone())?;
+    // (A bpftool older than the netfilter link type prints its number, 10.)
+    match &link["type"] {
+        Value::String(t) => return Ok(Some(t.clone())),
+        Value::Number(n) if n.as_u64() == Some(10) => return Ok(Some("netfilter".into())),
+        _ => {}
+    }
+    if link["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("No such file"))
+    {
+        return Ok(None);
+    }
+    Err(text)
+}
+
+/// Waits until the policy program is linked on a Node (`true`) or not (`false`).
+fn wait_policy_link(cluster: &str, node: &str, linked: bool) {
+    let what = if linked {
+        "the policy program linked at PREROUTING (an egress rule for a Pod there)"
+    } else {
+        "no policy program linked (nothing to decide there)"
+    };
+    wait_for(&format!("{cluster}/{node}: {what}"), T, || {
+        let got = policy_link(cluster, node)?;
+        (got.as_deref().is_some_and(|t| t == "netfilter") == linked)
+            .then_some(())
+            .ok_or_else(|| format!("{got:?}"))
+    });
+}
+
 /// East's `<prefix>admin-<pid>` Namespace (`role=admin`) with an `app=admin-web` Pod serving on
 /// each Node, west's `<prefix>tenant-<pid>` Namespace (unlabelled) with a client Pod on the
 /// regular Node; `acnp` (in east) goes with them at the end. Returns the cleanup, the tenant
@@ -608,6 +668,10 @@ fn secured_service_policy(replicated: bool) {
         "tenant",
         &both,
     );
+    // The client Nodes link the policy program only while an egress rule covers a Pod of theirs.
+    for c in clients {
+        wait_policy_link(c, "node-b", false);
+    }
     let spec = format!(
         "    priority: 1\n    tier: securityops\n    appliedTo:\n    - podSelector:\n        matchLabels:\n          role: tenant\n    egress:\n    - action: Drop\n      toServices:\n      - name: secured-service\n        namespace: {ns}\n        scope: ClusterSet\n"
     );
@@ -639,6 +703,9 @@ fn secured_service_policy(replicated: bool) {
         "guest",
         &both,
     );
+    for c in clients {
+        wait_policy_link(c, "node-b", true);
+    }
     for (c, _, open) in &addresses {
         assert!(
             http(&tb, c, &ns, "tenant", open).is_ok(),
@@ -658,6 +725,9 @@ fn secured_service_policy(replicated: bool) {
         tb.ok("east", &["delete", "acnp", acnp]);
     }
     everywhere("the tenant let in again", "tenant", &both);
+    for c in clients {
+        wait_policy_link(c, "node-b", false);
+    }
 }
 
 /// A `Reject` rule answers: west's tenant client, refused by east's admin Pods (on the gateway

@@ -15,9 +15,10 @@
 //! - (c) Strait: the node tunnels to egw (Geneve), egw SNATs and hairpins to wgw, wgw
 //!   decapsulates; Pods' MTU lowered by the tunnel's 36 bytes;
 //! - (d) Strait with stretched NetworkPolicy: as (c), the client's label identity in the VNI,
-//!   the policy program attached on every Node and an Antrea NetworkPolicy in west covering the
-//!   server (allow the client's label, drop the rest; the guide's `db-svc-allow-ingress-from-
-//!   client-only`), so that every new flow is decided by west's gateway.
+//!   an Antrea NetworkPolicy in west covering the server (allow the client's label, drop the
+//!   rest; the guide's `db-svc-allow-ingress-from-client-only`), so that every new flow is
+//!   decided by west's gateway, and the policy program linked where the agent links it: on the
+//!   Nodes with something to decide (west's gateway; until 2026-11-27 night, on every Node).
 //!
 //! In every variant conntrack is on in every Node's namespace (node, egw, wgw), as kube-proxy
 //! has it on a real Node whichever way its traffic goes (before 2026-11-26's late series, only (d)
@@ -299,32 +300,6 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
         }
         Variant::Strait | Variant::StraitPolicy => {
             let policy = variant == Variant::StraitPolicy;
-            for n in BPF_NODES {
-                let dir = bpffs(v, n);
-                std::fs::create_dir_all(&dir)?;
-                let status = Command::new("mount")
-                    .args(["-t", "bpf", "bpf"])
-                    .arg(&dir)
-                    .status()?;
-                if !status.success() {
-                    bail!("mounting bpffs on {}", dir.display());
-                }
-                let out = Command::new("nsenter")
-                    .arg(format!("--net=/run/netns/{}", ns(v, n)))
-                    .arg(agent)
-                    .arg("--pin-root")
-                    .arg(dir.join("mc/v1"))
-                    .args(["attach", "--uplink", "eth0"])
-                    .args(policy.then_some("--stretched-policy"))
-                    .output()?;
-                if !out.status.success() {
-                    bail!(
-                        "mc-agent attach in {}: {}",
-                        ns(v, n),
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-            }
             let east_gw = ("egw", "198.18.21.1", "10.97.0.0/16");
             let west = ("west", "198.18.22.1", "10.98.0.0/16", "10.245.0.0/16");
             let east_nodes = ["198.18.21.1", "198.18.21.2"];
@@ -334,27 +309,58 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 }
                 i
             };
-            sync(
-                v,
-                "egw",
-                &with_policy(inputs("egw", "198.18.21.1", east_gw, west, &east_nodes)),
-            )?;
-            sync(
-                v,
-                "node",
-                &with_policy(inputs("node", "198.18.21.2", east_gw, west, &east_nodes)),
-            )?;
-            sync(
-                v,
-                "wgw",
-                &with_policy(inputs(
+            let nodes = [
+                (
+                    "egw",
+                    with_policy(inputs("egw", "198.18.21.1", east_gw, west, &east_nodes)),
+                ),
+                (
+                    "node",
+                    with_policy(inputs("node", "198.18.21.2", east_gw, west, &east_nodes)),
+                ),
+                (
                     "wgw",
-                    "198.18.22.1",
-                    ("wgw", "198.18.22.1", "10.98.0.0/16"),
-                    ("east", "198.18.21.1", "10.97.0.0/16", "10.244.0.0/16"),
-                    &["198.18.22.1"],
-                )),
-            )?;
+                    with_policy(inputs(
+                        "wgw",
+                        "198.18.22.1",
+                        ("wgw", "198.18.22.1", "10.98.0.0/16"),
+                        ("east", "198.18.21.1", "10.97.0.0/16", "10.244.0.0/16"),
+                        &["198.18.22.1"],
+                    )),
+                ),
+            ];
+            for (n, node_inputs) in &nodes {
+                let dir = bpffs(v, n);
+                std::fs::create_dir_all(&dir)?;
+                let status = Command::new("mount")
+                    .args(["-t", "bpf", "bpf"])
+                    .arg(&dir)
+                    .status()?;
+                if !status.success() {
+                    bail!("mounting bpffs on {}", dir.display());
+                }
+                // The policy program where the agent links it: on a Node with something to
+                // decide (here west's gateway, whose server the policy covers).
+                let link_policy = policy && desired(node_inputs).decides_policy();
+                let out = Command::new("nsenter")
+                    .arg(format!("--net=/run/netns/{}", ns(v, n)))
+                    .arg(agent)
+                    .arg("--pin-root")
+                    .arg(dir.join("mc/v1"))
+                    .args(["attach", "--uplink", "eth0"])
+                    .args(link_policy.then_some("--stretched-policy"))
+                    .output()?;
+                if !out.status.success() {
+                    bail!(
+                        "mc-agent attach in {}: {}",
+                        ns(v, n),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+            for (n, node_inputs) in &nodes {
+                sync(v, n, node_inputs)?;
+            }
         }
     }
     Ok(())
