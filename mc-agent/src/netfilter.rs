@@ -384,6 +384,12 @@ pub fn link_path(layout: &PinLayout) -> PathBuf {
     layout.links_dir().join("netfilter_ingress")
 }
 
+/// Where a new link is pinned before it is renamed over the old one (bpffs refuses names with a
+/// dot); a start that stopped between the two leaves it behind.
+fn fresh_link_path(layout: &PinLayout) -> PathBuf {
+    layout.links_dir().join("netfilter_ingress_new")
+}
+
 /// Writes this kernel's offsets into `mc_kernel` and `mc_skb`, loads the policy program from
 /// `object` and attaches it at PREROUTING (replacing a pinned one from an earlier start): what
 /// `mc-agent attach --stretched-policy` does.
@@ -434,8 +440,7 @@ impl PolicyHook {
         if self.linked && path.exists() {
             return Ok(false);
         }
-        // (bpffs refuses names with a dot.)
-        let fresh = self.layout.links_dir().join("netfilter_ingress_new");
+        let fresh = fresh_link_path(&self.layout);
         if fresh.exists() {
             // An earlier start stopped between pinning its link and renaming it: keep one of the two.
             if path.exists() {
@@ -480,10 +485,7 @@ impl PolicyHook {
 /// an earlier agent's link does not stay.
 pub fn unlink(layout: &PinLayout) -> Result<bool, NetfilterError> {
     let mut removed = false;
-    for path in [
-        layout.links_dir().join("netfilter_ingress_new"),
-        link_path(layout),
-    ] {
+    for path in [fresh_link_path(layout), link_path(layout)] {
         if path.exists() {
             detach_and_unpin(&path)?;
             removed = true;
