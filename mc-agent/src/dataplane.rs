@@ -115,6 +115,9 @@ impl Dataplane {
             loader.map_pin_path(name, path.as_path());
         }
         let mut ebpf = loader.load(object)?;
+        for retired in maps::RETIRED {
+            let _ = std::fs::remove_file(layout.map(retired));
+        }
         for direction in Direction::BOTH {
             let name = direction.program();
             program_of(&mut ebpf, direction)?
@@ -353,7 +356,7 @@ pub fn detach(layout: &PinLayout, interface: &str, remove_maps: bool) -> io::Res
     }
     let mut paths = links;
     if remove_maps {
-        paths.extend(maps::ALL.iter().map(|m| layout.map(m)));
+        paths.extend(maps::ALL.iter().chain(maps::RETIRED).map(|m| layout.map(m)));
     }
     for path in paths {
         match std::fs::remove_file(&path) {

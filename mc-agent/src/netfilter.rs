@@ -7,8 +7,11 @@
 //! without a decision. The running agent keeps the program loaded and links it only while its
 //! Node has something to decide ([`PolicyHook`]); elsewhere no packet pays for the hook.
 //!
-//! The program reads the kernel's `sk_buff` and conntrack entry at offsets this module finds in
-//! the running kernel's BTF (`/sys/kernel/btf/vmlinux`) and writes into `mc_kernel`.
+//! The program reads the kernel's `sk_buff` and conntrack entry by plain loads, built with
+//! placeholder offsets (`mc_common::dataplane::nf_patch`): this module finds the real ones, and
+//! the BTF IDs of `struct nf_conn` and of the `bpf_rdonly_cast` kfunc, in the running kernel's
+//! BTF (`/sys/kernel/btf/vmlinux`) and patches them into the instructions before the load
+//! (`bpftool prog dump xlated name mc_nf_ingress` shows the result).
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -21,11 +24,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::maps::{Array, MapData};
-use mc_common::{
-    dataplane::{KernelOffsets, SkbOffsets},
-    maps,
-};
+use aya::maps::MapData;
+use mc_common::dataplane::{ct_tuple, nf_patch};
 
 use crate::bpffs::PinLayout;
 
@@ -72,6 +72,7 @@ pub enum NetfilterError {
 const BTF_MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_FUNC: u32 = 12;
 
 /// One struct or union of a BTF blob: its name, size and members (name, type, bit offset).
 #[derive(Debug, Clone)]
@@ -81,10 +82,12 @@ struct Composite {
     members: Vec<(String, u32, u32)>,
 }
 
-/// Types of a BTF blob: every struct and union by type ID (others are only counted).
+/// Types of a BTF blob: every struct and union by type ID, and the IDs of its functions (others
+/// are only counted).
 #[derive(Debug, Default)]
 pub struct Btf {
     composites: BTreeMap<u32, Composite>,
+    functions: BTreeMap<String, u32>,
 }
 
 impl Btf {
@@ -132,6 +135,9 @@ impl Btf {
                 2 | 7..=12 | 16 | 18 => 0,
                 k => return Err(format!("unknown BTF kind {k} (type {id})")),
             };
+            if kind == KIND_FUNC {
+                out.functions.insert(name(name_off), id);
+            }
             if kind == KIND_STRUCT || kind == KIND_UNION {
                 let mut members = Vec::with_capacity(vlen as usize);
                 for m in 0..vlen as usize {
@@ -198,29 +204,58 @@ impl Btf {
         Ok(self.composite(name)?.size)
     }
 
-    /// What the policy program reads, for this kernel.
-    pub fn offsets(&self) -> Result<(KernelOffsets, SkbOffsets), NetfilterError> {
-        let skb = SkbOffsets {
-            data: self.offset("sk_buff", "data")?,
-        };
-        Ok((self.kernel_offsets()?, skb))
+    /// The type ID of struct `name` (its definition, not a forward declaration).
+    pub fn struct_id(&self, name: &str) -> Result<u32, NetfilterError> {
+        self.composites
+            .iter()
+            .find(|(_, c)| c.name == name && !c.members.is_empty())
+            .map(|(id, _)| *id)
+            .ok_or_else(|| NetfilterError::MissingType(format!("struct {name}")))
     }
 
-    fn kernel_offsets(&self) -> Result<KernelOffsets, NetfilterError> {
+    /// The type ID of function `name` (a kfunc's, for a call).
+    pub fn function_id(&self, name: &str) -> Result<u32, NetfilterError> {
+        self.functions
+            .get(name)
+            .copied()
+            .ok_or_else(|| NetfilterError::MissingType(format!("function {name}")))
+    }
+
+    /// What goes in place of the policy program's placeholders, for this kernel.
+    pub fn patch(&self) -> Result<Patch, NetfilterError> {
         let tuple = self.offset("nf_conntrack_tuple_hash", "tuple")?;
         let original = self.offset("nf_conn", "tuplehash")? + tuple;
-        Ok(KernelOffsets {
+        Ok(Patch {
             skb_nfct: self.offset("sk_buff", "_nfct")?,
             skb_len: self.offset("sk_buff", "len")?,
+            skb_data: self.offset("sk_buff", "data")?,
             ct_tuple_original: original,
             ct_tuple_reply: original + self.size("nf_conntrack_tuple_hash")?,
+            rdonly_cast: self.function_id("bpf_rdonly_cast")?,
+            nf_conn: self.struct_id("nf_conn")?,
         })
     }
 }
 
-/// The running kernel's offsets: what the policy program reads of conntrack, and of a packet
-/// it hands the agent.
-pub fn running_kernel_offsets() -> Result<(KernelOffsets, SkbOffsets), NetfilterError> {
+/// What the running kernel puts in place of the policy program's placeholders
+/// (`mc_common::dataplane::nf_patch`): byte offsets of the fields it reads and BTF type IDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patch {
+    /// `struct sk_buff`: `_nfct`, `len`, `data`.
+    pub skb_nfct: u32,
+    pub skb_len: u32,
+    pub skb_data: u32,
+    /// `struct nf_conn`: the ORIGINAL and the REPLY direction's `struct nf_conntrack_tuple`.
+    pub ct_tuple_original: u32,
+    pub ct_tuple_reply: u32,
+    /// The `bpf_rdonly_cast` kfunc's BTF ID.
+    pub rdonly_cast: u32,
+    /// `struct nf_conn`'s BTF ID.
+    pub nf_conn: u32,
+}
+
+/// The running kernel's [`Patch`].
+pub fn running_kernel_patch() -> Result<Patch, NetfilterError> {
     let path = PathBuf::from("/sys/kernel/btf/vmlinux");
     let data = std::fs::read(&path).map_err(|source| NetfilterError::Btf {
         path: path.clone(),
@@ -231,7 +266,81 @@ pub fn running_kernel_offsets() -> Result<(KernelOffsets, SkbOffsets), Netfilter
             path,
             source: io::Error::new(io::ErrorKind::InvalidData, e),
         })?
-        .offsets()
+        .patch()
+}
+
+const BPF_LDX: u8 = 0x01;
+const BPF_MEM: u8 = 0x60;
+const BPF_CALL: u8 = 0x85;
+const BPF_MOV64_K: u8 = 0xb7;
+const BPF_MOV32_K: u8 = 0xb4;
+const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
+
+/// What [`patch_instructions`] looks for, by kind (for its error).
+const PLACEHOLDERS: [&str; 7] = [
+    "sk_buff._nfct",
+    "sk_buff.len",
+    "sk_buff.data",
+    "the ORIGINAL tuple",
+    "the REPLY tuple",
+    "the bpf_rdonly_cast call",
+    "struct nf_conn's type ID",
+];
+
+/// Replaces the placeholders in the policy program's instructions with `p`: every load whose
+/// offset is one, the placeholder call (the kfunc) and the type ID its argument names. Each kind
+/// must be there at least once, else the object is not the program this agent was built with.
+pub fn patch_instructions(insns: &mut [u64], p: &Patch) -> Result<(), NetfilterError> {
+    // (placeholder, how many bytes from it are the field's, the kernel's offset)
+    let loads: [(i16, i16, u32); 5] = [
+        (nf_patch::SKB_NFCT, 1, p.skb_nfct),
+        (nf_patch::SKB_LEN, 1, p.skb_len),
+        (nf_patch::SKB_DATA, 1, p.skb_data),
+        (
+            nf_patch::CT_ORIGINAL,
+            ct_tuple::LEN as i16,
+            p.ct_tuple_original,
+        ),
+        (nf_patch::CT_REPLY, ct_tuple::LEN as i16, p.ct_tuple_reply),
+    ];
+    let mut found = [0usize; PLACEHOLDERS.len()];
+    for insn in insns.iter_mut() {
+        let mut b = insn.to_le_bytes();
+        let code = b[0];
+        let off = i16::from_le_bytes([b[2], b[3]]);
+        let imm = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        if code & 0x07 == BPF_LDX && code & 0xe0 == BPF_MEM {
+            let Some((k, &(at, _, real))) = loads
+                .iter()
+                .enumerate()
+                .find(|(_, (at, span, _))| off >= *at && off < at + span)
+            else {
+                continue;
+            };
+            let real = i16::try_from(i64::from(real) + i64::from(off - at)).map_err(|_| {
+                NetfilterError::Object(format!("offset {real} does not fit a load"))
+            })?;
+            b[2..4].copy_from_slice(&real.to_le_bytes());
+            found[k] += 1;
+        } else if code == BPF_CALL && b[1] == 0 && imm == nf_patch::RDONLY_CAST {
+            b[1] = BPF_PSEUDO_KFUNC_CALL << 4;
+            b[4..8].copy_from_slice(&p.rdonly_cast.to_le_bytes());
+            found[5] += 1;
+        } else if (code == BPF_MOV64_K || code == BPF_MOV32_K) && imm == nf_patch::NF_CONN_TYPE {
+            b[4..8].copy_from_slice(&p.nf_conn.to_le_bytes());
+            found[6] += 1;
+        } else {
+            continue;
+        }
+        *insn = u64::from_le_bytes(b);
+    }
+    if let Some(k) = found.iter().position(|&n| n == 0) {
+        return Err(NetfilterError::Object(format!(
+            "{PROGRAM} has no placeholder for {} (an object built for another agent?)",
+            PLACEHOLDERS[k]
+        )));
+    }
+    Ok(())
 }
 
 // ---- loading and attaching ----
@@ -390,8 +499,7 @@ fn fresh_link_path(layout: &PinLayout) -> PathBuf {
     layout.links_dir().join("netfilter_ingress_new")
 }
 
-/// Writes this kernel's offsets into `mc_kernel` and `mc_skb`, loads the policy program from
-/// `object` and attaches it at PREROUTING (replacing a pinned one from an earlier start): what
+/// Loads the policy program from `object`, patched for this kernel, and attaches it at PREROUTING (replacing a pinned one from an earlier start): what
 /// `mc-agent attach --stretched-policy` does.
 pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterError> {
     let mut hook = PolicyHook::load(object, layout)?;
@@ -411,14 +519,12 @@ pub struct PolicyHook {
 }
 
 impl PolicyHook {
-    /// Writes this kernel's offsets into `mc_kernel` and `mc_skb` and loads the program; attaches
-    /// nothing (a link an earlier start pinned stays until [`Self::attach`] replaces it or
+    /// Loads the program, patched for the running kernel; attaches nothing (a link an earlier start pinned stays until [`Self::attach`] replaces it or
     /// [`Self::detach`] removes it).
     pub fn load(object: &[u8], layout: &PinLayout) -> Result<Self, NetfilterError> {
-        let (offsets, skb) = running_kernel_offsets()?;
-        write_first(layout, maps::KERNEL, &offsets)?;
-        write_first(layout, maps::SKB, &skb)?;
-        let (insns, _maps) = instructions(object, layout)?;
+        let patch = running_kernel_patch()?;
+        let (mut insns, _maps) = instructions(object, layout)?;
+        patch_instructions(&mut insns, &patch)?;
         Ok(Self {
             layout: layout.clone(),
             prog: load_program(&insns)?,
@@ -494,22 +600,6 @@ pub fn unlink(layout: &PinLayout) -> Result<bool, NetfilterError> {
     Ok(removed)
 }
 
-/// Writes the only entry of the pinned array `name`.
-fn write_first<V: aya::Pod>(
-    layout: &PinLayout,
-    name: &str,
-    value: &V,
-) -> Result<(), NetfilterError> {
-    let map_err = |e: aya::maps::MapError| NetfilterError::Map {
-        name: name.into(),
-        message: e.to_string(),
-    };
-    let data = MapData::from_pin(layout.map(name)).map_err(map_err)?;
-    let mut array: Array<MapData, V> =
-        Array::try_from(aya::maps::Map::Array(data)).map_err(map_err)?;
-    array.set(0, value, 0).map_err(map_err)
-}
-
 fn detach_and_unpin(path: &Path) -> Result<(), NetfilterError> {
     crate::dataplane::detach_pinned_link(path).map_err(|source| NetfilterError::Syscall {
         what: format!("detaching the earlier {}", path.display()),
@@ -524,22 +614,91 @@ mod tests {
     use super::*;
 
     /// The running kernel's BTF gives offsets inside the structures' sizes, the reply tuple
-    /// right after the original one (the offsets themselves differ from build to build).
+    /// right after the original one, and the IDs of `struct nf_conn` and `bpf_rdonly_cast`
+    /// (the values themselves differ from build to build).
     #[test]
-    fn offsets_of_the_running_kernel() {
-        let Ok((o, skb)) = running_kernel_offsets() else {
+    fn patch_of_the_running_kernel() {
+        let Ok(p) = running_kernel_patch() else {
             eprintln!("no /sys/kernel/btf/vmlinux here: skipped");
             return;
         };
         let data = std::fs::read("/sys/kernel/btf/vmlinux").unwrap();
         let btf = Btf::parse(&data).unwrap();
-        assert!(o.skb_nfct > 0 && o.skb_nfct < btf.size("sk_buff").unwrap());
-        assert!(o.skb_len > 0 && o.skb_len < btf.size("sk_buff").unwrap());
-        assert!(skb.data > o.skb_len && skb.data < btf.size("sk_buff").unwrap());
+        let skb = btf.size("sk_buff").unwrap();
+        assert!(p.skb_nfct > 0 && p.skb_nfct < skb);
+        assert!(p.skb_len > 0 && p.skb_len < skb);
+        assert!(p.skb_data > p.skb_len && p.skb_data < skb);
         let tuple_hash = btf.size("nf_conntrack_tuple_hash").unwrap();
-        assert_eq!(o.ct_tuple_reply - o.ct_tuple_original, tuple_hash);
-        assert!(o.ct_tuple_reply + 40 <= btf.size("nf_conn").unwrap());
+        assert_eq!(p.ct_tuple_reply - p.ct_tuple_original, tuple_hash);
+        assert!(p.ct_tuple_reply + 40 <= btf.size("nf_conn").unwrap());
         assert_eq!(btf.size("nf_conntrack_tuple").unwrap(), 40);
+        assert_eq!(btf.composites[&p.nf_conn].name, "nf_conn");
+        assert_ne!(p.rdonly_cast, p.nf_conn);
+    }
+
+    fn insn(code: u8, regs: u8, off: i16, imm: u32) -> u64 {
+        let mut b = [code, regs, 0, 0, 0, 0, 0, 0];
+        b[2..4].copy_from_slice(&off.to_le_bytes());
+        b[4..8].copy_from_slice(&imm.to_le_bytes());
+        u64::from_le_bytes(b)
+    }
+
+    /// Every placeholder is replaced: loads keep their size and registers and get the kernel's
+    /// offset (plus the offset inside the tuple), the call becomes the kfunc's, the type ID its
+    /// argument; other instructions stay as they are.
+    #[test]
+    fn placeholders_are_patched() {
+        let p = Patch {
+            skb_nfct: 120,
+            skb_len: 112,
+            skb_data: 200,
+            ct_tuple_original: 16,
+            ct_tuple_reply: 72,
+            rdonly_cast: 65475,
+            nf_conn: 37114,
+        };
+        let ldxdw = 0x79; // BPF_LDX | BPF_MEM | BPF_DW
+        let ldxw = 0x61;
+        let ldxh = 0x69;
+        let mut insns = vec![
+            insn(ldxdw, 0x61, nf_patch::SKB_NFCT, 0),
+            insn(ldxw, 0x62, nf_patch::SKB_LEN, 0),
+            insn(ldxdw, 0x61, nf_patch::SKB_DATA, 0),
+            insn(BPF_MOV64_K, 0x02, 0, nf_patch::NF_CONN_TYPE),
+            insn(BPF_CALL, 0, 0, nf_patch::RDONLY_CAST),
+            insn(ldxh, 0x70, nf_patch::CT_ORIGINAL + 18, 0),
+            insn(ldxw, 0x70, nf_patch::CT_REPLY, 0),
+            insn(ldxw, 0x71, 8, 0),                  // an ordinary load
+            insn(BPF_CALL, 0, 0, 1),                 // a helper call
+            insn(BPF_MOV64_K, 0x03, 0, 0x7ffe_0003), // another immediate
+        ];
+        let kept: Vec<u64> = insns[7..].to_vec();
+        patch_instructions(&mut insns, &p).unwrap();
+        assert_eq!(insns[0], insn(ldxdw, 0x61, 120, 0));
+        assert_eq!(insns[1], insn(ldxw, 0x62, 112, 0));
+        assert_eq!(insns[2], insn(ldxdw, 0x61, 200, 0));
+        assert_eq!(insns[3], insn(BPF_MOV64_K, 0x02, 0, 37114));
+        assert_eq!(insns[4], insn(BPF_CALL, 0x20, 0, 65475));
+        assert_eq!(insns[5], insn(ldxh, 0x70, 16 + 18, 0));
+        assert_eq!(insns[6], insn(ldxw, 0x70, 72, 0));
+        assert_eq!(&insns[7..], &kept[..]);
+    }
+
+    /// An object without one of the placeholders (built for another agent) is refused, named.
+    #[test]
+    fn a_missing_placeholder_is_an_error() {
+        let p = Patch {
+            skb_nfct: 1,
+            skb_len: 1,
+            skb_data: 1,
+            ct_tuple_original: 1,
+            ct_tuple_reply: 1,
+            rdonly_cast: 1,
+            nf_conn: 1,
+        };
+        let mut insns = vec![insn(0x79, 0x61, nf_patch::SKB_NFCT, 0)];
+        let err = patch_instructions(&mut insns, &p).unwrap_err().to_string();
+        assert!(err.contains("sk_buff.len"), "{err}");
     }
 
     #[test]

@@ -194,6 +194,19 @@ impl Node {
             .collect()
     }
 
+    /// Every CPU's flow-cache entries that hold a flow (the gateway's `mc_flow_cache`).
+    fn flow_cache(&self) -> Vec<mc_common::dataplane::FlowCacheEntry> {
+        use aya::maps::{Map, MapData, PerCpuArray};
+        let data = MapData::from_pin(self.pin_root().join("mc_flow_cache")).expect("flow cache");
+        let map: PerCpuArray<MapData, mc_common::dataplane::FlowCacheEntry> =
+            PerCpuArray::try_from(Map::PerCpuArray(data)).expect("a per-CPU array");
+        let mut out = Vec::new();
+        for values in map.iter() {
+            out.extend(values.expect("read").iter().filter(|e| e.flow.proto != 0));
+        }
+        out
+    }
+
     fn nonzero(&self) -> Vec<(&'static str, u64)> {
         self.moved(false)
     }
@@ -857,6 +870,19 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     east_node.sync(&east_as(Some(&plain_ns)));
     let n = arriving();
     assert!(n > 10, "an allowed stream: {n} datagrams arrived");
+    // Its later packets were decided from the flow cache of the CPU that took them.
+    let cached: Vec<_> = west_gw
+        .flow_cache()
+        .into_iter()
+        .filter(|e| e.flow.dst == [10, 245, 0, 7] && e.flow.dst_port == 5354)
+        .collect();
+    assert!(
+        cached.iter().any(
+            |e| u32::from(e.action) == mc_common::dataplane::ACTION_ALLOW
+                && e.pod == [10, 245, 0, 7]
+        ),
+        "the stream's verdict in the gateway's flow cache: {cached:?}"
+    );
     west_gw.sync(&west_with(vec![drop_all]));
     let n = arriving();
     assert_eq!(n, 0, "the stream after a policy dropping it");

@@ -274,12 +274,11 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::POD_IDS => &["id"],
             maps::FLOW_IDS => &["id"],
             maps::FLOW_VERDICTS => &["generation", "pod", "port", "action", "rule"],
+            maps::FLOW_CACHE => &["flow", "id", "generation", "pod", "port", "action"],
             maps::INGRESS_POLICY | maps::PROTECTED_PODS | maps::EGRESS_POLICY => {
                 &["action", "rule"]
             }
             maps::RULE_COUNTERS => &["packets", "bytes"],
-            maps::KERNEL => &["skb_nfct", "skb_len", "ct_tuple_original", "ct_tuple_reply"],
-            maps::SKB => &["data"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

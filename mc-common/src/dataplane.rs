@@ -208,6 +208,40 @@ pub struct FlowVerdict {
 
 const _: () = assert!(core::mem::size_of::<FlowVerdict>() == 16);
 
+/// An entry of the gateway's per-CPU flow cache (`mc_flow_cache`, [`FLOW_CACHE_SLOTS`] per CPU,
+/// a slot per flow by a hash of its key): the remote-opened flow whose packet last came through
+/// this CPU in that slot, the identity it carried, and once the policy program has decided it,
+/// the verdict. The ingress program and the policy program handle each packet on the same CPU,
+/// one after the other, so a flow's packets after its first are decided without a hash-table
+/// lookup in either program (the LRU maps stay for the flows the cache does not hold).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowCacheEntry {
+    pub flow: FlowKey,
+    /// The label ID the flow's last packet through this slot carried.
+    pub id: u32,
+    /// The policy digest the verdict was made under ([`LocalConfig::policy_generation`]).
+    pub generation: u32,
+    /// The Pod the DNAT chose and the port it receives on.
+    pub pod: [u8; 4],
+    pub port: u16,
+    /// [`ACTION_ALLOW`], [`ACTION_DROP`], [`ACTION_REJECT`], [`CACHE_UNCOVERED`] (no
+    /// ClusterSet-scoped rule covers the Pod) or [`CACHE_UNDECIDED`].
+    pub action: u16,
+    pub rule: u32,
+    pub _pad: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<FlowCacheEntry>() == 40);
+
+/// [`FlowCacheEntry::action`]: not decided yet (or decided no more: the flow came with another
+/// identity).
+pub const CACHE_UNDECIDED: u16 = 0;
+/// [`FlowCacheEntry::action`]: none of the policy's business (the Pod is not covered).
+pub const CACHE_UNCOVERED: u16 = 0xffff;
+/// Slots of the per-CPU flow cache (a power of two).
+pub const FLOW_CACHE_SLOTS: u32 = 1024;
+
 /// Key of the ingress policy map: a Pod of this cluster that a ClusterSet-scoped ingress rule
 /// covers, a source label ID and the destination port and protocol as the Pod receives them
 /// (after the DNAT). Port and protocol 0: every port no rule of the Pod names.
@@ -265,18 +299,6 @@ pub struct RejectEvent {
 
 const _: () = assert!(core::mem::size_of::<RejectEvent>() == 24 + REJECT_CAPTURE);
 
-/// Offsets of `struct sk_buff` the policy program reads to capture a rejected packet (from the
-/// kernel's BTF, like [`KernelOffsets`]; a map of their own, so that `mc_kernel`'s layout, and
-/// with it the pins of `v1`, stay as they are).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SkbOffsets {
-    /// `struct sk_buff`, `data`: the packet's first byte (its IPv4 header at PREROUTING).
-    pub data: u32,
-}
-
-const _: () = assert!(core::mem::size_of::<SkbOffsets>() == 4);
-
 /// Value of the ingress policy map and of the protected-Pod map: what a new flow gets, and the
 /// rule that decided it (an index of the rule counters; the agent names each index).
 #[repr(C)]
@@ -289,22 +311,29 @@ pub struct PolicyVerdict {
 
 const _: () = assert!(core::mem::size_of::<PolicyVerdict>() == 8);
 
-/// Where the policy program finds what it reads of the kernel's objects (byte offsets, from the
-/// running kernel's BTF; the agent writes them before it attaches the program).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelOffsets {
-    /// `struct sk_buff`, `_nfct` (the conntrack entry and its ctinfo in the low 3 bits).
-    pub skb_nfct: u32,
-    /// `struct sk_buff`, `len`.
-    pub skb_len: u32,
-    /// `struct nf_conn`: the ORIGINAL direction's `struct nf_conntrack_tuple`.
-    pub ct_tuple_original: u32,
-    /// `struct nf_conn`: the REPLY direction's tuple (its source is the DNATed destination).
-    pub ct_tuple_reply: u32,
+/// Placeholders in the policy program's instructions that the agent replaces, when it loads the
+/// program, with what the running kernel's BTF says (docs/design.md §4b): the program reads the
+/// kernel's `sk_buff` and `nf_conn` by plain loads, whose offsets the verifier wants constant,
+/// and no helper call is left on a decided flow's path.
+pub mod nf_patch {
+    /// A load's offset from the `sk_buff`: `_nfct` (the conntrack entry, ctinfo in the low 3
+    /// bits).
+    pub const SKB_NFCT: i16 = 0x7e00;
+    /// `sk_buff.len`.
+    pub const SKB_LEN: i16 = 0x7e08;
+    /// `sk_buff.data` (a rejected packet's first byte: its IPv4 header at PREROUTING).
+    pub const SKB_DATA: i16 = 0x7e10;
+    /// A load's offset from the `nf_conn`: the ORIGINAL direction's `nf_conntrack_tuple`, plus
+    /// an offset inside it ([`super::ct_tuple`]).
+    pub const CT_ORIGINAL: i16 = 0x7c00;
+    /// The REPLY direction's tuple (its source is the DNATed destination), plus an offset inside.
+    pub const CT_REPLY: i16 = 0x7d00;
+    /// A helper call's ID that stands for the `bpf_rdonly_cast` kfunc (the conntrack pointer in
+    /// `_nfct` is a number to the verifier; the cast makes it a read-only `struct nf_conn *`).
+    pub const RDONLY_CAST: u32 = 0x7ffe_0001;
+    /// An immediate that stands for `struct nf_conn`'s BTF type ID (the cast's second argument).
+    pub const NF_CONN_TYPE: u32 = 0x7ffe_0002;
 }
-
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 16);
 
 /// Offsets inside `struct nf_conntrack_tuple`, unchanged since Linux 2.6.
 pub mod ct_tuple {
@@ -363,10 +392,9 @@ mod pod {
     unsafe impl aya::Pod for super::PodIdentity {}
     unsafe impl aya::Pod for super::FlowIdentity {}
     unsafe impl aya::Pod for super::FlowVerdict {}
+    unsafe impl aya::Pod for super::FlowCacheEntry {}
     unsafe impl aya::Pod for super::PolicyKey {}
     unsafe impl aya::Pod for super::EgressKey {}
     unsafe impl aya::Pod for super::PolicyVerdict {}
-    unsafe impl aya::Pod for super::KernelOffsets {}
-    unsafe impl aya::Pod for super::SkbOffsets {}
     unsafe impl aya::Pod for super::RejectEvent {}
 }

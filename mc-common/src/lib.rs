@@ -50,6 +50,9 @@ pub mod maps {
     /// The gateway's verdicts on remote-opened flows (LRU): [`crate::dataplane::FlowKey`] ->
     /// [`crate::dataplane::FlowVerdict`], for the packets of a flow conntrack still calls new.
     pub const FLOW_VERDICTS: &str = "mc_flow_verdicts";
+    /// The gateway's per-CPU flow cache: slot -> [`crate::dataplane::FlowCacheEntry`], the
+    /// identity and the verdict of the flow that last used the slot on each CPU.
+    pub const FLOW_CACHE: &str = "mc_flow_cache";
     /// [`crate::dataplane::PolicyKey`] (protected Pod, source ID) ->
     /// [`crate::dataplane::PolicyVerdict`]: ClusterSet-scoped ingress rules, compiled.
     pub const INGRESS_POLICY: &str = "mc_ingress_policy";
@@ -61,14 +64,13 @@ pub mod maps {
     pub const PROTECTED_PODS: &str = "mc_protected_pods";
     /// Per-CPU packets and bytes per policy rule (index: [`crate::dataplane::PolicyVerdict::rule`]).
     pub const RULE_COUNTERS: &str = "mc_rule_counters";
-    /// The kernel's field offsets the policy program reads ([`crate::dataplane::KernelOffsets`]).
-    pub const KERNEL: &str = "mc_kernel";
-    /// `struct sk_buff`'s offsets for capturing a rejected packet
-    /// ([`crate::dataplane::SkbOffsets`]).
-    pub const SKB: &str = "mc_skb";
     /// Ring buffer of [`crate::dataplane::RejectEvent`]: packets `Reject` rules refused, for
     /// the agent to answer.
     pub const REJECTS: &str = "mc_rejects";
+    /// Maps an earlier agent pinned that the programs no longer have (the policy program's
+    /// kernel offsets, now patched into its instructions): removed when the agent starts and
+    /// when it removes its maps.
+    pub const RETIRED: &[&str] = &["mc_kernel", "mc_skb"];
     /// Every map the agent pins, for iteration.
     pub const ALL: &[&str] = &[
         COUNTERS,
@@ -80,12 +82,11 @@ pub mod maps {
         POD_IDS,
         FLOW_IDS,
         FLOW_VERDICTS,
+        FLOW_CACHE,
         INGRESS_POLICY,
         EGRESS_POLICY,
         PROTECTED_PODS,
         RULE_COUNTERS,
-        KERNEL,
-        SKB,
         REJECTS,
     ];
 }

@@ -13,12 +13,11 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        EgressKey, FlowIdentity, FlowKey, FlowVerdict, KernelOffsets, LocalConfig,
-        MAX_EGRESS_ENTRIES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_NEXT_HOPS, MAX_PEERS,
-        MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
+        EgressKey, FLOW_CACHE_SLOTS, FlowCacheEntry, FlowIdentity, FlowKey, FlowVerdict,
+        LocalConfig, MAX_EGRESS_ENTRIES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_NEXT_HOPS,
+        MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
         MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
-        PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SkbOffsets, SnatEntry,
-        VNI_UNKNOWN,
+        PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -53,6 +52,9 @@ pub(crate) static FLOW_IDS: LruHashMap<FlowKey, FlowIdentity, { MAX_FLOW_IDENTIT
 pub(crate) static FLOW_VERDICTS: LruHashMap<FlowKey, FlowVerdict, { MAX_FLOW_VERDICTS as usize }> =
     LruHashMap::new();
 
+#[btf_map(name = "mc_flow_cache")]
+static FLOW_CACHE: PerCpuArray<FlowCacheEntry, { FLOW_CACHE_SLOTS as usize }> = PerCpuArray::new();
+
 #[btf_map(name = "mc_ingress_policy")]
 pub(crate) static INGRESS_POLICY: HashMap<
     PolicyKey,
@@ -74,24 +76,36 @@ pub(crate) static PROTECTED_PODS: HashMap<[u8; 4], PolicyVerdict, { MAX_PROTECTE
 #[btf_map(name = "mc_rule_counters")]
 static RULE_COUNTERS: PerCpuArray<CounterValue, { MAX_POLICY_RULES as usize }> = PerCpuArray::new();
 
-#[btf_map(name = "mc_kernel")]
-static KERNEL: Array<KernelOffsets, 1> = Array::new();
-
-#[btf_map(name = "mc_skb")]
-static SKB: Array<SkbOffsets, 1> = Array::new();
-
 #[btf_map(name = "mc_rejects")]
 pub(crate) static REJECTS: RingBuf<RejectEvent, { REJECT_RING_BYTES as usize }> = RingBuf::new();
 
-/// Where `skb->data` is, when the agent has said.
+/// This CPU's flow-cache slot for `flow` (a multiplicative hash of its four words).
 #[inline(always)]
-pub(crate) fn skb_data_offset() -> Option<u32> {
-    SKB.get(0).map(|o| o.data).filter(|&d| d != 0)
+pub(crate) fn flow_cache_slot(flow: &FlowKey) -> Option<*mut FlowCacheEntry> {
+    let w = flow_words(flow);
+    let mixed =
+        (w[0] ^ w[1].rotate_left(7) ^ w[2].rotate_left(13) ^ w[3]).wrapping_mul(0x9e37_79b1);
+    FLOW_CACHE.get_ptr_mut(mixed >> (32 - FLOW_CACHE_SLOTS.trailing_zeros()))
+}
+
+/// Whether two flow keys are the same flow: two 64-bit compares.
+#[inline(always)]
+pub(crate) fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {
+    // SAFETY: as in `flow_words`.
+    let (a, b) = unsafe {
+        (
+            core::mem::transmute::<FlowKey, [u64; 2]>(*a),
+            core::mem::transmute::<FlowKey, [u64; 2]>(*b),
+        )
+    };
+    a[0] == b[0] && a[1] == b[1]
 }
 
 #[inline(always)]
-pub(crate) fn kernel_offsets() -> Option<KernelOffsets> {
-    KERNEL.get(0).copied().filter(|k| k.skb_nfct != 0)
+fn flow_words(flow: &FlowKey) -> [u32; 4] {
+    // SAFETY: FlowKey is a 16-byte repr(C) struct of plain bytes and integers, its padding
+    // zeroed where keys are built (`nat::key`).
+    unsafe { core::mem::transmute::<FlowKey, [u32; 4]>(*flow) }
 }
 
 #[inline(always)]

@@ -114,7 +114,7 @@ fn flow_key(ip: &Ipv4, p: &Ports) -> FlowKey {
 /// A `FlowKey` put together from four 32-bit words: written field by field, zeroing its 3-byte
 /// pad compiles to a call to a byte-at-a-time `memset` in BPF.
 #[inline(always)]
-fn key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, proto: u8) -> FlowKey {
+pub(crate) fn key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, proto: u8) -> FlowKey {
     let (s, d) = (src_port.to_ne_bytes(), dst_port.to_ne_bytes());
     let words: [u32; 4] = [
         u32::from_ne_bytes(src),

@@ -11,29 +11,30 @@
 //!
 //! aya 0.16 has no netfilter program type: this program sits in a `classifier/` section, which
 //! aya parses and never loads, and the agent loads it itself as `BPF_PROG_TYPE_NETFILTER`
-//! (`mc-agent/src/netfilter.rs`). Netfilter programs may only accept or drop, and read kernel
-//! memory through `bpf_probe_read_kernel`, at the offsets the agent found in the kernel's BTF.
+//! (`mc-agent/src/netfilter.rs`). Netfilter programs may only accept or drop. The program reads
+//! the `sk_buff` and the `nf_conn` by plain loads (the verifier checks them against the kernel's
+//! BTF and wants their offsets constant): it is built with placeholders (`nf_patch`) where the
+//! offsets and the `bpf_rdonly_cast` kfunc go, and the agent patches in what the running
+//! kernel's BTF says before it loads the program. No helper is called on a decided flow's path.
 
 use core::ffi::c_void;
 
-use aya_ebpf::{
-    helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_buf},
-    programs::TcContext,
-};
+use aya_ebpf::{helpers::bpf_probe_read_kernel_buf, programs::TcContext};
 use mc_common::{
     Counter,
     dataplane::{
-        ACTION_ALLOW, ACTION_REJECT, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, EgressKey,
-        FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW, KernelOffsets, PEER_REMOTE_GATEWAY,
-        PolicyKey, PolicyVerdict, VNI_UNKNOWN, ct_tuple,
+        ACTION_ALLOW, ACTION_REJECT, CACHE_UNCOVERED, CACHE_UNDECIDED, CONFIG_POLICY_EGRESS,
+        CONFIG_POLICY_INGRESS, EgressKey, FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW,
+        PEER_REMOTE_GATEWAY, PolicyKey, PolicyVerdict, VNI_UNKNOWN, ct_tuple, nf_patch,
     },
 };
 
 use crate::{
     maps::{
         EGRESS_POLICY, FLOW_IDS, FLOW_VERDICTS, INGRESS_POLICY, PROTECTED_PODS, REJECTS, config,
-        count_len, count_rule, kernel_offsets, peer_kind, skb_data_offset,
+        count_len, count_rule, flow_cache_slot, peer_kind, same_flow,
     },
+    nat::key,
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
     tunnel::{Tunnel, UDP_HLEN},
 };
@@ -66,18 +67,35 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
     let id = FlowIdentity {
         id: u32::from_be_bytes([0, vni[0], vni[1], vni[2]]),
     };
-    // SAFETY: the value is compared at once.
-    if unsafe { FLOW_IDS.get(&key) }.is_some_and(|known| *known == id) {
+    // The flow's packets after its first on this CPU: its slot of the flow cache already says
+    // so, with this identity (no hash-table lookup; the policy program reads the same slot).
+    let slot = flow_cache_slot(&key);
+    // SAFETY (slot): this CPU's entry; nothing else on this CPU runs while the program does.
+    if let Some(slot) = slot
+        && same_flow(unsafe { &(*slot).flow }, &key)
+        && unsafe { (*slot).id } == id.id
+    {
         return;
     }
-    // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to the
-    // policy program, which drops it if a ClusterSet-scoped rule covers its Pod
-    // (`policy_drop_no_flow_identity`).
-    let _ = FLOW_IDS.insert(&key, &id, 0);
-    // A flow that comes with another identity (its Pod relabelled while it is still new to
-    // conntrack) is decided again. After the insert: the policy program checks the identity
-    // again after remembering a verdict, so one of the two always catches a race.
-    let _ = FLOW_VERDICTS.remove(&key);
+    // SAFETY: the value is compared at once.
+    if !unsafe { FLOW_IDS.get(&key) }.is_some_and(|known| *known == id) {
+        // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to
+        // the policy program, which drops it if a ClusterSet-scoped rule covers its Pod
+        // (`policy_drop_no_flow_identity`), unless the flow cache holds it.
+        let _ = FLOW_IDS.insert(&key, &id, 0);
+        // A flow that comes with another identity (its Pod relabelled while it is still new
+        // to conntrack) is decided again. After the insert: the policy program checks the
+        // identity again after remembering a verdict, so one of the two always catches a race.
+        let _ = FLOW_VERDICTS.remove(&key);
+    }
+    if let Some(slot) = slot {
+        // SAFETY: as above. Field by field: the verdict's fields mean nothing while undecided.
+        unsafe {
+            (*slot).flow = key;
+            (*slot).id = id.id;
+            (*slot).action = CACHE_UNDECIDED;
+        }
+    }
 }
 
 /// The flow of the inner packet as conntrack's ORIGINAL tuple will hold it.
@@ -106,14 +124,7 @@ fn flow_key(ctx: &TcContext, ip: &Ipv4) -> Option<FlowKey> {
         }
         _ => (0, 0),
     };
-    Some(FlowKey {
-        src: ip.src,
-        dst: ip.dst,
-        src_port,
-        dst_port,
-        proto: ip.proto,
-        _pad: [0; 3],
-    })
+    Some(key(ip.src, ip.dst, src_port, dst_port, ip.proto))
 }
 
 #[unsafe(no_mangle)]
@@ -124,60 +135,38 @@ pub extern "C" fn mc_nf_ingress(ctx: *const NfCtx) -> i32 {
     decide(skb).unwrap_or(NF_ACCEPT)
 }
 
-/// Reads a `T` of kernel memory at `base + off`.
+/// A `T` at `base + off`, where `off` is one of the `nf_patch` placeholders (plus an offset
+/// inside the field it stands for): one load instruction, whose offset the agent replaces.
+///
+/// # Safety
+/// `base` is the context's `sk_buff` or the conntrack entry `rdonly_cast` gave; the verifier
+/// checks the patched load against the kernel's BTF (a read through the cast pointer that
+/// faults reads 0).
 #[inline(always)]
-fn kread<T: Copy>(base: u64, off: u32) -> Option<T> {
-    // SAFETY: bpf_probe_read_kernel checks the address; a fault is an error, not a crash.
-    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.ok()
+unsafe fn patched<T: Copy>(base: *const u8, off: i16) -> T {
+    // SAFETY: as the function says; volatile, so that each field is one load of its own at an
+    // offset the agent can find.
+    unsafe { core::ptr::read_volatile(base.wrapping_offset(off as isize) as *const T) }
 }
 
-/// `skb->_nfct` then `skb->len`, as the kernel lays them out (Linux 6.18 does; the offsets the
-/// agent read from BTF say whether this one does): one read.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct NfctLen {
-    nfct: u64,
-    len: u32,
-}
-
-/// The packet's conntrack pointer with its ctinfo, and its length; one `bpf_probe_read_kernel`
-/// where the fields are adjacent (each read is a helper call that validates the address: on the
-/// path every packet of a one-way flow takes, the reads are most of the program's time).
+/// The conntrack entry `_nfct` points at, as a read-only `struct nf_conn *`: the placeholder
+/// helper call becomes the `bpf_rdonly_cast` kfunc, which the verifier turns into a register
+/// move.
 #[inline(always)]
-fn nfct_and_len(skb: u64, k: &KernelOffsets) -> Option<(u64, u32)> {
-    if k.skb_len == k.skb_nfct + 8 {
-        let both: NfctLen = kread(skb, k.skb_nfct)?;
-        return Some((both.nfct, both.len));
-    }
-    Some((kread(skb, k.skb_nfct)?, kread(skb, k.skb_len).unwrap_or(0)))
+fn rdonly_cast(ct: u64) -> *const u8 {
+    // SAFETY: the agent replaces this call before loading the program (an unpatched one is
+    // refused by the verifier: no helper has this ID).
+    let cast: unsafe extern "C" fn(u64, u32) -> *const u8 =
+        unsafe { core::mem::transmute(nf_patch::RDONLY_CAST as usize) };
+    unsafe { cast(ct, nf_patch::NF_CONN_TYPE) }
 }
 
-/// `struct nf_conn`'s `tuplehash[2]`: each direction's tuple after its 16-byte list node.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CtTuples {
-    original: [u8; ct_tuple::LEN],
-    /// The rest of the ORIGINAL tuple and the REPLY entry's `hnnode`.
-    _between: [u8; TUPLE_HASH_LEN - ct_tuple::LEN],
-    reply: [u8; ct_tuple::LEN],
-}
-
-/// `sizeof(struct nf_conntrack_tuple_hash)` on 64-bit kernels (a 16-byte list node and the
-/// 40-byte tuple); where the BTF offsets say otherwise, the tuples are read one by one.
-const TUPLE_HASH_LEN: usize = 56;
-
-/// Both tuples of a conntrack entry: one read where they lie one `nf_conntrack_tuple_hash`
-/// apart, as they do on 64-bit kernels (the agent found the offsets in this kernel's BTF).
+/// Reads a field of a conntrack tuple: `tuple` is [`nf_patch::CT_ORIGINAL`] or
+/// [`nf_patch::CT_REPLY`], `at` an offset of [`ct_tuple`].
 #[inline(always)]
-fn read_tuples(ct: u64, k: &KernelOffsets) -> Option<CtTuples> {
-    if k.ct_tuple_reply == k.ct_tuple_original + TUPLE_HASH_LEN as u32 {
-        return kread(ct, k.ct_tuple_original);
-    }
-    Some(CtTuples {
-        original: kread(ct, k.ct_tuple_original)?,
-        _between: [0; TUPLE_HASH_LEN - ct_tuple::LEN],
-        reply: kread(ct, k.ct_tuple_reply)?,
-    })
+fn tuple_field<T: Copy>(ct: *const u8, tuple: i16, at: u32) -> T {
+    // SAFETY: `ct` comes from `rdonly_cast`; the offset is a placeholder the agent patches.
+    unsafe { patched(ct, tuple + at as i16) }
 }
 
 /// The verdict on one packet; `None` when it is none of the policy's business.
@@ -189,38 +178,40 @@ fn decide(skb: *const u8) -> Option<i32> {
     if cfg.flags & (CONFIG_POLICY_EGRESS | CONFIG_POLICY_INGRESS) == 0 {
         return None;
     }
-    let k = kernel_offsets()?;
-    let skb = skb as u64;
-    let (nfct, len) = nfct_and_len(skb, &k)?;
+    if skb.is_null() {
+        return None;
+    }
+    // SAFETY: the context's `sk_buff`; the offsets are placeholders the agent patches.
+    let nfct: u64 = unsafe { patched(skb, nf_patch::SKB_NFCT) };
     if nfct & 7 != IP_CT_NEW {
         return None;
     }
-    let ct = nfct & !7;
-    if ct == 0 {
+    if nfct & !7 == 0 {
         return None;
     }
-    let tuples = read_tuples(ct, &k)?;
-    let t = &tuples.original;
-    let at = |i: u32| t[i as usize];
-    if u16::from_ne_bytes([at(ct_tuple::L3NUM), at(ct_tuple::L3NUM + 1)]) != AF_INET {
+    let ct = rdonly_cast(nfct & !7);
+    const O: i16 = nf_patch::CT_ORIGINAL;
+    if tuple_field::<u16>(ct, O, ct_tuple::L3NUM) != AF_INET {
         return None;
     }
-    let proto = at(ct_tuple::PROTO);
-    let port = |i: u32| u16::from_be_bytes([at(i), at(i + 1)]);
+    let proto: u8 = tuple_field(ct, O, ct_tuple::PROTO);
+    let port = |i: u32| u16::from_be(tuple_field(ct, O, i));
     let (src_port, dst_port) = match proto {
         IPPROTO_TCP | IPPROTO_UDP => (port(ct_tuple::SRC_PORT), port(ct_tuple::DST_PORT)),
         IPPROTO_ICMP => (port(ct_tuple::SRC_PORT), 0),
         _ => (0, 0),
     };
-    let ip = |i: u32| [at(i), at(i + 1), at(i + 2), at(i + 3)];
-    let key = FlowKey {
-        src: ip(ct_tuple::SRC_IP),
-        dst: ip(ct_tuple::DST_IP),
+    // Addresses as they lie in memory (network order), like the maps' keys.
+    let ip = |i: u32| tuple_field::<u32>(ct, O, i).to_ne_bytes();
+    let key = key(
+        ip(ct_tuple::SRC_IP),
+        ip(ct_tuple::DST_IP),
         src_port,
         dst_port,
         proto,
-        _pad: [0; 3],
-    };
+    );
+    // SAFETY: as above.
+    let len: u32 = unsafe { patched(skb, nf_patch::SKB_LEN) };
     // A Pod of this Node opening a flow to a multi-cluster Service an egress rule names (the
     // Service's address, before the DNAT: its endpoints here and in other clusters alike).
     // SAFETY (map reads): values are copied out at once.
@@ -240,21 +231,56 @@ fn decide(skb: *const u8) -> Option<i32> {
     }
     // The Pod the DNAT chose and the port it receives on: the REPLY tuple's source (the
     // destination itself without a DNAT).
-    let r = &tuples.reply;
-    let rat = |i: u32| r[i as usize];
-    let pod = [
-        rat(ct_tuple::SRC_IP),
-        rat(ct_tuple::SRC_IP + 1),
-        rat(ct_tuple::SRC_IP + 2),
-        rat(ct_tuple::SRC_IP + 3),
-    ];
+    const R: i16 = nf_patch::CT_REPLY;
+    let pod = tuple_field::<u32>(ct, R, ct_tuple::SRC_IP).to_ne_bytes();
     let port = match proto {
-        IPPROTO_TCP | IPPROTO_UDP => {
-            u16::from_be_bytes([rat(ct_tuple::SRC_PORT), rat(ct_tuple::SRC_PORT + 1)])
-        }
+        IPPROTO_TCP | IPPROTO_UDP => u16::from_be(tuple_field(ct, R, ct_tuple::SRC_PORT)),
         _ => 0,
     };
-    // A later packet of a flow already decided under this policy, to the same Pod and port:
+    // The flow whose packet the ingress program just recorded on this CPU (a remote gateway's
+    // flow, with the identity the packet carried): decided once per CPU and flow, its later
+    // packets take the verdict from the slot.
+    if let Some(slot) = flow_cache_slot(&key)
+        // SAFETY: this CPU's entry; nothing else on this CPU runs while the program does.
+        && let slot = unsafe { &mut *slot }
+        && same_flow(&slot.flow, &key)
+    {
+        if slot.action != CACHE_UNDECIDED
+            && slot.generation == cfg.policy_generation
+            && slot.pod == pod
+            && slot.port == port
+        {
+            if slot.action == CACHE_UNCOVERED {
+                return None;
+            }
+            let verdict = PolicyVerdict {
+                action: u32::from(slot.action),
+                rule: slot.rule,
+            };
+            return Some(apply(verdict, len, skb, &key));
+        }
+        let (action, verdict) = match unsafe { PROTECTED_PODS.get(&pod) }.copied() {
+            None => (CACHE_UNCOVERED, None),
+            Some(unknown) if slot.id == VNI_UNKNOWN => {
+                // Not remembered: each packet counted under its reason.
+                count_rule(unknown.rule, len);
+                count_len(Counter::PolicyDropUnknownIdentity, len);
+                return Some(NF_DROP);
+            }
+            Some(_) => {
+                let v = rules_verdict(pod, slot.id, port, proto);
+                (v.action as u16, Some(v))
+            }
+        };
+        slot.generation = cfg.policy_generation;
+        slot.pod = pod;
+        slot.port = port;
+        slot.action = action;
+        slot.rule = verdict.map_or(0, |v| v.rule);
+        return verdict.map(|v| apply(v, len, skb, &key));
+    }
+    // A later packet of a flow already decided under this policy, to the same Pod and port
+    // (one the flow cache does not hold: on another CPU, or its slot taken by another flow):
     // the same verdict, without deciding again (looked up first: on a one-way flow, where
     // conntrack calls every packet new, it saves the peer lookup below on each packet). Only
     // remote-opened flows are remembered; a refusal is still checked against the peers, so
@@ -288,29 +314,7 @@ fn decide(skb: *const u8) -> Option<i32> {
         count_len(Counter::PolicyDropUnknownIdentity, len);
         return Some(NF_DROP);
     }
-    // The verdict for this port if a rule of the Pod names it, else for every other port of
-    // the protocol if a rule names the protocol alone, else for everything else; no entry: no
-    // rule matched this identity, and the flow gets what the cluster would do without the
-    // policy (the agent's rule 0, "no rule matched").
-    let mut pkey = PolicyKey {
-        pod,
-        id,
-        port,
-        proto,
-        _pad: 0,
-    };
-    let exact = unsafe { INGRESS_POLICY.get(&pkey) }.copied();
-    pkey.port = 0;
-    let verdict = exact
-        .or_else(|| unsafe { INGRESS_POLICY.get(&pkey) }.copied())
-        .or_else(|| {
-            pkey.proto = 0;
-            unsafe { INGRESS_POLICY.get(&pkey) }.copied()
-        })
-        .unwrap_or(PolicyVerdict {
-            action: ACTION_ALLOW,
-            rule: 0,
-        });
+    let verdict = rules_verdict(pod, id, port, proto);
     // Remembered for the flow's next packets; a full LRU evicts its oldest, and a failed
     // update only means the next packet is decided again.
     let _ = FLOW_VERDICTS.insert(
@@ -333,10 +337,39 @@ fn decide(skb: *const u8) -> Option<i32> {
     Some(apply(verdict, len, skb, &key))
 }
 
+/// The verdict of the ingress rules covering `pod` for a flow from `id` to `port`: for this
+/// port if a rule of the Pod names it, else for every other port of the protocol if a rule
+/// names the protocol alone, else for everything else; no entry: no rule matched this
+/// identity, and the flow gets what the cluster would do without the policy (the agent's rule
+/// 0, "no rule matched").
+#[inline(always)]
+fn rules_verdict(pod: [u8; 4], id: u32, port: u16, proto: u8) -> PolicyVerdict {
+    let mut pkey = PolicyKey {
+        pod,
+        id,
+        port,
+        proto,
+        _pad: 0,
+    };
+    // SAFETY (map reads): values are copied out at once.
+    let exact = unsafe { INGRESS_POLICY.get(&pkey) }.copied();
+    pkey.port = 0;
+    exact
+        .or_else(|| unsafe { INGRESS_POLICY.get(&pkey) }.copied())
+        .or_else(|| {
+            pkey.proto = 0;
+            unsafe { INGRESS_POLICY.get(&pkey) }.copied()
+        })
+        .unwrap_or(PolicyVerdict {
+            action: ACTION_ALLOW,
+            rule: 0,
+        })
+}
+
 /// Counts a verdict under its rule and the policy's counters; the netfilter verdict. A rejected
 /// packet goes to the agent, which answers it.
 #[inline(always)]
-fn apply(verdict: PolicyVerdict, len: u32, skb: u64, flow: &FlowKey) -> i32 {
+fn apply(verdict: PolicyVerdict, len: u32, skb: *const u8, flow: &FlowKey) -> i32 {
     count_rule(verdict.rule, len);
     match verdict.action {
         ACTION_ALLOW => {
@@ -360,13 +393,9 @@ fn apply(verdict: PolicyVerdict, len: u32, skb: u64, flow: &FlowKey) -> i32 {
 /// Puts a rejected packet's flow and first bytes in the ring buffer for the agent to answer;
 /// `false` when it cannot (no room, no offsets, an unreadable packet).
 #[inline(never)]
-fn hand_over(skb: u64, flow: &FlowKey, rule: u32, len: u32) -> bool {
-    let Some(data_at) = skb_data_offset() else {
-        return false;
-    };
-    let Some(data) = kread::<u64>(skb, data_at) else {
-        return false;
-    };
+fn hand_over(skb: *const u8, flow: &FlowKey, rule: u32, len: u32) -> bool {
+    // SAFETY: the context's `sk_buff`; the offset is a placeholder the agent patches.
+    let data: u64 = unsafe { patched(skb, nf_patch::SKB_DATA) };
     let Some(mut entry) = REJECTS.reserve(0) else {
         return false;
     };
