@@ -322,7 +322,7 @@ pub fn patch_instructions(insns: &mut [u64], p: &Patch) -> Result<(), NetfilterE
             })?;
             b[2..4].copy_from_slice(&real.to_le_bytes());
             found[k] += 1;
-        } else if code == BPF_CALL && b[1] == 0 && imm == nf_patch::RDONLY_CAST {
+        } else if code == BPF_CALL && b[1] == 0 && off == 0 && imm == nf_patch::RDONLY_CAST {
             b[1] = BPF_PSEUDO_KFUNC_CALL << 4;
             b[4..8].copy_from_slice(&p.rdonly_cast.to_le_bytes());
             found[5] += 1;
@@ -499,8 +499,9 @@ fn fresh_link_path(layout: &PinLayout) -> PathBuf {
     layout.links_dir().join("netfilter_ingress_new")
 }
 
-/// Loads the policy program from `object`, patched for this kernel, and attaches it at PREROUTING (replacing a pinned one from an earlier start): what
-/// `mc-agent attach --stretched-policy` does.
+/// Loads the policy program from `object`, patched for this kernel, and attaches it at
+/// PREROUTING (replacing a pinned one from an earlier start): what `mc-agent attach
+/// --stretched-policy` does.
 pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterError> {
     let mut hook = PolicyHook::load(object, layout)?;
     hook.attach()?;
@@ -519,8 +520,8 @@ pub struct PolicyHook {
 }
 
 impl PolicyHook {
-    /// Loads the program, patched for the running kernel; attaches nothing (a link an earlier start pinned stays until [`Self::attach`] replaces it or
-    /// [`Self::detach`] removes it).
+    /// Loads the program, patched for the running kernel; attaches nothing (a link an earlier
+    /// start pinned stays until [`Self::attach`] replaces it or [`Self::detach`] removes it).
     pub fn load(object: &[u8], layout: &PinLayout) -> Result<Self, NetfilterError> {
         let patch = running_kernel_patch()?;
         let (mut insns, _maps) = instructions(object, layout)?;
@@ -625,6 +626,27 @@ mod tests {
         let data = std::fs::read("/sys/kernel/btf/vmlinux").unwrap();
         let btf = Btf::parse(&data).unwrap();
         let skb = btf.size("sk_buff").unwrap();
+        // The IDs as bpftool numbers the kernel's types (an independent reading of the BTF).
+        let bpftool_id = |kind: &str, name: &str| -> Option<u32> {
+            let out = std::process::Command::new("bpftool")
+                .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux"])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let tag = format!("] {kind} '{name}'");
+            let line = text.lines().find(|l| l.contains(&tag))?;
+            line.trim_start_matches('[').split(']').next()?.parse().ok()
+        };
+        match (
+            bpftool_id("STRUCT", "nf_conn"),
+            bpftool_id("FUNC", "bpf_rdonly_cast"),
+        ) {
+            (Some(nf_conn), Some(cast)) => {
+                assert_eq!(p.nf_conn, nf_conn, "struct nf_conn's BTF ID");
+                assert_eq!(p.rdonly_cast, cast, "bpf_rdonly_cast's BTF ID");
+            }
+            _ => eprintln!("no bpftool here: the IDs are not checked against it"),
+        }
         assert!(p.skb_nfct > 0 && p.skb_nfct < skb);
         assert!(p.skb_len > 0 && p.skb_len < skb);
         assert!(p.skb_data > p.skb_len && p.skb_data < skb);
@@ -632,8 +654,6 @@ mod tests {
         assert_eq!(p.ct_tuple_reply - p.ct_tuple_original, tuple_hash);
         assert!(p.ct_tuple_reply + 40 <= btf.size("nf_conn").unwrap());
         assert_eq!(btf.size("nf_conntrack_tuple").unwrap(), 40);
-        assert_eq!(btf.composites[&p.nf_conn].name, "nf_conn");
-        assert_ne!(p.rdonly_cast, p.nf_conn);
     }
 
     fn insn(code: u8, regs: u8, off: i16, imm: u32) -> u64 {
@@ -671,8 +691,9 @@ mod tests {
             insn(ldxw, 0x71, 8, 0),                  // an ordinary load
             insn(BPF_CALL, 0, 0, 1),                 // a helper call
             insn(BPF_MOV64_K, 0x03, 0, 0x7ffe_0003), // another immediate
+            insn(BPF_MOV32_K, 0x02, 0, nf_patch::NF_CONN_TYPE),
         ];
-        let kept: Vec<u64> = insns[7..].to_vec();
+        let kept: Vec<u64> = insns[7..10].to_vec();
         patch_instructions(&mut insns, &p).unwrap();
         assert_eq!(insns[0], insn(ldxdw, 0x61, 120, 0));
         assert_eq!(insns[1], insn(ldxw, 0x62, 112, 0));
@@ -681,7 +702,8 @@ mod tests {
         assert_eq!(insns[4], insn(BPF_CALL, 0x20, 0, 65475));
         assert_eq!(insns[5], insn(ldxh, 0x70, 16 + 18, 0));
         assert_eq!(insns[6], insn(ldxw, 0x70, 72, 0));
-        assert_eq!(&insns[7..], &kept[..]);
+        assert_eq!(&insns[7..10], &kept[..]);
+        assert_eq!(insns[10], insn(BPF_MOV32_K, 0x02, 0, 37114));
     }
 
     /// An object without one of the placeholders (built for another agent) is refused, named.

@@ -207,6 +207,19 @@ impl Node {
         out
     }
 
+    /// The flows the gateway's shared verdict map (`mc_flow_verdicts`) holds.
+    fn remembered_flows(&self) -> Vec<mc_common::dataplane::FlowKey> {
+        use aya::maps::{HashMap, Map, MapData};
+        let data =
+            MapData::from_pin(self.pin_root().join("mc_flow_verdicts")).expect("flow verdicts");
+        let map: HashMap<
+            MapData,
+            mc_common::dataplane::FlowKey,
+            mc_common::dataplane::FlowVerdict,
+        > = HashMap::try_from(Map::LruHashMap(data)).expect("an LRU hash");
+        map.keys().map(|k| k.expect("read")).collect()
+    }
+
     fn nonzero(&self) -> Vec<(&'static str, u64)> {
         self.moved(false)
     }
@@ -882,6 +895,17 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
                 && e.pod == [10, 245, 0, 7]
         ),
         "the stream's verdict in the gateway's flow cache: {cached:?}"
+    );
+    // Decided in the cache alone: the shared verdict map, which only a flow missing its slot
+    // goes to, never had it.
+    let shared: Vec<_> = west_gw
+        .remembered_flows()
+        .into_iter()
+        .filter(|k| k.dst == [10, 245, 0, 7] && k.dst_port == 5354)
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "the stream in mc_flow_verdicts: {shared:?}"
     );
     west_gw.sync(&west_with(vec![drop_all]));
     let n = arriving();

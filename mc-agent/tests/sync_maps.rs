@@ -274,7 +274,16 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::POD_IDS => &["id"],
             maps::FLOW_IDS => &["id"],
             maps::FLOW_VERDICTS => &["generation", "pod", "port", "action", "rule"],
-            maps::FLOW_CACHE => &["flow", "id", "generation", "pod", "port", "action"],
+            maps::FLOW_CACHE => &[
+                "flow",
+                "id",
+                "generation",
+                "pod",
+                "port",
+                "action",
+                "rule",
+                "hits",
+            ],
             maps::INGRESS_POLICY | maps::PROTECTED_PODS | maps::EGRESS_POLICY => {
                 &["action", "rule"]
             }

@@ -211,9 +211,10 @@ const _: () = assert!(core::mem::size_of::<FlowVerdict>() == 16);
 /// An entry of the gateway's per-CPU flow cache (`mc_flow_cache`, [`FLOW_CACHE_SLOTS`] per CPU,
 /// a slot per flow by a hash of its key): the remote-opened flow whose packet last came through
 /// this CPU in that slot, the identity it carried, and once the policy program has decided it,
-/// the verdict. The ingress program and the policy program handle each packet on the same CPU,
-/// one after the other, so a flow's packets after its first are decided without a hash-table
-/// lookup in either program (the LRU maps stay for the flows the cache does not hold).
+/// the verdict. The ingress program and then the policy program handle each packet on the same
+/// CPU (with a batch of packets received together, the ingress program runs for the batch
+/// first), so a flow's packets after its first are decided without a hash-table lookup in either
+/// program (the LRU maps stay for the flows the cache does not hold).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowCacheEntry {
@@ -229,10 +230,17 @@ pub struct FlowCacheEntry {
     /// ClusterSet-scoped rule covers the Pod) or [`CACHE_UNDECIDED`].
     pub action: u16,
     pub rule: u32,
-    pub _pad: u32,
+    /// Packets the ingress program found in this slot since it last looked the flow up in
+    /// `mc_flow_ids`: every [`FLOW_IDS_REFRESH`] it looks again, so that the shared map keeps a
+    /// long flow (its LRU would evict an entry never touched) with the identity it carries.
+    pub hits: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<FlowCacheEntry>() == 40);
+
+/// How often (in packets found in the flow cache) the ingress program refreshes a flow's entry
+/// of `mc_flow_ids` (a power of two).
+pub const FLOW_IDS_REFRESH: u32 = 256;
 
 /// [`FlowCacheEntry::action`]: not decided yet (or decided no more: the flow came with another
 /// identity).
@@ -346,7 +354,8 @@ pub mod ct_tuple {
     /// The destination port, or the ICMP type and code.
     pub const DST_PORT: u32 = 36;
     pub const PROTO: u32 = 38;
-    /// The bytes read: up to and with `dst.protonum`.
+    /// The bytes up to and with `dst.protonum` (the offsets the policy program reads in a tuple,
+    /// and the span of each tuple's placeholder offsets, `nf_patch`).
     pub const LEN: usize = 40;
 }
 

@@ -15,7 +15,8 @@
 //! the `sk_buff` and the `nf_conn` by plain loads (the verifier checks them against the kernel's
 //! BTF and wants their offsets constant): it is built with placeholders (`nf_patch`) where the
 //! offsets and the `bpf_rdonly_cast` kfunc go, and the agent patches in what the running
-//! kernel's BTF says before it loads the program. No helper is called on a decided flow's path.
+//! kernel's BTF says before it loads the program. No helper is called on a decided flow's path
+//! (on kernels that inline per-CPU array lookups, as 6.18 does).
 
 use core::ffi::c_void;
 
@@ -24,8 +25,8 @@ use mc_common::{
     Counter,
     dataplane::{
         ACTION_ALLOW, ACTION_REJECT, CACHE_UNCOVERED, CACHE_UNDECIDED, CONFIG_POLICY_EGRESS,
-        CONFIG_POLICY_INGRESS, EgressKey, FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW,
-        PEER_REMOTE_GATEWAY, PolicyKey, PolicyVerdict, VNI_UNKNOWN, ct_tuple, nf_patch,
+        CONFIG_POLICY_INGRESS, EgressKey, FLOW_IDS_REFRESH, FlowIdentity, FlowKey, FlowVerdict,
+        IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey, PolicyVerdict, VNI_UNKNOWN, ct_tuple, nf_patch,
     },
 };
 
@@ -68,34 +69,49 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
         id: u32::from_be_bytes([0, vni[0], vni[1], vni[2]]),
     };
     // The flow's packets after its first on this CPU: its slot of the flow cache already says
-    // so, with this identity (no hash-table lookup; the policy program reads the same slot).
+    // so, with this identity (no hash-table lookup; the policy program reads the same slot),
+    // and every FLOW_IDS_REFRESH-th of them refreshes the shared map's entry (the verdict in
+    // the slot stays: it is for this identity).
     let slot = flow_cache_slot(&key);
     // SAFETY (slot): this CPU's entry; nothing else on this CPU runs while the program does.
     if let Some(slot) = slot
         && same_flow(unsafe { &(*slot).flow }, &key)
         && unsafe { (*slot).id } == id.id
     {
+        let hits = unsafe { (*slot).hits }.wrapping_add(1);
+        unsafe { (*slot).hits = hits };
+        if hits & (FLOW_IDS_REFRESH - 1) == 0 {
+            remember_identity(&key, &id);
+        }
         return;
     }
-    // SAFETY: the value is compared at once.
-    if !unsafe { FLOW_IDS.get(&key) }.is_some_and(|known| *known == id) {
-        // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to
-        // the policy program, which drops it if a ClusterSet-scoped rule covers its Pod
-        // (`policy_drop_no_flow_identity`), unless the flow cache holds it.
-        let _ = FLOW_IDS.insert(&key, &id, 0);
-        // A flow that comes with another identity (its Pod relabelled while it is still new
-        // to conntrack) is decided again. After the insert: the policy program checks the
-        // identity again after remembering a verdict, so one of the two always catches a race.
-        let _ = FLOW_VERDICTS.remove(&key);
-    }
+    remember_identity(&key, &id);
     if let Some(slot) = slot {
         // SAFETY: as above. Field by field: the verdict's fields mean nothing while undecided.
         unsafe {
             (*slot).flow = key;
             (*slot).id = id.id;
             (*slot).action = CACHE_UNDECIDED;
+            (*slot).hits = 0;
         }
     }
+}
+
+/// Makes `mc_flow_ids` hold the flow with this identity.
+#[inline(always)]
+fn remember_identity(key: &FlowKey, id: &FlowIdentity) {
+    // SAFETY: the value is compared at once.
+    if unsafe { FLOW_IDS.get(key) }.is_some_and(|known| known == id) {
+        return;
+    }
+    // A full LRU evicts its oldest flow; an update that fails leaves the flow unknown to the
+    // policy program, which drops it if a ClusterSet-scoped rule covers its Pod
+    // (`policy_drop_no_flow_identity`), unless the flow cache holds it.
+    let _ = FLOW_IDS.insert(key, id, 0);
+    // A flow that comes with another identity (its Pod relabelled while it is still new to
+    // conntrack) is decided again. After the insert: the policy program checks the identity
+    // again after remembering a verdict, so one of the two always catches a race.
+    let _ = FLOW_VERDICTS.remove(key);
 }
 
 /// The flow of the inner packet as conntrack's ORIGINAL tuple will hold it.
@@ -163,9 +179,12 @@ fn rdonly_cast(ct: u64) -> *const u8 {
 
 /// Reads a field of a conntrack tuple: `tuple` is [`nf_patch::CT_ORIGINAL`] or
 /// [`nf_patch::CT_REPLY`], `at` an offset of [`ct_tuple`].
+///
+/// # Safety
+/// `ct` comes from [`rdonly_cast`].
 #[inline(always)]
-fn tuple_field<T: Copy>(ct: *const u8, tuple: i16, at: u32) -> T {
-    // SAFETY: `ct` comes from `rdonly_cast`; the offset is a placeholder the agent patches.
+unsafe fn tuple_field<T: Copy>(ct: *const u8, tuple: i16, at: u32) -> T {
+    // SAFETY: as the function says; the offset is a placeholder the agent patches.
     unsafe { patched(ct, tuple + at as i16) }
 }
 
@@ -191,18 +210,19 @@ fn decide(skb: *const u8) -> Option<i32> {
     }
     let ct = rdonly_cast(nfct & !7);
     const O: i16 = nf_patch::CT_ORIGINAL;
-    if tuple_field::<u16>(ct, O, ct_tuple::L3NUM) != AF_INET {
+    // SAFETY (tuple fields): `ct` comes from `rdonly_cast`.
+    if unsafe { tuple_field::<u16>(ct, O, ct_tuple::L3NUM) } != AF_INET {
         return None;
     }
-    let proto: u8 = tuple_field(ct, O, ct_tuple::PROTO);
-    let port = |i: u32| u16::from_be(tuple_field(ct, O, i));
+    let proto: u8 = unsafe { tuple_field(ct, O, ct_tuple::PROTO) };
+    let port = |i: u32| u16::from_be(unsafe { tuple_field(ct, O, i) });
     let (src_port, dst_port) = match proto {
         IPPROTO_TCP | IPPROTO_UDP => (port(ct_tuple::SRC_PORT), port(ct_tuple::DST_PORT)),
         IPPROTO_ICMP => (port(ct_tuple::SRC_PORT), 0),
         _ => (0, 0),
     };
     // Addresses as they lie in memory (network order), like the maps' keys.
-    let ip = |i: u32| tuple_field::<u32>(ct, O, i).to_ne_bytes();
+    let ip = |i: u32| unsafe { tuple_field::<u32>(ct, O, i) }.to_ne_bytes();
     let key = key(
         ip(ct_tuple::SRC_IP),
         ip(ct_tuple::DST_IP),
@@ -232,14 +252,19 @@ fn decide(skb: *const u8) -> Option<i32> {
     // The Pod the DNAT chose and the port it receives on: the REPLY tuple's source (the
     // destination itself without a DNAT).
     const R: i16 = nf_patch::CT_REPLY;
-    let pod = tuple_field::<u32>(ct, R, ct_tuple::SRC_IP).to_ne_bytes();
+    // SAFETY (tuple fields): as above.
+    let pod = unsafe { tuple_field::<u32>(ct, R, ct_tuple::SRC_IP) }.to_ne_bytes();
     let port = match proto {
-        IPPROTO_TCP | IPPROTO_UDP => u16::from_be(tuple_field(ct, R, ct_tuple::SRC_PORT)),
+        IPPROTO_TCP | IPPROTO_UDP => {
+            u16::from_be(unsafe { tuple_field(ct, R, ct_tuple::SRC_PORT) })
+        }
         _ => 0,
     };
-    // The flow whose packet the ingress program just recorded on this CPU (a remote gateway's
-    // flow, with the identity the packet carried): decided once per CPU and flow, its later
-    // packets take the verdict from the slot.
+    // The flow whose packet the ingress program recorded on this CPU (a remote gateway's flow,
+    // with the identity the packet carried; a packet of another flow in the same received batch
+    // may have taken the slot since, and then the LRU maps below decide): decided once per CPU
+    // and flow, its later packets take the verdict from the slot. As with a verdict remembered
+    // in `mc_flow_verdicts`, a refusal holds only while the source is still a remote gateway.
     if let Some(slot) = flow_cache_slot(&key)
         // SAFETY: this CPU's entry; nothing else on this CPU runs while the program does.
         && let slot = unsafe { &mut *slot }
@@ -250,7 +275,10 @@ fn decide(skb: *const u8) -> Option<i32> {
             && slot.pod == pod
             && slot.port == port
         {
-            if slot.action == CACHE_UNCOVERED {
+            if slot.action == CACHE_UNCOVERED
+                || (u32::from(slot.action) != ACTION_ALLOW
+                    && peer_kind(&key.src) != PEER_REMOTE_GATEWAY)
+            {
                 return None;
             }
             let verdict = PolicyVerdict {
@@ -391,7 +419,7 @@ fn apply(verdict: PolicyVerdict, len: u32, skb: *const u8, flow: &FlowKey) -> i3
 }
 
 /// Puts a rejected packet's flow and first bytes in the ring buffer for the agent to answer;
-/// `false` when it cannot (no room, no offsets, an unreadable packet).
+/// `false` when it cannot (no room, an unreadable packet).
 #[inline(never)]
 fn hand_over(skb: *const u8, flow: &FlowKey, rule: u32, len: u32) -> bool {
     // SAFETY: the context's `sk_buff`; the offset is a placeholder the agent patches.

@@ -32,7 +32,11 @@
 //! namespaces), and each number is the median over rounds: in a round, every test runs through
 //! every variant in turn before the next test, in an order that changes from test to test, so
 //! that the runs compared are seconds apart (this machine's speed drifts over minutes; a drift
-//! must not favour one variant) and no variant always follows the same other. For Strait,
+//! must not favour one variant) and no variant always follows the same other. Before every round
+//! after the first, both Strait variants' programs are loaded again (`mc-agent attach`, which of
+//! the two first alternating): where a JIT image lands changes a program's time on CPUs with
+//! the ITS mitigation, and loaded once, the variant loaded last took the same draw in every
+//! round (since 2026-11-28). For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's
 //! own time per packet (not during the measured runs: timing every run costs per packet). It
 //! prints numbers; it asserts nothing.
@@ -342,21 +346,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 // The policy program where the agent links it: on a Node with something to
                 // decide (here west's gateway, whose server the policy covers).
                 let link_policy = policy && desired(node_inputs).decides_policy();
-                let out = Command::new("nsenter")
-                    .arg(format!("--net=/run/netns/{}", ns(v, n)))
-                    .arg(agent)
-                    .arg("--pin-root")
-                    .arg(dir.join("mc/v1"))
-                    .args(["attach", "--uplink", "eth0"])
-                    .args(link_policy.then_some("--stretched-policy"))
-                    .output()?;
-                if !out.status.success() {
-                    bail!(
-                        "mc-agent attach in {}: {}",
-                        ns(v, n),
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
+                attach(v, n, agent, link_policy)?;
             }
             for (n, node_inputs) in &nodes {
                 sync(v, n, node_inputs)?;
@@ -449,6 +439,48 @@ fn stretched(i: &mut Inputs) {
         }))
         .expect("the policy's spec"),
     }];
+}
+
+/// `mc-agent attach` on one Node of a Strait variant (and the policy program's link with
+/// `link_policy`): the programs loaded afresh, the pinned maps and links kept.
+fn attach(v: Variant, node: &str, agent: &Path, link_policy: bool) -> anyhow::Result<()> {
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", ns(v, node)))
+        .arg(agent)
+        .arg("--pin-root")
+        .arg(bpffs(v, node).join("mc/v1"))
+        .args(["attach", "--uplink", "eth0"])
+        .args(link_policy.then_some("--stretched-policy"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "mc-agent attach in {}: {}",
+            ns(v, node),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Loads both Strait variants' programs again, one variant after the other (which first
+/// changes from round to round). Where the kernel puts a program's JIT image changes its time
+/// by tens of ns on a CPU with aligned branch and return thunks (the ITS mitigation): loaded
+/// once, the variant loaded last always took the same draw (docs/benchmarks.md, 2026-11-28); so
+/// every round gets new draws, and the medians span them.
+fn reload_strait(agent: &Path, round: usize) -> anyhow::Result<()> {
+    let order = if round.is_multiple_of(2) {
+        [Variant::Strait, Variant::StraitPolicy]
+    } else {
+        [Variant::StraitPolicy, Variant::Strait]
+    };
+    for v in order {
+        for n in BPF_NODES {
+            // The policy program where it is linked now (where the agent would link it).
+            let linked = bpffs(v, n).join("mc/v1/links/netfilter_ingress").exists();
+            attach(v, n, agent, linked)?;
+        }
+    }
+    Ok(())
 }
 
 /// What the agent does on one Node: the maps from its inputs, its routes to the remote prefixes
@@ -885,6 +917,9 @@ fn measure_all(
     for round in 0..runs {
         let mut this = [[0.0; 6]; VARIANTS.len()];
         eprintln!("  round {}/{runs}", round + 1);
+        if round > 0 {
+            reload_strait(agent, round).context("loading the Strait programs again")?;
+        }
         for (t, test) in TESTS.into_iter().enumerate() {
             for i in turns(round + t) {
                 let v = VARIANTS[i];
