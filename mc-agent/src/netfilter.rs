@@ -627,14 +627,14 @@ mod tests {
         let btf = Btf::parse(&data).unwrap();
         let skb = btf.size("sk_buff").unwrap();
         // The IDs as bpftool numbers the kernel's types (an independent reading of the BTF).
+        let dump = std::process::Command::new("bpftool")
+            .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux"])
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default();
         let bpftool_id = |kind: &str, name: &str| -> Option<u32> {
-            let out = std::process::Command::new("bpftool")
-                .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux"])
-                .output()
-                .ok()?;
-            let text = String::from_utf8_lossy(&out.stdout);
             let tag = format!("] {kind} '{name}'");
-            let line = text.lines().find(|l| l.contains(&tag))?;
+            let line = dump.lines().find(|l| l.contains(&tag))?;
             line.trim_start_matches('[').split(']').next()?.parse().ok()
         };
         match (

@@ -275,10 +275,7 @@ fn decide(skb: *const u8) -> Option<i32> {
             && slot.pod == pod
             && slot.port == port
         {
-            if slot.action == CACHE_UNCOVERED
-                || (u32::from(slot.action) != ACTION_ALLOW
-                    && peer_kind(&key.src) != PEER_REMOTE_GATEWAY)
-            {
+            if slot.action == CACHE_UNCOVERED || !still_holds(slot.action, &key.src) {
                 return None;
             }
             let verdict = PolicyVerdict {
@@ -317,7 +314,7 @@ fn decide(skb: *const u8) -> Option<i32> {
         && v.generation == cfg.policy_generation
         && v.pod == pod
         && v.port == port
-        && (u32::from(v.action) == ACTION_ALLOW || peer_kind(&key.src) == PEER_REMOTE_GATEWAY)
+        && still_holds(v.action, &key.src)
     {
         let verdict = PolicyVerdict {
             action: u32::from(v.action),
@@ -363,6 +360,14 @@ fn decide(skb: *const u8) -> Option<i32> {
         let _ = FLOW_VERDICTS.remove(&key);
     }
     Some(apply(verdict, len, skb, &key))
+}
+
+/// Whether a remembered verdict (in the flow cache or `mc_flow_verdicts`) still applies to a
+/// flow from `src`: an allow always; a refusal only while `src` is a remote gateway (a flow whose
+/// source stopped being one is none of the policy's business).
+#[inline(always)]
+fn still_holds(action: u16, src: &[u8; 4]) -> bool {
+    u32::from(action) == ACTION_ALLOW || peer_kind(src) == PEER_REMOTE_GATEWAY
 }
 
 /// The verdict of the ingress rules covering `pod` for a flow from `id` to `port`: for this
