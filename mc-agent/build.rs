@@ -1,5 +1,5 @@
 //! Builds the eBPF programs (`mc-ebpf`) for the BPF target with the pinned nightly toolchain and
-//! leaves the object in OUT_DIR, where `src/loader.rs` embeds it.
+//! leaves the object in OUT_DIR, where `src/lib.rs` embeds it (`EBPF_OBJECT`).
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {
