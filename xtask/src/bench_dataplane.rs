@@ -38,8 +38,10 @@
 //! the ITS mitigation, and loaded once, the variant loaded last took the same draw in every
 //! round (since 2026-11-28). For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's
-//! own time per packet (not during the measured runs: timing every run costs per packet). It
-//! prints numbers; it asserts nothing.
+//! own time per packet (not during the measured runs: timing every run costs per packet). TCP
+//! runs under the machine's default congestion control, which the namespaces inherit and the
+//! output names (docs/benchmarks.md, 2026-11-28 afternoon: BBR paces one stream below what the
+//! path carries). It prints numbers; it asserts nothing.
 
 use std::{
     collections::BTreeSet,
@@ -970,7 +972,14 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         rows[4].1.clone(),
     );
     println!(
-        "\ndataplane: medians of {runs} rounds, {seconds} s per test, every variant's topology up at once and the variants taking turns test by test; Pod MTU lowered by each tunnel's overhead (and for (a'))\n"
+        "\ndataplane: medians of {runs} rounds, {seconds} s per test, every variant's topology up at once and the variants taking turns test by test; Pod MTU lowered by each tunnel's overhead (and for (a'))"
+    );
+    // The TCP tests depend on it: BBR paces one stream at its estimate of the path (on the
+    // 2026-11-28 machine about a third of what the path carries), cubic fills the path.
+    let congestion = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map_or_else(|e| format!("unknown ({e})"), |s| s.trim().to_string());
+    println!(
+        "TCP congestion control: {congestion} (the machine's default, which the test namespaces inherit)\n"
     );
     println!(
         "{:<24} {:>11} {:>11} {:>11} {:>9} {:>11} {:>13}",
