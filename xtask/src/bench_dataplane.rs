@@ -24,24 +24,23 @@
 //! has it on a real Node whichever way its traffic goes (before 2026-11-26's late series, only (d)
 //! had it).
 //!
-//! For each: TCP throughput with 1 and 4 streams (iperf3), TCP request/response (1-byte
+//! For each: TCP throughput with 1 and 4 streams (iperf3, under the machine's default congestion
+//! control, which the test namespaces inherit and the output names: BBR paces one stream well below
+//! what the path carries, docs/benchmarks.md 2026-11-28 afternoon), TCP request/response (1-byte
 //! ping-pong, transactions per second and median round trip), 64-byte UDP packets per second
-//! delivered (a sender thread in the client, a receiver in the server), and the kernel's
-//! softirq CPU time per delivered packet over the whole path (namespaces share one kernel, so
-//! one hop's CPU cannot be told apart). Every variant's topology is up at once (each in its own
-//! namespaces), and each number is the median over rounds: in a round, every test runs through
-//! every variant in turn before the next test, in an order that changes from test to test, so
-//! that the runs compared are seconds apart (this machine's speed drifts over minutes; a drift
-//! must not favour one variant) and no variant always follows the same other. Before every round
-//! after the first, both Strait variants' programs are loaded again (`mc-agent attach`, which of
-//! the two first alternating): where a JIT image lands changes a program's time on CPUs with
-//! the ITS mitigation, and loaded once, the variant loaded last took the same draw in every
-//! round (since 2026-11-28). For Strait,
-//! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's
-//! own time per packet (not during the measured runs: timing every run costs per packet). TCP
-//! runs under the machine's default congestion control, which the namespaces inherit and the
-//! output names (docs/benchmarks.md, 2026-11-28 afternoon: BBR paces one stream below what the
-//! path carries). It prints numbers; it asserts nothing.
+//! delivered (a sender thread in the client, a receiver in the server), and the kernel's softirq
+//! CPU time per delivered packet over the whole path (namespaces share one kernel, so one hop's CPU
+//! cannot be told apart). Every variant's topology is up at once (each in its own namespaces), and
+//! each number is the median over rounds: in a round, every test runs through every variant in turn
+//! before the next test, in an order that changes from test to test, so that the runs compared are
+//! seconds apart (this machine's speed drifts over minutes; a drift must not favour one variant)
+//! and no variant always follows the same other. Before every round after the first, both Strait
+//! variants' programs are loaded again (`mc-agent attach`, which of the two first alternating):
+//! where a JIT image lands changes a program's time on CPUs with the ITS mitigation, and loaded
+//! once, the variant loaded last took the same draw in every round (since 2026-11-28). For Strait,
+//! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's own
+//! time per packet (not during the measured runs: timing every run costs per packet). It prints
+//! numbers; it asserts nothing.
 
 use std::{
     collections::BTreeSet,
@@ -535,6 +534,11 @@ impl Drop for Server {
     }
 }
 
+/// The congestion control the iperf3 senders reported: the TCP tests depend on it (BBR paces
+/// one stream well below what the path carries; cubic, without reordering, fills it).
+static CONGESTION_CONTROL: std::sync::Mutex<BTreeSet<String>> =
+    std::sync::Mutex::new(BTreeSet::new());
+
 fn iperf(v: Variant, streams: u32, seconds: u64) -> anyhow::Result<f64> {
     let out = Command::new("ip")
         .args([
@@ -559,6 +563,12 @@ fn iperf(v: Variant, streams: u32, seconds: u64) -> anyhow::Result<f64> {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
     if let Some(e) = v["error"].as_str() {
         bail!("iperf3: {e}");
+    }
+    if let Some(cc) = v["end"]["sender_tcp_congestion"].as_str() {
+        CONGESTION_CONTROL
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cc.to_string());
     }
     v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
@@ -974,12 +984,20 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     println!(
         "\ndataplane: medians of {runs} rounds, {seconds} s per test, every variant's topology up at once and the variants taking turns test by test; Pod MTU lowered by each tunnel's overhead (and for (a'))"
     );
-    // The TCP tests depend on it: BBR paces one stream at its estimate of the path (on the
-    // 2026-11-28 machine about a third of what the path carries), cubic fills the path.
-    let congestion = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
-        .map_or_else(|e| format!("unknown ({e})"), |s| s.trim().to_string());
+    let congestion = CONGESTION_CONTROL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     println!(
-        "TCP congestion control: {congestion} (the machine's default, which the test namespaces inherit)\n"
+        "TCP congestion control, as iperf3's senders report it: {} (the machine's default, which the test namespaces inherit)\n",
+        if congestion.is_empty() {
+            "not reported"
+        } else {
+            &congestion
+        }
     );
     println!(
         "{:<24} {:>11} {:>11} {:>11} {:>9} {:>11} {:>13}",
