@@ -158,8 +158,16 @@ fn bpffs(v: Variant, node: &str) -> PathBuf {
     PathBuf::from(format!("/run/strait-bench/{}/{node}", v.tag()))
 }
 
-/// Removes every variant's topology.
+/// Removes every variant's topology. Processes still running in its namespaces (the iperf3
+/// servers of an interrupted run) are killed first: each was started by `ip netns exec` in a
+/// private mount namespace holding a copy of the bench's bpffs mounts, so while one lives the
+/// pinned links and programs stay loaded after the namespaces and mounts are gone.
 fn teardown() {
+    for v in VARIANTS {
+        for n in NAMESPACES {
+            kill_processes_in(&ns(v, n));
+        }
+    }
     for v in VARIANTS {
         for n in NAMESPACES {
             let _ = Command::new("ip")
@@ -169,6 +177,37 @@ fn teardown() {
         for n in BPF_NODES {
             let _ = Command::new("umount").arg(bpffs(v, n)).output();
         }
+    }
+}
+
+/// Kills every process in a network namespace (`ip netns pids`) and waits up to 2 s for them
+/// to go.
+fn kill_processes_in(netns: &str) {
+    let pids = || -> Vec<i32> {
+        Command::new("ip")
+            .args(["netns", "pids", netns])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let first = pids();
+    if first.is_empty() {
+        return;
+    }
+    for pid in &first {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !pids().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
