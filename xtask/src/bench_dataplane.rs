@@ -158,10 +158,11 @@ fn bpffs(v: Variant, node: &str) -> PathBuf {
     PathBuf::from(format!("/run/strait-bench/{}/{node}", v.tag()))
 }
 
-/// Removes every variant's topology. Processes still running in its namespaces (the iperf3
+/// Removes every variant's topology. Processes still running in their namespaces (the iperf3
 /// servers of an interrupted run) are killed first: each was started by `ip netns exec` in a
-/// private mount namespace holding a copy of the bench's bpffs mounts, so while one lives the
-/// pinned links and programs stay loaded after the namespaces and mounts are gone.
+/// mount namespace of its own that can hold a copy of the bench's bpffs mounts (it did on
+/// 2026-11-28), so while one lives the pinned links and programs can stay loaded after the
+/// namespaces and mounts are gone.
 fn teardown() {
     for v in VARIANTS {
         for n in NAMESPACES {
@@ -191,6 +192,7 @@ fn kill_processes_in(netns: &str) {
                 String::from_utf8_lossy(&o.stdout)
                     .split_whitespace()
                     .filter_map(|p| p.parse().ok())
+                    .filter(|&p: &i32| p > 1 && p as u32 != std::process::id())
                     .collect()
             })
             .unwrap_or_default()
