@@ -430,7 +430,36 @@ pub fn desired(inputs: &Inputs) -> Desired {
             }
         }
     }
+    out.config.route_generation = route_generation(&out);
     out
+}
+
+/// [`LocalConfig::route_generation`]: a 16-bit digest (FNV-1a, folded) of everything the
+/// gateway's hairpin decides by: the routes, the peers, and the config's role, addresses and
+/// tunnel port. The same state always gives the same value, so a restart invalidates nothing.
+fn route_generation(out: &Desired) -> u16 {
+    let c = &out.config;
+    let mut bytes = Vec::with_capacity(32 + 13 * out.routes.len() + 12 * out.peers.len());
+    bytes.extend_from_slice(&c.role.to_le_bytes());
+    bytes.extend_from_slice(&c.node_ip);
+    bytes.extend_from_slice(&c.gateway_internal_ip);
+    bytes.extend_from_slice(&c.gateway_ip);
+    bytes.extend_from_slice(&c.tunnel_port.to_le_bytes());
+    for (prefix, route) in &out.routes {
+        bytes.extend_from_slice(&prefix.addr.octets());
+        bytes.push(prefix.len);
+        bytes.extend_from_slice(&route.cluster.to_le_bytes());
+        bytes.extend_from_slice(&route.gateway_ip);
+    }
+    for (addr, peer) in &out.peers {
+        bytes.extend_from_slice(&addr.octets());
+        bytes.extend_from_slice(&peer.kind.to_le_bytes());
+        bytes.extend_from_slice(&peer.cluster.to_le_bytes());
+    }
+    let hash = bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    (hash ^ (hash >> 16)) as u16
 }
 
 #[cfg(test)]
@@ -609,6 +638,37 @@ mod tests {
         assert_eq!(d.routes.len(), 2, "Service and Pod CIDR with pod-to-pod on");
         assert_eq!(d.peers[&ip("198.18.1.2")].kind, PEER_LOCAL_NODE);
         assert!(!d.peers.contains_key(&ip("198.18.1.1")), "not itself");
+    }
+
+    #[test]
+    fn the_route_generation_follows_routes_peers_and_addresses_and_nothing_else() {
+        let base = inputs("east-gw", "198.18.1.1");
+        let g = desired(&base).config.route_generation;
+        assert_eq!(
+            g,
+            desired(&base).config.route_generation,
+            "same state, same value"
+        );
+        let mut more = base.clone();
+        more.pod_to_pod = true;
+        assert_ne!(g, desired(&more).config.route_generation, "a route more");
+        let mut nodes = base.clone();
+        nodes.local_nodes.push(ip("198.18.1.3"));
+        assert_ne!(g, desired(&nodes).config.route_generation, "a peer more");
+        let mut moved = base.clone();
+        moved.cluster_infos[0].gateway_ips = vec!["198.18.2.9".into()];
+        assert_ne!(
+            g,
+            desired(&moved).config.route_generation,
+            "a gateway moved"
+        );
+        let mut mtu = base.clone();
+        mtu.mtu = 9000;
+        assert_eq!(
+            g,
+            desired(&mtu).config.route_generation,
+            "the MTU is not the hairpin's"
+        );
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Makes the maps equal to a [`Desired`] state, level-triggered: whatever the maps hold (after a
 //! restart, a crash mid-update, or someone's `bpftool map update`), the result is the same.
 //!
-//! Order matters because the programs read the maps while they change: new routes and peers
-//! go in first, then the config (a new gateway or role), then stale entries go. A packet sees
-//! either the old state or the new one, or the new one with a few extra stale entries, never a
-//! config that points at entries not written yet.
+//! Order matters because the programs read the maps while they change: new routes, peers and
+//! policy go in first, then stale routes, peers and policy go, then the config (a new gateway or
+//! role, and the generations that tell the gateway's caches what they remember is stale), then
+//! stale Pod identities. A packet sees the old config with the old, a mixed or the new routes
+//! and peers, or the new config with the new ones, never a config that points at entries not
+//! written yet; and whatever the hairpin cache learned from a mixed state it learned under the
+//! old generation. (A removal that fails leaves the config as it was until a later pass.)
 
 use std::{
     borrow::BorrowMut,
@@ -101,12 +104,6 @@ pub fn apply<T: BorrowMut<MapData>>(
             &desired.policy.entries,
         )?;
 
-    let current_config = maps.config.get(&0, 0)?;
-    if current_config != desired.config {
-        maps.config.set(0, &desired.config, 0)?;
-        report.config_changed = true;
-    }
-
     let wanted_routes: BTreeSet<Prefix> = desired.routes.keys().copied().collect();
     for (key, _) in &current_routes {
         let prefix = Prefix::new(Ipv4Addr::from(key.data()), key.prefix_len().min(32) as u8);
@@ -123,6 +120,15 @@ pub fn apply<T: BorrowMut<MapData>>(
             report.peers_removed += 1;
         }
     }
+
+    // The routes and peers complete before the config names their generation: the gateway's
+    // hairpin cache keeps what it learned under the new generation from the new maps only.
+    let current_config = maps.config.get(&0, 0)?;
+    if current_config != desired.config {
+        maps.config.set(0, &desired.config, 0)?;
+        report.config_changed = true;
+    }
+
     for (key, _) in &current_ids {
         if !desired.pod_ids.contains_key(&Ipv4Addr::from(*key)) {
             remove_absent(maps.pod_ids.remove(key))?;

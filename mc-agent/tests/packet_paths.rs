@@ -9,8 +9,9 @@ use mc_agent::dataplane::Direction;
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, NextHop, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY,
-        ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
+        CONFIG_ROUTED_VIA_GATEWAY, HAIRPIN_SNAT, HAIRPIN_UNSNAT, NextHop, PEER_REMOTE_GATEWAY,
+        Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN,
+        SNAT_REVERSE,
     },
 };
 use support::{
@@ -376,7 +377,9 @@ fn the_hairpin_takes_the_next_hop_from_the_cache_while_it_is_fresh() {
     assert_eq!(&out[..12], &macs, "Ethernet addresses from the cache");
 
     // Expired: the program asks the kernel (which has no route here: the kernel resolves the hop
-    // on redirect) and the cached addresses are not used.
+    // on redirect) and the cached addresses are not used. (The hairpin cache keeps the flow's
+    // hop until the coarse clock's second ends: wait for that.)
+    next_coarse_second();
     let stale = NextHop {
         expires_ns: coarse_now_ns().saturating_sub(1_000_000_000),
         ..fresh
@@ -391,6 +394,107 @@ fn the_hairpin_takes_the_next_hop_from_the_cache_while_it_is_fresh() {
     assert_tunnel(&out, G, W);
     assert_eq!(&out[..12], &eth(&request)[..12], "no stale addresses");
     f.assert_counters(&[(Counter::HairpinSnat, 2)]);
+}
+
+/// Keeps this thread on the CPU it is on now.
+fn pin_to_current_cpu() {
+    // SAFETY: plain libc calls on a zeroed cpu_set_t of this thread.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0, "sched_getcpu");
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
+        );
+    }
+}
+
+/// Sleeps until just after the coarse clock (the programs' `now() >> 30`) starts a new second.
+fn next_coarse_second() {
+    let now = coarse_now_ns();
+    let next = ((now >> 30) + 1) << 30;
+    std::thread::sleep(std::time::Duration::from_nanos(next - now + 20_000_000));
+}
+
+#[test]
+fn the_hairpin_reuses_a_flows_translation_and_next_hop_until_the_routes_change() {
+    let mut f = Fixture::new("gw-hairpin-cache", ROLE_GATEWAY);
+    let to_w = [0x02, 0xaa, 0, 0, 0, 0x01, 0x02, 0xbb, 0, 0, 0, 0x02];
+    let to_n = [0x02, 0xaa, 0, 0, 0, 0x03, 0x02, 0xbb, 0, 0, 0, 0x02];
+    let hop = |macs| NextHop {
+        macs,
+        ifindex: 1,
+        expires_ns: coarse_now_ns() + 60_000_000_000,
+    };
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        maps.next_hops.insert(&W, &hop(to_w), 0).expect("hop W");
+        maps.next_hops.insert(&N, &hop(to_n), 0).expect("hop N");
+    }
+    // All of it on one CPU (the cache is per CPU; test runs go where the thread is) and within
+    // one second of the coarse clock, as the cache's entries are.
+    pin_to_current_cpu();
+    next_coarse_second();
+    let request = tcp(POD_N, WEST_SVC, 40000, 80, 0x10, b"data");
+    let reply = tcp(WEST_SVC, G, 80, 40000, 0x10, b"ack");
+    let (verdict, first) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &request)));
+    assert_eq!(verdict, REDIRECT);
+    let (verdict, back) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(verdict, REDIRECT);
+    assert_eq!(&back[..12], &to_n);
+    let mut cached = f.hairpin_cache();
+    cached.sort_by_key(|e| e.kind);
+    let kinds: Vec<_> = cached
+        .iter()
+        .map(|e| (e.kind, e.sender, e.addr, e.port, e.dst, e.macs))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (HAIRPIN_SNAT, N, G, 40000, W, to_w),
+            (HAIRPIN_UNSNAT, W, POD_N, 40000, N, to_n)
+        ]
+    );
+
+    // Without the tables' entries the flow's packets still go out as the first did: from the
+    // cache (the full path would now hand the hop to the kernel).
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        maps.next_hops.remove(&W).expect("hop W");
+        maps.next_hops.remove(&N).expect("hop N");
+    }
+    let (verdict, again) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &request)));
+    assert_eq!((verdict, &again), (REDIRECT, &first));
+    let e = decode_geneve(&again);
+    e.inner.assert_checksums("SNATed from the cache");
+    assert_eq!((e.inner.src(), e.inner.src_port()), (G, 40000));
+    let (verdict, back_again) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!((verdict, &back_again), (REDIRECT, &back));
+    decode_geneve(&back_again)
+        .inner
+        .assert_checksums("reverse-SNATed from the cache");
+
+    // The agent removes the route and writes the config with the new generation: the flow's
+    // next packet is decided afresh (nothing routes it to west any more).
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        maps.routes
+            .remove(&aya::maps::lpm_trie::Key::new(16, [10, 98, 0, 0]))
+            .expect("route");
+        let mut config = maps.config.get(&0, 0).expect("config");
+        config.route_generation = config.route_generation.wrapping_add(1);
+        maps.config.set(0, &config, 0).expect("config");
+    }
+    let (verdict, _) = f.run(Direction::Ingress, &eth(&geneve(N, G, PORT, &request)));
+    assert_eq!(verdict, SHOT);
+    f.assert_counters(&[
+        (Counter::HairpinSnat, 2),
+        (Counter::HairpinUnsnat, 2),
+        (Counter::DropNotRemote, 1),
+    ]);
 }
 
 #[test]

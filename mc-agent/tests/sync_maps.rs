@@ -265,6 +265,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
                 "gateway_internal_ip",
                 "flags",
                 "policy_generation",
+                "route_generation",
             ],
             maps::ROUTES => &["cluster", "gateway_ip"],
             maps::PEERS => &["kind"],
@@ -283,6 +284,18 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
                 "action",
                 "rule",
                 "hits",
+            ],
+            maps::HAIRPIN_CACHE => &[
+                "flow",
+                "sender",
+                "generation",
+                "kind",
+                "until_ns",
+                "addr",
+                "port",
+                "dst",
+                "ifindex",
+                "macs",
             ],
             maps::INGRESS_POLICY | maps::PROTECTED_PODS | maps::EGRESS_POLICY => {
                 &["action", "rule"]

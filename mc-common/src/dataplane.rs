@@ -36,7 +36,10 @@ pub struct LocalConfig {
     pub gateway_ip: [u8; 4],
     /// UDP destination port of the tunnel.
     pub tunnel_port: u16,
-    pub _pad0: u16,
+    /// A 16-bit digest of what the gateway's hairpin decides by, as the agent last wrote it:
+    /// the remote routes, the peers and this config's role and addresses. The hairpin cache
+    /// (`mc_hairpin_cache`) uses a flow's translation only under the generation it was made in.
+    pub route_generation: u16,
     /// MTU of the uplink (for MSS clamping and fragmentation-needed).
     pub mtu: u32,
     /// [`CONFIG_ROUTED_VIA_GATEWAY`], [`CONFIG_STRETCHED_POLICY`], [`CONFIG_POLICY_EGRESS`],
@@ -250,6 +253,48 @@ pub const CACHE_UNCOVERED: u16 = 0xffff;
 /// Slots of the per-CPU flow cache (a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 1024;
 
+/// An entry of the gateway's per-CPU hairpin cache (`mc_hairpin_cache`,
+/// [`HAIRPIN_CACHE_SLOTS`] per CPU, a slot by a hash of the inner flow and the sender): how the
+/// hairpin last handled a TCP or UDP packet of `flow` from `sender` on this CPU, so that the
+/// flow's next packets skip the peer, route, SNAT and next-hop lookups. Valid while
+/// [`LocalConfig::route_generation`] is `generation`, the packet arrives on `ifindex` and the
+/// coarse clock is before `until_ns` (the end of the clock's second in which it was made, and
+/// no later than the next hop's expiry): the SNAT table's once-a-second check and the next hop's
+/// refresh run as often as without the cache.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HairpinCacheEntry {
+    /// The inner packet's flow as it arrives.
+    pub flow: FlowKey,
+    /// The outer source: the local Node or remote gateway that sent it.
+    pub sender: [u8; 4],
+    pub generation: u16,
+    /// [`HAIRPIN_SNAT`] or [`HAIRPIN_UNSNAT`]; 0: an empty slot.
+    pub kind: u16,
+    pub until_ns: u64,
+    /// The inner address and port after the translation (the source for [`HAIRPIN_SNAT`], the
+    /// destination for [`HAIRPIN_UNSNAT`]).
+    pub addr: [u8; 4],
+    pub port: u16,
+    pub _pad: u16,
+    /// The outer destination: the remote gateway or the Node the packet is sent on to.
+    pub dst: [u8; 4],
+    pub ifindex: u32,
+    /// Destination and source MAC addresses of the frame.
+    pub macs: [u8; 12],
+    pub _pad2: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<HairpinCacheEntry>() == 64);
+
+/// [`HairpinCacheEntry::kind`]: a flow from a local Node, SNATed and sent to a remote gateway.
+pub const HAIRPIN_SNAT: u16 = 1;
+/// [`HairpinCacheEntry::kind`]: a reply from a remote gateway, translated back and sent to the
+/// Node that opened the flow.
+pub const HAIRPIN_UNSNAT: u16 = 2;
+/// Slots of the per-CPU hairpin cache (a power of two).
+pub const HAIRPIN_CACHE_SLOTS: u32 = 512;
+
 /// Key of the ingress policy map: a Pod of this cluster that a ClusterSet-scoped ingress rule
 /// covers, a source label ID and the destination port and protocol as the Pod receives them
 /// (after the DNAT). Port and protocol 0: every port no rule of the Pod names.
@@ -398,6 +443,7 @@ mod pod {
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::SnatEntry {}
     unsafe impl aya::Pod for super::NextHop {}
+    unsafe impl aya::Pod for super::HairpinCacheEntry {}
     unsafe impl aya::Pod for super::PodIdentity {}
     unsafe impl aya::Pod for super::FlowIdentity {}
     unsafe impl aya::Pod for super::FlowVerdict {}

@@ -53,6 +53,9 @@ pub mod maps {
     /// The gateway's per-CPU flow cache: slot -> [`crate::dataplane::FlowCacheEntry`], the
     /// identity and the verdict of the flow that last used the slot on each CPU.
     pub const FLOW_CACHE: &str = "mc_flow_cache";
+    /// The gateway's per-CPU hairpin cache: slot -> [`crate::dataplane::HairpinCacheEntry`],
+    /// the translation and next hop of the flow that last used the slot on each CPU.
+    pub const HAIRPIN_CACHE: &str = "mc_hairpin_cache";
     /// [`crate::dataplane::PolicyKey`] (protected Pod, source ID) ->
     /// [`crate::dataplane::PolicyVerdict`]: ClusterSet-scoped ingress rules, compiled.
     pub const INGRESS_POLICY: &str = "mc_ingress_policy";
@@ -83,6 +86,7 @@ pub mod maps {
         FLOW_IDS,
         FLOW_VERDICTS,
         FLOW_CACHE,
+        HAIRPIN_CACHE,
         INGRESS_POLICY,
         EGRESS_POLICY,
         PROTECTED_PODS,

@@ -14,6 +14,7 @@
 // The program macros expand to a `pub fn` taking the raw context pointer.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod hairpin;
 mod maps;
 mod mtu;
 mod nat;
@@ -29,8 +30,8 @@ use aya_ebpf::{
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, LocalConfig,
-        PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
+        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, HAIRPIN_SNAT,
+        HAIRPIN_UNSNAT, LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
     },
 };
 
@@ -119,7 +120,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     if let Some(route) = route {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
         let now = tunnel::now();
-        nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
+        let _ = nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
         tunnel::encap(ctx, &ip, cfg.node_ip, route.gateway_ip, port, vni)?;
         let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now);
         return Ok((Counter::TxSnatToRemote, verdict));
@@ -179,15 +180,32 @@ fn try_ingress(ctx: &TcContext) -> Outcome {
 
 #[inline(always)]
 fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outcome {
-    match peer_kind(&tunnel.outer.src) {
+    let sender = tunnel.outer.src;
+    let ifindex = tunnel::ifindex(ctx);
+    // A flow the hairpin handled on this CPU in this second: as then, without the lookups.
+    if let Some(done) = hairpin::fast(ctx, tunnel, cfg, ifindex)? {
+        return Ok(done);
+    }
+    match peer_kind(&sender) {
         PEER_LOCAL_NODE => {
             if let Some(route) = remote_route(tunnel.inner.dst) {
                 // The hairpin: SNAT the inner packet and send it on to the remote gateway
                 // without decapsulating it or letting it into the stack.
                 let now = tunnel::now();
-                nat::snat(ctx, &tunnel.inner, cfg.gateway_ip, tunnel.outer.src, now)?;
-                let verdict =
-                    tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, route.gateway_ip, now)?;
+                let translated = nat::snat(ctx, &tunnel.inner, cfg.gateway_ip, sender, now)?;
+                let slot = translated.and_then(|(flow, port)| {
+                    let generation = cfg.route_generation;
+                    hairpin::claim(
+                        &flow,
+                        sender,
+                        generation,
+                        HAIRPIN_SNAT,
+                        cfg.gateway_ip,
+                        port,
+                    )
+                });
+                let dst = route.gateway_ip;
+                let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, dst, now, slot)?;
                 return Ok((Counter::HairpinSnat, verdict));
             }
             if peer_kind(&tunnel.inner.dst) == PEER_REMOTE_GATEWAY {
@@ -217,12 +235,17 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxFromRemote, VERDICT_NEXT));
             }
-            let node = nat::unsnat(ctx, &tunnel.inner, tunnel.outer.src)?;
+            let (node, translated) = nat::unsnat(ctx, &tunnel.inner, sender)?;
             if node == cfg.node_ip {
                 tunnel::decap(ctx, tunnel)?;
                 return Ok((Counter::RxUnsnatLocal, VERDICT_NEXT));
             }
-            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node, tunnel::now())?;
+            let slot = translated.and_then(|(flow, addr, port)| {
+                let generation = cfg.route_generation;
+                hairpin::claim(&flow, sender, generation, HAIRPIN_UNSNAT, addr, port)
+            });
+            let now = tunnel::now();
+            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node, now, slot)?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
         // Strait's tunnel packet from neither a local Node nor a remote gateway: a gateway that

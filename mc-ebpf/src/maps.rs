@@ -14,10 +14,11 @@ use mc_common::{
     counters::COUNTER_SLOTS,
     dataplane::{
         EgressKey, FLOW_CACHE_SLOTS, FlowCacheEntry, FlowIdentity, FlowKey, FlowVerdict,
-        LocalConfig, MAX_EGRESS_ENTRIES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_NEXT_HOPS,
-        MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
-        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
-        PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SnatEntry, VNI_UNKNOWN,
+        HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
+        MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES,
+        MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES,
+        MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES,
+        RejectEvent, RemoteRoute, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -55,6 +56,10 @@ pub(crate) static FLOW_VERDICTS: LruHashMap<FlowKey, FlowVerdict, { MAX_FLOW_VER
 #[btf_map(name = "mc_flow_cache")]
 static FLOW_CACHE: PerCpuArray<FlowCacheEntry, { FLOW_CACHE_SLOTS as usize }> = PerCpuArray::new();
 
+#[btf_map(name = "mc_hairpin_cache")]
+static HAIRPIN_CACHE: PerCpuArray<HairpinCacheEntry, { HAIRPIN_CACHE_SLOTS as usize }> =
+    PerCpuArray::new();
+
 #[btf_map(name = "mc_ingress_policy")]
 pub(crate) static INGRESS_POLICY: HashMap<
     PolicyKey,
@@ -86,6 +91,22 @@ pub(crate) fn flow_cache_slot(flow: &FlowKey) -> Option<*mut FlowCacheEntry> {
     let mixed =
         (w[0] ^ w[1].rotate_left(7) ^ w[2].rotate_left(13) ^ w[3]).wrapping_mul(0x9e37_79b1);
     FLOW_CACHE.get_ptr_mut(mixed >> (32 - FLOW_CACHE_SLOTS.trailing_zeros()))
+}
+
+/// This CPU's hairpin-cache slot for `flow` from `sender`.
+#[inline(always)]
+pub(crate) fn hairpin_cache_slot(
+    flow: &FlowKey,
+    sender: [u8; 4],
+) -> Option<*mut HairpinCacheEntry> {
+    let w = flow_words(flow);
+    let mixed = (w[0]
+        ^ w[1].rotate_left(7)
+        ^ w[2].rotate_left(13)
+        ^ w[3]
+        ^ u32::from_ne_bytes(sender).rotate_left(19))
+    .wrapping_mul(0x9e37_79b1);
+    HAIRPIN_CACHE.get_ptr_mut(mixed >> (32 - HAIRPIN_CACHE_SLOTS.trailing_zeros()))
 }
 
 /// Whether two flow keys are the same flow: two 64-bit compares.

@@ -45,7 +45,7 @@ pub fn check(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Fit {
     let skb = ctx.as_ptr() as *const __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
     let gso_size = unsafe { (*skb).gso_size };
-    let inner_len = ctx.len().saturating_sub(ip.off as u32);
+    let inner_len = ctx.len().saturating_sub(ip.off() as u32);
     let df = ip.frag & 0x4000 != 0;
     if gso_size != 0 || inner_len <= inner_mtu(mtu) {
         Fit::Fits
@@ -69,7 +69,7 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
         return Ok(false);
     }
     let header_len = usize::from(head[12] >> 4) * 4;
-    if l4 + header_len > ip.end {
+    if l4 + header_len > ip.end() {
         // Options past the packet's end: not ours to rewrite (the receiver drops it).
         return Ok(false);
     }
@@ -140,7 +140,7 @@ fn clamp_syn_mss(
 /// frame, not in the egress program's, which must also hold the tunnel's and the SNAT's.
 #[inline(never)]
 pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter> {
-    if ip.hlen != 20 || (ip.proto == IPPROTO_ICMP && is_icmp_error(ctx, ip)) {
+    if ip.hlen() != 20 || (ip.proto == IPPROTO_ICMP && is_icmp_error(ctx, ip)) {
         // Never answer an ICMP error with another one.
         return Err(Counter::DropTooBig);
     }
@@ -149,7 +149,7 @@ pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter>
     // either byte order, and the buffers stay small (this runs with the egress program's frame
     // below it on the stack).
     let eth: [u16; 6] = ctx.load(0).map_err(fail)?;
-    let quoted: [u16; QUOTED / 2] = ctx.load(ip.off).map_err(|_| Counter::DropTruncated)?;
+    let quoted: [u16; QUOTED / 2] = ctx.load(ip.off()).map_err(|_| Counter::DropTruncated)?;
     ctx.change_tail((ETH_HLEN + TOTAL) as u32, 0)
         .map_err(fail)?;
     // Back to where it came from: swap the MAC addresses.

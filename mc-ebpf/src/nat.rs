@@ -29,20 +29,20 @@ const ICMP_TIME_EXCEEDED: u8 = 11;
 const ICMP_PARAMETER_PROBLEM: u8 = 12;
 
 /// What a packet offers to translate.
-enum L4 {
+pub(crate) enum L4 {
     Ports(Ports),
     /// An ICMP error, which quotes the packet it answers.
     IcmpError,
 }
 
 /// Where a packet's translatable fields are and what they hold.
-struct Ports {
+pub(crate) struct Ports {
     /// Source port, or the echo id of a request; 0 for an echo reply.
-    src: u16,
+    pub src: u16,
     /// Destination port, or the echo id of a reply; 0 for an echo request.
-    dst: u16,
-    src_off: usize,
-    dst_off: usize,
+    pub dst: u16,
+    pub src_off: usize,
+    pub dst_off: usize,
     csum_off: usize,
     /// TCP and UDP checksums cover the addresses (pseudo-header); ICMP's does not.
     pseudo: bool,
@@ -51,7 +51,7 @@ struct Ports {
 }
 
 #[inline(always)]
-fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Counter> {
+pub(crate) fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Counter> {
     if ip.is_later_fragment() {
         return Err(Counter::DropFragment);
     }
@@ -107,7 +107,7 @@ fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Counter> {
 
 /// The SNAT table key of a packet as it is on the wire.
 #[inline(always)]
-fn flow_key(ip: &Ipv4, p: &Ports) -> FlowKey {
+pub(crate) fn flow_key(ip: &Ipv4, p: &Ports) -> FlowKey {
     key(ip.src, ip.dst, p.src, p.dst, ip.proto)
 }
 
@@ -129,7 +129,8 @@ pub(crate) fn key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, prot
 
 /// Translates the source of a packet leaving the cluster to `gateway_ip` and an allocated port,
 /// creating both table entries for a new flow. `node` is the Node that sent it; `now` is
-/// `tunnel::now()`'s.
+/// `tunnel::now()`'s. Returns the flow (as it arrived) and its translated port, for TCP and UDP
+/// (what the hairpin cache keeps).
 #[inline(always)]
 pub fn snat(
     ctx: &TcContext,
@@ -137,10 +138,10 @@ pub fn snat(
     gateway_ip: [u8; 4],
     node: [u8; 4],
     now: u64,
-) -> Result<(), Counter> {
+) -> Result<Option<(FlowKey, u16)>, Counter> {
     let p = match ports(ctx, ip, true)? {
         L4::Ports(p) => p,
-        L4::IcmpError => return icmp_error(ctx, ip, None).map(|_| ()),
+        L4::IcmpError => return icmp_error(ctx, ip, None).map(|_| None),
     };
     let key = flow_key(ip, &p);
     let second = coarse_seconds(now);
@@ -179,7 +180,8 @@ pub fn snat(
         p.src_off,
         p.src,
         port,
-    )
+    )?;
+    Ok((ip.proto != IPPROTO_ICMP).then_some((key, port)))
 }
 
 /// A coarse clock reading (ns) in units of 2^30 ns (about a second), wrapping.
@@ -234,15 +236,23 @@ fn keep_reverse(key: &FlowKey, forward: &SnatEntry, node: [u8; 4]) -> bool {
     true
 }
 
+/// A reply's flow as it arrived, and the original address and port it was translated back to.
+pub type Translated = (FlowKey, [u8; 4], u16);
+
 /// Reverses the translation of a reply arriving at the gateway address from the remote gateway
 /// `sender`. Returns the Node that sent the flow, where the reply goes. Only the gateway of the
 /// cluster the flow went to may answer for it: the flow's remote address must be routed via
-/// `sender`.
+/// `sender`. With it, for TCP and UDP, the flow (as it arrived) and its original address and
+/// port (what the hairpin cache keeps).
 #[inline(always)]
-pub fn unsnat(ctx: &TcContext, ip: &Ipv4, sender: [u8; 4]) -> Result<[u8; 4], Counter> {
+pub fn unsnat(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    sender: [u8; 4],
+) -> Result<([u8; 4], Option<Translated>), Counter> {
     let p = match ports(ctx, ip, false)? {
         L4::Ports(p) => p,
-        L4::IcmpError => return icmp_error(ctx, ip, Some(sender)),
+        L4::IcmpError => return icmp_error(ctx, ip, Some(sender)).map(|node| (node, None)),
     };
     let key = flow_key(ip, &p);
     if !routed_via(key.src, sender) {
@@ -264,7 +274,8 @@ pub fn unsnat(ctx: &TcContext, ip: &Ipv4, sender: [u8; 4]) -> Result<[u8; 4], Co
         p.dst,
         entry.port,
     )?;
-    Ok(entry.node)
+    let translated = (ip.proto != IPPROTO_ICMP).then_some((key, entry.addr, entry.port));
+    Ok((entry.node, translated))
 }
 
 /// Translates an ICMP error (destination unreachable, time exceeded, parameter problem) about a
@@ -284,7 +295,7 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     let q = ipv4_at(ctx, ip.l4() + 8, Counter::DropBadIpv4Header)?;
     // The quote is cut short of the quoted packet's length: it ends where the error does, and
     // every read of it below is bounded by the error (`ip.read`), not by the frame.
-    if q.l4() > ip.end {
+    if q.l4() > ip.end() {
         return Err(Counter::DropTruncated);
     }
     if q.is_later_fragment() {
@@ -483,7 +494,7 @@ fn allocate(
 /// header checksum lie within 16 bytes: they are written with one store.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn rewrite(
+pub(crate) fn rewrite(
     ctx: &TcContext,
     ip: &Ipv4,
     p: &Ports,
@@ -521,7 +532,7 @@ fn rewrite(
     // Where the address and the port fall in the 16 bytes from the header checksum on.
     let a = addr_off.wrapping_sub(base);
     let pt = port_off.wrapping_sub(base);
-    if ip.hlen == 20 && (a == 2 || a == 6) && (pt == 10 || pt == 12 || pt == 14) {
+    if ip.hlen() == 20 && (a == 2 || a == 6) && (pt == 10 || pt == 12 || pt == 14) {
         // Read after the L4 checksum update: an ICMP checksum lies inside this window.
         let mut w: [u8; 16] = read(ctx, base).map_err(|_| Counter::DropTruncated)?;
         let check = csum_replace4(u16::from_be_bytes([w[0], w[1]]), old_addr, new_addr);

@@ -13,11 +13,15 @@ pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
 
-/// An IPv4 header that parsed, at offset `off` in the frame.
+/// An IPv4 header that parsed, at offset `off` in the frame. Kept to 24 bytes: the ingress
+/// program holds three of these on a stack the verifier caps at 512 bytes. The offset stays a
+/// full register's width, so the verifier keeps its bounds through a spill to the stack (a
+/// narrower field would come back as any 16-bit value, too wide to add to a packet pointer);
+/// the header length comes back as any byte, which is fine.
 #[derive(Clone, Copy)]
 pub struct Ipv4 {
-    pub off: usize,
-    pub hlen: usize,
+    off: usize,
+    hlen: u8,
     pub src: [u8; 4],
     pub dst: [u8; 4],
     pub proto: u8,
@@ -25,14 +29,32 @@ pub struct Ipv4 {
     pub frag: u16,
     /// Where the packet ends by its header's total length: bytes past it (an Ethernet frame's
     /// padding, or what follows a quoted header) are not the packet's.
-    pub end: usize,
+    end: u32,
 }
 
 impl Ipv4 {
+    /// Offset of the header in the frame.
+    #[inline(always)]
+    pub fn off(&self) -> usize {
+        self.off
+    }
+
+    /// Length of the header, options included.
+    #[inline(always)]
+    pub fn hlen(&self) -> usize {
+        usize::from(self.hlen)
+    }
+
+    /// See the field.
+    #[inline(always)]
+    pub fn end(&self) -> usize {
+        self.end as usize
+    }
+
     /// Offset of the L4 header.
     #[inline(always)]
     pub fn l4(&self) -> usize {
-        self.off + self.hlen
+        self.off() + self.hlen()
     }
 
     /// A fragment other than the first: no L4 header.
@@ -50,23 +72,23 @@ impl Ipv4 {
     /// Offset of the header checksum.
     #[inline(always)]
     pub fn check_off(&self) -> usize {
-        self.off + 10
+        self.off() + 10
     }
 
     #[inline(always)]
     pub fn src_off(&self) -> usize {
-        self.off + 12
+        self.off() + 12
     }
 
     #[inline(always)]
     pub fn dst_off(&self) -> usize {
-        self.off + 16
+        self.off() + 16
     }
 
     /// Reads a `T` at `off`, which must lie inside this packet by its total length.
     #[inline(always)]
     pub fn read<T: Copy>(&self, ctx: &TcContext, off: usize) -> Result<T, ()> {
-        if off + core::mem::size_of::<T>() > self.end {
+        if off + core::mem::size_of::<T>() > self.end() {
             return Err(());
         }
         read(ctx, off)
@@ -113,7 +135,7 @@ pub fn whole_ipv4_at(
     bad: Counter,
 ) -> Result<Ipv4, Counter> {
     let ip = ipv4_at(ctx, off, bad)?;
-    if limit < ip.end {
+    if limit < ip.end() {
         return Err(Counter::DropTruncated);
     }
     Ok(ip)
@@ -132,14 +154,15 @@ pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counte
     if (ctx.len() as usize) < off + hlen {
         return Err(Counter::DropTruncated);
     }
+    // (hlen is at most 60; off + len fits 32 bits, len being 16.)
     Ok(Ipv4 {
         off,
-        hlen,
+        hlen: hlen as u8,
         src: ip.src_addr,
         dst: ip.dst_addr,
         proto: ip.proto,
         frag: u16::from_be_bytes(ip.frags),
-        end: off + len,
+        end: (off + len) as u32,
     })
 }
 

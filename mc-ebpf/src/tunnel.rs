@@ -19,7 +19,7 @@ use aya_ebpf::{
 };
 use mc_common::{
     Counter,
-    dataplane::{NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN},
+    dataplane::{HairpinCacheEntry, NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN},
 };
 
 use crate::{
@@ -85,7 +85,7 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Parsed, Counter
     }
     let inner_off = outer.l4() + UDP_HLEN + GENEVE_HLEN + options_len;
     // The inner packet must be whole and inside the outer one.
-    let inner = whole_ipv4_at(ctx, inner_off, outer.end, Counter::DropBadGeneve)?;
+    let inner = whole_ipv4_at(ctx, inner_off, outer.end(), Counter::DropBadGeneve)?;
     Ok(Parsed::Tunnel(Tunnel {
         outer: *outer,
         inner,
@@ -140,7 +140,32 @@ fn outer_headers(
     }
     let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
     let vni = ((vni & VNI_UNKNOWN) << 8).to_be_bytes();
-    let mut h = [
+    let mut h = [0u16; ENCAP_LEN / 2];
+    put_ip_udp(&mut h, 0, src, dst, source_port, port, inner_len);
+    // Geneve: version 0, no options, no flags; IPv4 payload; VNI and reserved byte.
+    h[14] = 0;
+    h[15] = GENEVE_PROTO_IPV4.to_be();
+    h[16] = w(vni[0], vni[1]);
+    h[17] = w(vni[2], vni[3]);
+    h[5] = fold(sum_words(&h, 0, 10));
+    Ok(h)
+}
+
+/// Writes Strait's outer IPv4 header (checksum left 0) and UDP header (checksum 0: none) around
+/// `inner_len` bytes of Geneve payload into `words[at..at + 14]`, in memory order; ports in host
+/// order. In place: the callers' arrays are the program's stack, which has little to spare.
+#[inline(always)]
+fn put_ip_udp<const N: usize>(
+    words: &mut [u16; N],
+    at: usize,
+    src: [u8; 4],
+    dst: [u8; 4],
+    source_port: u16,
+    port: u16,
+    inner_len: usize,
+) {
+    let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
+    let header = [
         // IPv4: version/IHL, TOS; length; id; DF; TTL, protocol; checksum; addresses.
         w(0x45, 0),
         ((ENCAP_LEN + inner_len) as u16).to_be(),
@@ -157,20 +182,18 @@ fn outer_headers(
         port.to_be(),
         ((UDP_HLEN + GENEVE_HLEN + inner_len) as u16).to_be(),
         0,
-        // Geneve: version 0, no options, no flags; IPv4 payload; VNI and reserved byte.
-        0,
-        GENEVE_PROTO_IPV4.to_be(),
-        w(vni[0], vni[1]),
-        w(vni[2], vni[3]),
     ];
-    h[5] = fold(sum_words(&h, 0, 10));
-    Ok(h)
+    let mut i = 0;
+    while i < header.len() && at + i < N {
+        words[at + i] = header[i];
+        i += 1;
+    }
 }
 
 /// Removes the outer headers so the inner packet follows the Ethernet header.
 #[inline(always)]
 pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
-    let len = (tunnel.inner.off - ETH_HLEN) as i32;
+    let len = (tunnel.inner.off() - ETH_HLEN) as i32;
     let flags = (BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_DECAP_L3_IPV4) as u64;
     if ctx.adjust_room(-len, BPF_ADJ_ROOM_MAC, flags).is_err()
         && ctx
@@ -182,12 +205,19 @@ pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
     Ok(())
 }
 
+/// The Ethernet addresses of a next hop and the coarse-clock time until which they may be used.
+#[derive(Clone, Copy)]
+pub struct Hop {
+    pub macs: [u8; 12],
+    pub expires_ns: u64,
+}
+
 /// Points a tunnel packet at a new hop and redirects it there (the gateway's hairpin, on the
 /// uplink's ingress) without decapsulating it: the outer IPv4 and UDP headers are written afresh
 /// (Strait's own, as `encap` makes them) with the new source and destination, keeping the UDP
 /// ports; the outer UDP checksum is left out (the inner packet changed; it is optional in IPv4).
-/// With the next hop known, the Ethernet addresses and these headers go in one store; returns
-/// the verdict.
+/// With the next hop known, the Ethernet addresses and these headers go in one store, and a
+/// hairpin-cache slot claimed for the flow (`cache`) is completed with it; returns the verdict.
 #[inline(always)]
 pub fn retarget(
     ctx: &TcContext,
@@ -195,68 +225,86 @@ pub fn retarget(
     src: [u8; 4],
     dst: [u8; 4],
     now: u64,
+    cache: Option<*mut HairpinCacheEntry>,
 ) -> Result<i32, Counter> {
-    let fail = |_| Counter::DropRewriteFailed;
-    if outer.hlen != 20 || outer.off != ETH_HLEN {
+    let ifindex = ifindex(ctx);
+    if let Some(hop) = next_hop(ctx, ifindex, src, dst, now) {
+        if let Some(slot) = cache {
+            crate::hairpin::complete(slot, dst, ifindex, &hop, now);
+        }
+        return retarget_via(ctx, outer, src, dst, &hop.macs, ifindex);
+    }
+    let frame = retargeted_frame(ctx, outer, src, dst, &[0; 12])?;
+    // SAFETY: words 7..21 of the 21-word frame: the outer IPv4 and UDP headers.
+    let headers = unsafe { &*(frame.as_ptr().add(7) as *const [u16; 14]) };
+    ctx.store(ETH_HLEN, headers, 0)
+        .map_err(|_| Counter::DropRewriteFailed)?;
+    // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
+    Ok(unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 })
+}
+
+/// The Ethernet header (with `m`'s addresses) and the outer IPv4 and UDP headers of a tunnel
+/// packet sent on from `src` to `dst`, as 21 words in memory order: built in place, as the
+/// program's stack has little room to spare.
+#[inline(always)]
+fn retargeted_frame(
+    ctx: &TcContext,
+    outer: &Ipv4,
+    src: [u8; 4],
+    dst: [u8; 4],
+    m: &[u8; 12],
+) -> Result<[u16; 21], Counter> {
+    if outer.hlen() != 20 || outer.off() != ETH_HLEN {
         // Outer IP options never come from Strait's peers; not worth a slower path.
         return Err(Counter::DropBadGeneve);
     }
     let ports: [u8; 4] = outer
         .read(ctx, outer.l4())
         .map_err(|_| Counter::DropTruncated)?;
-    // Everything after the Geneve base header, options included, counts as carried.
+    // Everything after the Geneve base header, options included, counts as carried; the Geneve
+    // header stays as the sender wrote it, its VNI (the source Pod's label identity) included.
     let carried = (ctx.len() as usize).saturating_sub(ETH_HLEN + ENCAP_LEN);
-    // Only the outer IPv4 and UDP words (h[..14]) are written: the Geneve header stays as the
-    // sender wrote it, its VNI (the source Pod's label identity) included.
-    let h = outer_headers(
-        src,
-        dst,
-        u16::from_be_bytes([ports[0], ports[1]]),
-        u16::from_be_bytes([ports[2], ports[3]]),
-        carried,
-        VNI_UNKNOWN,
-    )?;
-    let ifindex = ifindex(ctx);
-    if let Some(m) = next_hop(ctx, ifindex, src, dst, now) {
-        let w = |i: usize| u16::from_ne_bytes([m[i], m[i + 1]]);
-        let frame: [u16; 21] = [
-            w(0),
-            w(2),
-            w(4),
-            w(6),
-            w(8),
-            w(10),
-            ETH_P_IP.to_be(),
-            h[0],
-            h[1],
-            h[2],
-            h[3],
-            h[4],
-            h[5],
-            h[6],
-            h[7],
-            h[8],
-            h[9],
-            h[10],
-            h[11],
-            h[12],
-            h[13],
-        ];
-        ctx.store(0, &frame, 0).map_err(fail)?;
-        // SAFETY: plain helper call.
-        return Ok(unsafe { bpf_redirect(ifindex, 0) as i32 });
+    if ENCAP_LEN + carried > MAX_IP_LEN {
+        return Err(Counter::DropTooBig);
     }
-    let headers: [u16; 14] = [
-        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13],
-    ];
-    ctx.store(ETH_HLEN, &headers, 0).map_err(fail)?;
-    // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
-    Ok(unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 })
+    let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
+    let mut f = [0u16; 21];
+    let mut i = 0;
+    while i < 6 {
+        f[i] = w(m[2 * i], m[2 * i + 1]);
+        i += 1;
+    }
+    f[6] = ETH_P_IP.to_be();
+    // The sender's UDP ports are kept.
+    let sport = u16::from_be_bytes([ports[0], ports[1]]);
+    let dport = u16::from_be_bytes([ports[2], ports[3]]);
+    put_ip_udp(&mut f, 7, src, dst, sport, dport, carried);
+    f[12] = fold(sum_words(&f, 7, 17));
+    Ok(f)
+}
+
+/// [`retarget`] to a next hop already known (`macs`, the hairpin cache's or the next-hop
+/// table's): the Ethernet addresses and the outer IPv4 and UDP headers in one store, and the
+/// packet redirected out of `ifindex`.
+#[inline(always)]
+pub fn retarget_via(
+    ctx: &TcContext,
+    outer: &Ipv4,
+    src: [u8; 4],
+    dst: [u8; 4],
+    macs: &[u8; 12],
+    ifindex: u32,
+) -> Result<i32, Counter> {
+    let frame = retargeted_frame(ctx, outer, src, dst, macs)?;
+    ctx.store(0, &frame, 0)
+        .map_err(|_| Counter::DropRewriteFailed)?;
+    // SAFETY: plain helper call.
+    Ok(unsafe { bpf_redirect(ifindex, 0) as i32 })
 }
 
 /// The device the packet is on.
 #[inline(always)]
-fn ifindex(ctx: &TcContext) -> u32 {
+pub fn ifindex(ctx: &TcContext) -> u32 {
     let skb = ctx.as_ptr() as *mut __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
     unsafe { (*skb).ifindex }
@@ -267,19 +315,16 @@ fn ifindex(ctx: &TcContext) -> u32 {
 /// cache while its entry is fresh, else from the kernel (`bpf_fib_lookup`), which refills it.
 /// `now` is [`now`]'s.
 #[inline(always)]
-fn next_hop(
-    ctx: &TcContext,
-    ifindex: u32,
-    src: [u8; 4],
-    dst: [u8; 4],
-    now: u64,
-) -> Option<[u8; 12]> {
+fn next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4], now: u64) -> Option<Hop> {
     // SAFETY: the entry is copied out at once (updates replace entries, never edit them).
     if let Some(hop) = unsafe { NEXT_HOPS.get(&dst) }
         && hop.ifindex == ifindex
         && now < hop.expires_ns
     {
-        return Some(hop.macs);
+        return Some(Hop {
+            macs: hop.macs,
+            expires_ns: hop.expires_ns,
+        });
     }
     let macs = fib_next_hop(ctx, ifindex, src, dst)?;
     let hop = NextHop {
@@ -289,7 +334,10 @@ fn next_hop(
     };
     // A full table only means the next packet asks the kernel again.
     let _ = NEXT_HOPS.insert(&dst, &hop, 0);
-    Some(macs)
+    Some(Hop {
+        macs,
+        expires_ns: hop.expires_ns,
+    })
 }
 
 /// [`next_hop`] from the kernel's FIB and neighbour table. Out of line: the cache's misses only.
@@ -359,8 +407,8 @@ pub fn now() -> u64 {
 #[inline(always)]
 pub fn send_out(ctx: &TcContext, src: [u8; 4], dst: [u8; 4], now: u64) -> i32 {
     let ifindex = ifindex(ctx);
-    if let Some(macs) = next_hop(ctx, ifindex, src, dst, now)
-        && ctx.store(0, &macs, 0).is_ok()
+    if let Some(hop) = next_hop(ctx, ifindex, src, dst, now)
+        && ctx.store(0, &hop.macs, 0).is_ok()
     {
         return TC_ACT_OK;
     }

@@ -1,0 +1,134 @@
+//! The gateway's hairpin cache (docs/design.md §4): per CPU, how the hairpin last handled a TCP
+//! or UDP flow from a sender (its SNAT or reverse translation, the next hop it went to), so that
+//! the flow's later packets in the same second of the coarse clock skip the peer, route, SNAT
+//! and next-hop lookups: the cache lines those touch are most of what the hairpin costs per
+//! packet when a bulk transfer keeps the CPU's caches busy.
+
+use aya_ebpf::programs::TcContext;
+use mc_common::{
+    Counter,
+    dataplane::{FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig},
+};
+
+use crate::{
+    maps::{hairpin_cache_slot, same_flow},
+    nat::{L4, flow_key, ports, rewrite},
+    packet::{IPPROTO_TCP, IPPROTO_UDP, Ipv4},
+    tunnel::{self, Hop, Tunnel},
+};
+
+/// The hairpin for a packet whose flow this CPU's cache holds: translated and sent on as the
+/// cache says; its counter and verdict. `None`: not cached, nothing written (the caller takes
+/// the full path).
+#[inline(always)]
+pub fn fast(
+    ctx: &TcContext,
+    tunnel: &Tunnel,
+    cfg: &LocalConfig,
+    ifindex: u32,
+) -> Result<Option<(Counter, i32)>, Counter> {
+    let sender = tunnel.outer.src;
+    let Some(slot) = cached(ctx, &tunnel.inner, sender, cfg.route_generation, ifindex)? else {
+        return Ok(None);
+    };
+    // SAFETY: this CPU's slot (see `cached`), read while this program runs.
+    let e = unsafe { &*slot };
+    let verdict = tunnel::retarget_via(ctx, &tunnel.outer, cfg.node_ip, e.dst, &e.macs, ifindex)?;
+    let counter = if e.kind == HAIRPIN_SNAT {
+        Counter::HairpinSnat
+    } else {
+        Counter::HairpinUnsnat
+    };
+    Ok(Some((counter, verdict)))
+}
+
+/// Translates the inner packet `ip` from `sender` as this CPU's cache says, when it holds the
+/// flow under `generation` for `ifindex` and has not expired; returns the slot. `None`: not
+/// cached (or not TCP or UDP, or not a packet the full path would translate), nothing written;
+/// the caller takes the full path, which decides (and counts) every case as without the cache.
+#[inline(always)]
+fn cached(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    sender: [u8; 4],
+    generation: u16,
+    ifindex: u32,
+) -> Result<Option<*mut HairpinCacheEntry>, Counter> {
+    if (ip.proto != IPPROTO_TCP && ip.proto != IPPROTO_UDP) || ip.is_later_fragment() {
+        return Ok(None);
+    }
+    let Ok(L4::Ports(p)) = ports(ctx, ip, true) else {
+        return Ok(None);
+    };
+    let key = flow_key(ip, &p);
+    let Some(slot) = hairpin_cache_slot(&key, sender) else {
+        return Ok(None);
+    };
+    // SAFETY: this CPU's slot; only this CPU's programs write it, and a TC program runs to its
+    // end on its CPU (no other run on this CPU between the read and the use; as `mc_flow_cache`).
+    let e = unsafe { &*slot };
+    if e.kind == 0
+        || e.sender != sender
+        || e.generation != generation
+        || e.ifindex != ifindex
+        || !same_flow(&e.flow, &key)
+        || tunnel::now() >= e.until_ns
+    {
+        return Ok(None);
+    }
+    let (addr_off, old_addr, port_off, old_port) = if e.kind == HAIRPIN_SNAT {
+        (ip.src_off(), ip.src, p.src_off, p.src)
+    } else {
+        (ip.dst_off(), ip.dst, p.dst_off, p.dst)
+    };
+    rewrite(
+        ctx, ip, &p, addr_off, old_addr, e.addr, port_off, old_port, e.port,
+    )?;
+    Ok(Some(slot))
+}
+
+/// Takes this CPU's slot for `flow` from `sender`, translated (`kind`) to `addr`:`port` by the
+/// full path under `generation`: written at once, but expired (`until_ns` 0) until [`complete`]
+/// adds where the packet went. Done right after the translation so that the flow's key does not
+/// stay on the program's stack (512 bytes, nearly all in use) while the packet is re-addressed.
+#[inline(always)]
+pub fn claim(
+    flow: &FlowKey,
+    sender: [u8; 4],
+    generation: u16,
+    kind: u16,
+    addr: [u8; 4],
+    port: u16,
+) -> Option<*mut HairpinCacheEntry> {
+    let slot = hairpin_cache_slot(flow, sender)?;
+    // SAFETY: this CPU's slot, as in `cached`; written field by field, in place.
+    unsafe {
+        (*slot).until_ns = 0;
+        (*slot).flow = *flow;
+        (*slot).sender = sender;
+        (*slot).generation = generation;
+        (*slot).kind = kind;
+        (*slot).addr = addr;
+        (*slot).port = port;
+    }
+    Some(slot)
+}
+
+/// Completes a [`claim`]ed slot: the packet went to `dst` out of `ifindex` through `hop`. Valid
+/// until the coarse clock's second ends (the SNAT table's check runs once a second) and no
+/// longer than the next hop.
+#[inline(always)]
+pub fn complete(slot: *mut HairpinCacheEntry, dst: [u8; 4], ifindex: u32, hop: &Hop, now: u64) {
+    let second_ends = ((now >> 30) + 1) << 30;
+    // SAFETY: as in `claim`.
+    unsafe {
+        (*slot).dst = dst;
+        (*slot).ifindex = ifindex;
+        (*slot).macs = hop.macs;
+        (*slot).until_ns = if hop.expires_ns < second_ends {
+            hop.expires_ns
+        } else {
+            second_ends
+        };
+    }
+}
