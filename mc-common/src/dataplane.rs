@@ -37,8 +37,9 @@ pub struct LocalConfig {
     /// UDP destination port of the tunnel.
     pub tunnel_port: u16,
     /// A 16-bit digest of what the gateway's hairpin decides by, as the agent last wrote it:
-    /// the remote routes, the peers and this config's role and addresses. The hairpin cache
-    /// (`mc_hairpin_cache`) uses a flow's translation only under the generation it was made in.
+    /// the remote routes, the peers and this config's role, addresses and tunnel port. The
+    /// hairpin cache (`mc_hairpin_cache`) uses a flow's translation only under the generation
+    /// it was made in.
     pub route_generation: u16,
     /// MTU of the uplink (for MSS clamping and fragmentation-needed).
     pub mtu: u32,

@@ -1,8 +1,8 @@
 //! The gateway's hairpin cache (docs/design.md §4): per CPU, how the hairpin last handled a TCP
 //! or UDP flow from a sender (its SNAT or reverse translation, the next hop it went to), so that
 //! the flow's later packets in the same second of the coarse clock skip the peer, route, SNAT
-//! and next-hop lookups: the cache lines those touch are most of what the hairpin costs per
-//! packet when a bulk transfer keeps the CPU's caches busy.
+//! and next-hop lookups: the cache lines those touch looked like a large part of the hairpin's
+//! cost per packet while a bulk transfer kept the CPU's caches busy (docs/benchmarks.md).
 
 use aya_ebpf::programs::TcContext;
 use mc_common::{
