@@ -207,26 +207,6 @@ impl Node {
         out
     }
 
-    /// The kinds of every CPU's hairpin-cache entries that hold a flow (`mc_hairpin_cache`).
-    fn hairpin_cache_kinds(&self) -> Vec<u16> {
-        use aya::maps::{Map, MapData, PerCpuArray};
-        let data =
-            MapData::from_pin(self.pin_root().join("mc_hairpin_cache")).expect("hairpin cache");
-        let map: PerCpuArray<MapData, mc_common::dataplane::HairpinCacheEntry> =
-            PerCpuArray::try_from(Map::PerCpuArray(data)).expect("a per-CPU array");
-        let mut out = Vec::new();
-        for values in map.iter() {
-            out.extend(
-                values
-                    .expect("read")
-                    .iter()
-                    .filter(|e| e.until_ns != 0)
-                    .map(|e| e.kind),
-            );
-        }
-        out
-    }
-
     /// The flows the gateway's shared verdict map (`mc_flow_verdicts`) holds.
     fn remembered_flows(&self) -> Vec<mc_common::dataplane::FlowKey> {
         use aya::maps::{HashMap, Map, MapData};
@@ -607,7 +587,10 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     }
     // The hairpin kept the flows it carried, both ways, for their next packets (the bodies
     // above arrived whole through it).
-    let kinds = east_gw.hairpin_cache_kinds();
+    let kinds: Vec<u16> = support::hairpin_cache(&east_gw.pin_root())
+        .iter()
+        .map(|e| e.kind)
+        .collect();
     for kind in [
         mc_common::dataplane::HAIRPIN_SNAT,
         mc_common::dataplane::HAIRPIN_UNSNAT,

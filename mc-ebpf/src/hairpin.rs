@@ -7,14 +7,14 @@
 use aya_ebpf::programs::TcContext;
 use mc_common::{
     Counter,
-    dataplane::{FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig},
+    dataplane::{FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop},
 };
 
 use crate::{
     maps::{hairpin_cache_slot, same_flow},
     nat::{L4, flow_key, ports, rewrite},
     packet::{IPPROTO_TCP, IPPROTO_UDP, Ipv4},
-    tunnel::{self, Hop, Tunnel},
+    tunnel::{self, Tunnel},
 };
 
 /// The hairpin for a packet whose flow this CPU's cache holds: translated and sent on as the
@@ -114,16 +114,16 @@ pub fn claim(
     Some(slot)
 }
 
-/// Completes a [`claim`]ed slot: the packet went to `dst` out of `ifindex` through `hop`. Valid
-/// until the coarse clock's second ends (the SNAT table's check runs once a second) and no
-/// longer than the next hop.
+/// Completes a [`claim`]ed slot: the packet went to `dst` through `hop` (out of its device).
+/// Valid until the coarse clock's second ends (the SNAT table's check runs once a second) and
+/// no longer than the next hop.
 #[inline(always)]
-pub fn complete(slot: *mut HairpinCacheEntry, dst: [u8; 4], ifindex: u32, hop: &Hop, now: u64) {
+pub fn complete(slot: *mut HairpinCacheEntry, dst: [u8; 4], hop: &NextHop, now: u64) {
     let second_ends = ((now >> 30) + 1) << 30;
     // SAFETY: as in `claim`.
     unsafe {
         (*slot).dst = dst;
-        (*slot).ifindex = ifindex;
+        (*slot).ifindex = hop.ifindex;
         (*slot).macs = hop.macs;
         (*slot).until_ns = if hop.expires_ns < second_ends {
             hop.expires_ns

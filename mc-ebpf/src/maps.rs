@@ -84,13 +84,20 @@ static RULE_COUNTERS: PerCpuArray<CounterValue, { MAX_POLICY_RULES as usize }> =
 #[btf_map(name = "mc_rejects")]
 pub(crate) static REJECTS: RingBuf<RejectEvent, { REJECT_RING_BYTES as usize }> = RingBuf::new();
 
-/// This CPU's flow-cache slot for `flow` (a multiplicative hash of its four words).
+/// A per-CPU cache's slot index for `flow` (and `extra`, 0 for none) among `slots` (a power
+/// of two): a multiplicative hash of the flow's four words.
+#[inline(always)]
+fn slot_index(flow: &FlowKey, extra: u32, slots: u32) -> u32 {
+    let w = flow_words(flow);
+    let mixed = (w[0] ^ w[1].rotate_left(7) ^ w[2].rotate_left(13) ^ w[3] ^ extra.rotate_left(19))
+        .wrapping_mul(0x9e37_79b1);
+    mixed >> (32 - slots.trailing_zeros())
+}
+
+/// This CPU's flow-cache slot for `flow`.
 #[inline(always)]
 pub(crate) fn flow_cache_slot(flow: &FlowKey) -> Option<*mut FlowCacheEntry> {
-    let w = flow_words(flow);
-    let mixed =
-        (w[0] ^ w[1].rotate_left(7) ^ w[2].rotate_left(13) ^ w[3]).wrapping_mul(0x9e37_79b1);
-    FLOW_CACHE.get_ptr_mut(mixed >> (32 - FLOW_CACHE_SLOTS.trailing_zeros()))
+    FLOW_CACHE.get_ptr_mut(slot_index(flow, 0, FLOW_CACHE_SLOTS))
 }
 
 /// This CPU's hairpin-cache slot for `flow` from `sender`.
@@ -99,14 +106,8 @@ pub(crate) fn hairpin_cache_slot(
     flow: &FlowKey,
     sender: [u8; 4],
 ) -> Option<*mut HairpinCacheEntry> {
-    let w = flow_words(flow);
-    let mixed = (w[0]
-        ^ w[1].rotate_left(7)
-        ^ w[2].rotate_left(13)
-        ^ w[3]
-        ^ u32::from_ne_bytes(sender).rotate_left(19))
-    .wrapping_mul(0x9e37_79b1);
-    HAIRPIN_CACHE.get_ptr_mut(mixed >> (32 - HAIRPIN_CACHE_SLOTS.trailing_zeros()))
+    let slot = slot_index(flow, u32::from_ne_bytes(sender), HAIRPIN_CACHE_SLOTS);
+    HAIRPIN_CACHE.get_ptr_mut(slot)
 }
 
 /// Whether two flow keys are the same flow: two 64-bit compares.

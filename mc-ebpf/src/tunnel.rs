@@ -205,13 +205,6 @@ pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
     Ok(())
 }
 
-/// The Ethernet addresses of a next hop and the coarse-clock time until which they may be used.
-#[derive(Clone, Copy)]
-pub struct Hop {
-    pub macs: [u8; 12],
-    pub expires_ns: u64,
-}
-
 /// Points a tunnel packet at a new hop and redirects it there (the gateway's hairpin, on the
 /// uplink's ingress) without decapsulating it: the outer IPv4 and UDP headers are written afresh
 /// (Strait's own, as `encap` makes them) with the new source and destination, keeping the UDP
@@ -230,7 +223,7 @@ pub fn retarget(
     let ifindex = ifindex(ctx);
     if let Some(hop) = next_hop(ctx, ifindex, src, dst, now) {
         if let Some(slot) = cache {
-            crate::hairpin::complete(slot, dst, ifindex, &hop, now);
+            crate::hairpin::complete(slot, dst, &hop, now);
         }
         return retarget_via(ctx, outer, src, dst, &hop.macs, ifindex);
     }
@@ -315,16 +308,19 @@ pub fn ifindex(ctx: &TcContext) -> u32 {
 /// cache while its entry is fresh, else from the kernel (`bpf_fib_lookup`), which refills it.
 /// `now` is [`now`]'s.
 #[inline(always)]
-fn next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4], now: u64) -> Option<Hop> {
+fn next_hop(
+    ctx: &TcContext,
+    ifindex: u32,
+    src: [u8; 4],
+    dst: [u8; 4],
+    now: u64,
+) -> Option<NextHop> {
     // SAFETY: the entry is copied out at once (updates replace entries, never edit them).
     if let Some(hop) = unsafe { NEXT_HOPS.get(&dst) }
         && hop.ifindex == ifindex
         && now < hop.expires_ns
     {
-        return Some(Hop {
-            macs: hop.macs,
-            expires_ns: hop.expires_ns,
-        });
+        return Some(*hop);
     }
     let macs = fib_next_hop(ctx, ifindex, src, dst)?;
     let hop = NextHop {
@@ -334,10 +330,7 @@ fn next_hop(ctx: &TcContext, ifindex: u32, src: [u8; 4], dst: [u8; 4], now: u64)
     };
     // A full table only means the next packet asks the kernel again.
     let _ = NEXT_HOPS.insert(&dst, &hop, 0);
-    Some(Hop {
-        macs,
-        expires_ns: hop.expires_ns,
-    })
+    Some(hop)
 }
 
 /// [`next_hop`] from the kernel's FIB and neighbour table. Out of line: the cache's misses only.

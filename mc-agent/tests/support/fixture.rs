@@ -123,19 +123,9 @@ impl Fixture {
         decode_geneve(&out).inner.src_port()
     }
 
-    /// Every CPU's hairpin-cache entries that hold a flow (`mc_hairpin_cache`).
+    /// Every CPU's completed hairpin-cache entries.
     pub fn hairpin_cache(&self) -> Vec<mc_common::dataplane::HairpinCacheEntry> {
-        use aya::maps::{Map, MapData, PerCpuArray};
-        let path = self.dp.layout().map(mc_common::maps::HAIRPIN_CACHE);
-        let data = MapData::from_pin(path).expect("hairpin cache");
-        let map: PerCpuArray<MapData, mc_common::dataplane::HairpinCacheEntry> =
-            PerCpuArray::try_from(Map::PerCpuArray(data)).expect("a per-CPU array");
-        let mut out = Vec::new();
-        for values in map.iter() {
-            // Completed slots only (a claimed one waits for its next hop with `until_ns` 0).
-            out.extend(values.expect("read").iter().filter(|e| e.until_ns != 0));
-        }
-        out
+        super::hairpin_cache(&self._fs.pin_root())
     }
 
     /// Removes the one SNAT entry with `flags`, as the LRU table's eviction would.

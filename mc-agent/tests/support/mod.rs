@@ -179,3 +179,19 @@ pub fn agent(ns: &NetNs, pin_root: &Path, args: &[&str]) -> String {
     cmd.arg("--pin-root").arg(pin_root).args(args);
     String::from_utf8_lossy(&run(&mut cmd).stderr).into_owned()
 }
+
+/// Every CPU's completed hairpin-cache entries in the pinned `mc_hairpin_cache` under
+/// `pin_root` (a claimed slot waits for its next hop with `until_ns` 0).
+#[allow(dead_code)] // Not every test binary that includes `support` reads the cache.
+pub fn hairpin_cache(pin_root: &Path) -> Vec<mc_common::dataplane::HairpinCacheEntry> {
+    use aya::maps::{Map, MapData, PerCpuArray};
+    let path = pin_root.join(mc_common::maps::HAIRPIN_CACHE);
+    let data = MapData::from_pin(path).expect("hairpin cache");
+    let map: PerCpuArray<MapData, mc_common::dataplane::HairpinCacheEntry> =
+        PerCpuArray::try_from(Map::PerCpuArray(data)).expect("a per-CPU array");
+    let mut out = Vec::new();
+    for values in map.iter() {
+        out.extend(values.expect("read").iter().filter(|e| e.until_ns != 0));
+    }
+    out
+}
