@@ -138,7 +138,8 @@ fn main() -> anyhow::Result<()> {
                 config.namespace.clone()
             };
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(async move {
+            let outcome = runtime.block_on(async move {
+                let mut shutdown = mc_kube::Shutdown::listen();
                 let client = mc_kube::client(kubeconfig.as_ref()).await?;
                 let metrics = Metrics::default();
                 let serve = metrics.clone().serve(&health_addr);
@@ -149,15 +150,22 @@ fn main() -> anyhow::Result<()> {
                     resync: Duration::from_secs(resync.max(1)),
                     host: HostState::new(&cli.state_dir),
                 };
+                // On a worker: a pass that loads the programs keeps its thread for seconds, and a
+                // SIGTERM meanwhile must still stop the agent at once.
+                let work = tokio::spawn(run(client, opts, metrics));
                 tokio::select! {
                     r = serve => r,
-                    r = run(client, opts, metrics) => r,
-                    signal = mc_kube::shutdown_signal() => {
+                    r = work => r.context("the agent's loop")?,
+                    signal = shutdown.recv() => {
                         tracing::info!(signal, "asked to stop; exiting (the pinned dataplane keeps forwarding)");
                         Ok(())
                     }
                 }
-            })
+            });
+            // A pass in the middle of a load is abandoned as a kill would: the next agent
+            // reconciles from the pinned state.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            outcome
         }
         Command::Attach {
             uplink,
@@ -176,10 +184,20 @@ fn main() -> anyhow::Result<()> {
                 }
                 anyhow::bail!("{} item(s) of Strait remain on this Node", left.len());
             }
-            uninstall(&layout, &state)?;
-            if stay {
+            // Listening before the work: a SIGTERM during it must not be lost (PID 1).
+            let stay = if stay {
                 let runtime = tokio::runtime::Runtime::new()?;
-                let signal = runtime.block_on(mc_kube::shutdown_signal());
+                let shutdown = {
+                    let _in = runtime.enter();
+                    mc_kube::Shutdown::listen()
+                };
+                Some((runtime, shutdown))
+            } else {
+                None
+            };
+            uninstall(&layout, &state)?;
+            if let Some((runtime, mut shutdown)) = stay {
+                let signal = runtime.block_on(shutdown.recv());
                 tracing::info!(signal, "asked to stop");
             }
             Ok(())

@@ -459,7 +459,11 @@ fn pass(
     };
 
     if attached.is_none() {
-        match attach(opts, node_ip) {
+        // Loading and verifying the programs keeps this thread for seconds: off the runtime's
+        // worker (`block_in_place` hands its queue and the I/O driver to another thread), so
+        // that the watches, /readyz and a SIGTERM are served meanwhile. (Measured: a SIGTERM
+        // during the load was acted on only when the load ended, 3 s later.)
+        match tokio::task::block_in_place(|| attach(opts, node_ip)) {
             Ok(a) => *attached = Some(a),
             Err(why) => return fail(why),
         }

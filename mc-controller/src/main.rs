@@ -65,6 +65,11 @@ struct Common {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Seconds the admission webhooks and /healthz keep answering after SIGTERM, with /readyz
+    /// 503, while the Pod's endpoint leaves the Service: during a rollout the API servers may
+    /// still send a webhook call to the old Pod (0: stop at once; a second signal stops at once).
+    #[arg(long, default_value_t = 5)]
+    shutdown_delay: u64,
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<MultiClusterConfig> {
@@ -145,6 +150,7 @@ async fn run() -> anyhow::Result<()> {
         } => (common, false, *heartbeat_interval),
     };
     init_logs(common.log_json);
+    let mut shutdown = mc_kube::Shutdown::listen();
     let config = load_config(common.config.as_ref())?;
     let client = mc_kube::client(common.kubeconfig.as_ref()).await?;
     let metrics = Metrics::default();
@@ -178,7 +184,14 @@ async fn run() -> anyhow::Result<()> {
         hosts: common.webhook_host.clone(),
         accounts: accounts.clone(),
     };
-    let webhooks = webhook::start(client.clone(), webhooks, metrics.clone()).await?;
+    let webhooks = tokio::select! {
+        w = webhook::start(client.clone(), webhooks, metrics.clone()) => w?,
+        signal = shutdown.recv() => {
+            tracing::info!(signal, "asked to stop while starting; exiting");
+            return Ok(());
+        }
+    };
+    let readiness = metrics.clone();
     let work = async {
         if let Some(accounts) = accounts {
             let liveness = Liveness {
@@ -210,14 +223,28 @@ async fn run() -> anyhow::Result<()> {
             .await
         }
     };
+    tokio::pin!(serve, webhooks, work);
+    let signal = tokio::select! {
+        _ = give_back_free_heap() => return Ok(()),
+        r = &mut serve => return r,
+        r = &mut webhooks => return r,
+        r = &mut work => return r,
+        signal = shutdown.recv() => signal,
+    };
+    // The reconcile loops stop here; the webhooks drain (see `shutdown_delay`).
+    let delay = Duration::from_secs(common.shutdown_delay);
+    tracing::info!(
+        signal,
+        ?delay,
+        "asked to stop; not ready, answering webhooks until the endpoint is withdrawn"
+    );
+    readiness.stopping();
     tokio::select! {
-        _ = give_back_free_heap() => Ok(()),
-        r = serve => r,
-        r = webhooks => r,
-        r = work => r,
-        signal = mc_kube::shutdown_signal() => {
-            tracing::info!(signal, "asked to stop; exiting");
-            Ok(())
-        }
+        _ = tokio::time::sleep(delay) => {}
+        r = &mut serve => r?,
+        r = &mut webhooks => r?,
+        signal = shutdown.recv() => tracing::info!(signal, "asked again; exiting now"),
     }
+    tracing::info!("exiting");
+    Ok(())
 }

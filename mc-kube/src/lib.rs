@@ -47,19 +47,46 @@ pub fn with_read_timeout(config: &mut kube::Config) {
     config.reset_reader_on_write = true;
 }
 
-/// Resolves when the process is asked to stop: SIGTERM (what the kubelet sends a container's
-/// PID 1 first) or SIGINT (Ctrl-C). Returns the signal's name.
-pub async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-        },
-        // No SIGTERM handler could be installed: Ctrl-C still works.
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
+/// The process's stop signals: SIGTERM (what the kubelet sends a container's PID 1 first) and
+/// SIGINT (Ctrl-C), caught from the moment [`Shutdown::listen`] runs. Listen first thing at
+/// start: the kernel drops a signal PID 1 of a container has no handler for, so a SIGTERM that
+/// arrived while the process was still starting (loading its programs, its first requests) was
+/// lost, and the kubelet killed the Pod after its 30 s grace period.
+pub struct Shutdown {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Shutdown {
+    /// Installs the handlers (inside a Tokio runtime). One that cannot be installed is logged
+    /// and never fires.
+    pub fn listen() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind, name: &str| {
+            signal(kind)
+                .inspect_err(|e| tracing::warn!(signal = name, error = %e, "cannot catch"))
+                .ok()
+        };
+        Self {
+            term: install(SignalKind::terminate(), "SIGTERM"),
+            int: install(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// Resolves at the next stop signal (also one that came before this call, since
+    /// [`Shutdown::listen`]). Returns the signal's name.
+    pub async fn recv(&mut self) -> &'static str {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut self.term) => "SIGTERM",
+            _ = next(&mut self.int) => "SIGINT",
         }
     }
 }

@@ -157,6 +157,12 @@ pub fn install(kubectl: &Path) -> anyhow::Result<()> {
             "deployment/antrea-mc-controller",
         )?;
     }
+    for cluster in &CLUSTERS {
+        if cluster.leader {
+            webhooks_at_current_pods(kubectl, cluster, LEADER_NS)?;
+        }
+        webhooks_at_current_pods(kubectl, cluster, MEMBER_NS)?;
+    }
     say("Strait installed from deploy/ in every cluster (controllers ready)");
     Ok(())
 }
@@ -234,4 +240,65 @@ fn rollout(kubectl: &Path, cluster: &Cluster, ns: &str, what: &str) -> anyhow::R
         )
     })?;
     Ok(())
+}
+
+/// Waits until the webhook Service in `ns` sends the API server only to the controller Pods that
+/// run now. `kubectl rollout status` returns once the old Pods are scaled down, while the
+/// EndpointSlice may still name an old Pod as ready for a moment (the API server calls webhooks
+/// at the Pods' addresses): a ClusterSet created then could reach a controller that is stopping.
+fn webhooks_at_current_pods(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyhow::Result<()> {
+    let json = |args: &[&str]| -> anyhow::Result<serde_json::Value> {
+        let out = exec(
+            kubectl_for(kubectl, cluster)
+                .args(args)
+                .args(["-o", "json"]),
+        )?;
+        Ok(serde_json::from_str(&out)?)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let pods = json(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "component=antrea-mc-controller",
+        ])?;
+        let mut current: Vec<String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
+            .collect();
+        let slices = json(&[
+            "get",
+            "endpointslices",
+            "-n",
+            ns,
+            "-l",
+            "kubernetes.io/service-name=antrea-mc-webhook-service",
+        ])?;
+        let mut ready: Vec<String> = slices["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] != false)
+            .filter_map(|e| e["addresses"][0].as_str().map(str::to_owned))
+            .collect();
+        current.sort();
+        ready.sort();
+        if !ready.is_empty() && ready == current {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "the webhook Service in {} (namespace {ns}) still sends to {ready:?} while the controller Pods are at {current:?}; see `kubectl -n {ns} get endpointslices,pods -o wide`",
+                cluster.name
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
