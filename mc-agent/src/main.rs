@@ -152,19 +152,22 @@ fn main() -> anyhow::Result<()> {
                 };
                 // On a worker: a pass that loads the programs keeps its thread for seconds, and a
                 // SIGTERM meanwhile must still stop the agent at once.
-                let work = tokio::spawn(run(client, opts, metrics));
-                tokio::select! {
+                let mut work = tokio::spawn(run(client, opts, metrics));
+                let outcome = tokio::select! {
                     r = serve => r,
-                    r = work => r.context("the agent's loop")?,
+                    r = &mut work => r.context("the agent's loop")?,
                     signal = shutdown.recv() => {
                         tracing::info!(signal, "asked to stop; exiting (the pinned dataplane keeps forwarding)");
                         Ok(())
                     }
-                }
+                };
+                // No pass starts after this.
+                work.abort();
+                outcome
             });
-            // A pass in the middle of a load is abandoned as a kill would: the next agent
-            // reconciles from the pinned state.
-            runtime.shutdown_timeout(Duration::from_secs(1));
+            // A pass in the middle of a load is abandoned after 200 ms as a kill would abandon
+            // it: the next agent reconciles from the pinned state.
+            runtime.shutdown_timeout(Duration::from_millis(200));
             outcome
         }
         Command::Attach {

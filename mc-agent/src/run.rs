@@ -462,7 +462,8 @@ fn pass(
         // Loading and verifying the programs keeps this thread for seconds: off the runtime's
         // worker (`block_in_place` hands its queue and the I/O driver to another thread), so
         // that the watches, /readyz and a SIGTERM are served meanwhile. (Measured: a SIGTERM
-        // during the load was acted on only when the load ended, 3 s later.)
+        // during the load was acted on only when the load ended, 3 s later.) The agent's
+        // runtime is multi-threaded (main.rs); `block_in_place` panics on a current-thread one.
         match tokio::task::block_in_place(|| attach(opts, node_ip)) {
             Ok(a) => *attached = Some(a),
             Err(why) => return fail(why),

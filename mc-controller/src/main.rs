@@ -65,11 +65,6 @@ struct Common {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
-    /// Seconds the admission webhooks and /healthz keep answering after SIGTERM, with /readyz
-    /// 503, while the Pod's endpoint leaves the Service: during a rollout the API servers may
-    /// still send a webhook call to the old Pod (0: stop at once; a second signal stops at once).
-    #[arg(long, default_value_t = 5)]
-    shutdown_delay: u64,
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<MultiClusterConfig> {
@@ -191,7 +186,6 @@ async fn run() -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let readiness = metrics.clone();
     let work = async {
         if let Some(accounts) = accounts {
             let liveness = Liveness {
@@ -223,28 +217,14 @@ async fn run() -> anyhow::Result<()> {
             .await
         }
     };
-    tokio::pin!(serve, webhooks, work);
-    let signal = tokio::select! {
-        _ = give_back_free_heap() => return Ok(()),
-        r = &mut serve => return r,
-        r = &mut webhooks => return r,
-        r = &mut work => return r,
-        signal = shutdown.recv() => signal,
-    };
-    // The reconcile loops stop here; the webhooks drain (see `shutdown_delay`).
-    let delay = Duration::from_secs(common.shutdown_delay);
-    tracing::info!(
-        signal,
-        ?delay,
-        "asked to stop; not ready, answering webhooks until the endpoint is withdrawn"
-    );
-    readiness.stopping();
     tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        r = &mut serve => r?,
-        r = &mut webhooks => r?,
-        signal = shutdown.recv() => tracing::info!(signal, "asked again; exiting now"),
+        _ = give_back_free_heap() => Ok(()),
+        r = serve => r,
+        r = webhooks => r,
+        r = work => r,
+        signal = shutdown.recv() => {
+            tracing::info!(signal, "asked to stop; exiting");
+            Ok(())
+        }
     }
-    tracing::info!("exiting");
-    Ok(())
 }

@@ -17,8 +17,6 @@ struct Inner {
     watch_errors: BTreeMap<&'static str, u64>,
     /// Why the controller is not ready; empty when it is.
     not_ready: Option<String>,
-    /// Asked to stop: not ready from then on, whatever the loops last reported.
-    stopping: bool,
 }
 
 #[derive(Clone)]
@@ -119,20 +117,6 @@ impl Metrics {
         self.0.lock().expect("metrics").not_ready = not_ready;
     }
 
-    /// The process is stopping: `/readyz` answers 503 "stopping" from now on.
-    pub fn stopping(&self) {
-        self.0.lock().expect("metrics").stopping = true;
-    }
-
-    /// Why the process is not ready (`None`: ready).
-    pub fn not_ready(&self) -> Option<String> {
-        let inner = self.0.lock().expect("metrics");
-        if inner.stopping {
-            return Some("stopping".into());
-        }
-        inner.not_ready.clone()
-    }
-
     pub fn render(&self) -> String {
         let inner = self.0.lock().expect("metrics");
         let mut out = String::new();
@@ -185,7 +169,7 @@ impl Metrics {
                 get(move || {
                     let m = m1.clone();
                     async move {
-                        match m.not_ready() {
+                        match m.0.lock().expect("metrics").not_ready.clone() {
                             None => (StatusCode::OK, "ok\n".to_owned()),
                             Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
                         }
@@ -220,15 +204,5 @@ mod tests {
             "strait_mc_api_writes_total{kind=\"ResourceImport\",op=\"apply\",result=\"ok\"} 2"
         ));
         assert!(text.contains("strait_mc_member_clusters{state=\"ready\"} 2"));
-    }
-
-    #[test]
-    fn a_stopping_process_stays_not_ready() {
-        let m = Metrics::default();
-        m.set_ready(None);
-        assert_eq!(m.not_ready(), None);
-        m.stopping();
-        m.set_ready(None);
-        assert_eq!(m.not_ready().as_deref(), Some("stopping"));
     }
 }

@@ -264,6 +264,51 @@ fn explain(e: kube::Error, what: &str, server: &str) -> anyhow::Error {
     }
 }
 
+/// Whether an API error says the API server could not reach an admission webhook at all (as
+/// opposed to the webhook's own refusal).
+fn webhook_unreachable(e: &kube::Error) -> bool {
+    let kube::Error::Api(s) = e else {
+        return false;
+    };
+    s.message.contains("failed calling webhook")
+        && [
+            "connection refused",
+            "no endpoints available",
+            "no route to host",
+            "connection reset",
+        ]
+        .iter()
+        .any(|m| s.message.contains(m))
+}
+
+/// Creates a ClusterSet, retrying for up to 30 s while its admission webhook cannot be reached:
+/// while a controller Pod is replaced (an upgrade, a restart), its webhook Service still names
+/// the old Pod until that Pod is gone (it publishes not-ready addresses), so a call can be
+/// refused for a second or two.
+async fn create_clusterset(
+    sets: &Api<ClusterSet>,
+    set: &ClusterSet,
+    server: &str,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut told = false;
+    loop {
+        match sets.create(&PostParams::default(), set).await {
+            Err(e) if webhook_unreachable(&e) && Instant::now() < deadline => {
+                if !told {
+                    eprintln!(
+                        "  the controller's admission webhook is not reachable yet; retrying for up to 30 s ({e})"
+                    );
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(explain(e, "creating the ClusterSet", server)),
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let cluster = connect(&cli).await?;
     match cli.command {
@@ -934,9 +979,7 @@ async fn init(c: &Cluster, a: InitArgs) -> anyhow::Result<()> {
             "spec": {"clusterID": a.clusterid, "leaders": [{"clusterID": a.clusterid}],
                      "namespace": a.namespace},
         }))?;
-        sets.create(&PostParams::default(), &set)
-            .await
-            .map_err(|e| explain(e, "creating the ClusterSet", &c.server))?;
+        create_clusterset(&sets, &set, &c.server).await?;
         println!(
             "ClusterSet {} created in {} (leader cluster ID {})",
             a.clusterset, a.namespace, a.clusterid
@@ -1094,9 +1137,7 @@ async fn join(c: &Cluster, a: JoinArgs) -> anyhow::Result<()> {
             "spec": {"clusterID": cluster_id, "namespace": leader_ns,
                      "leaders": [{"clusterID": leader_id, "server": server, "secret": secret_name}]},
         }))?;
-        sets.create(&PostParams::default(), &set)
-            .await
-            .map_err(|e| explain(e, "creating the ClusterSet", &c.server))?;
+        create_clusterset(&sets, &set, &c.server).await?;
         rollback.push::<ClusterSet>(&ns, &clusterset);
         println!("ClusterSet {ns}/{clusterset} created; waiting up to {} s for the leader {leader_id} at {server}", a.timeout);
         let deadline = Instant::now() + Duration::from_secs(a.timeout);
@@ -1189,6 +1230,32 @@ async fn leave(c: &Cluster, ns: &str, name: Option<&str>, leader: bool) -> anyho
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_unreachable_webhook_is_retried() {
+        let api = |code: u16, message: &str| {
+            kube::Error::Api(
+                serde_json::from_value(json!({
+                    "status": "Failure", "message": message, "reason": "InternalError", "code": code
+                }))
+                .unwrap(),
+            )
+        };
+        assert!(webhook_unreachable(&api(
+            500,
+            "Internal error occurred: failed calling webhook \"vclusterset.strait.multicluster.antrea.io\": failed to call webhook: Post \"https://antrea-mc-webhook-service.kube-system.svc:443/validate\": dial tcp 10.244.2.2:9443: connect: connection refused"
+        )));
+        assert!(webhook_unreachable(&api(
+            500,
+            "Internal error occurred: failed calling webhook \"v\": failed to call webhook: no endpoints available for service \"antrea-mc-webhook-service\""
+        )));
+        // The webhook's own answer, and other failures, are final.
+        assert!(!webhook_unreachable(&api(
+            403,
+            "admission webhook \"v\" denied the request: one ClusterSet per namespace"
+        )));
+        assert!(!webhook_unreachable(&api(500, "connection refused")));
+    }
 
     #[test]
     fn one_row_per_cluster_and_condition() {

@@ -7,7 +7,7 @@ use std::{os::unix::fs::PermissionsExt as _, path::PathBuf, time::Duration};
 use mc_integration::{
     Testbed, header_columns,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, id},
-    ok, wait_for,
+    ok, procs, wait_for,
 };
 use serde_json::Value;
 
@@ -316,20 +316,31 @@ fn tokens_join_and_leave_with_north_as_leader_and_member() {
     );
     let config_file = scratch("join.yaml");
     std::fs::write(&config_file, &config).unwrap();
-    let out = ok(
-        "join (dual role)",
-        tb.mcctl(
-            "north",
-            &[
-                "join",
-                "-f",
-                config_file.to_str().unwrap(),
-                "--clusterid",
-                &id("north"),
-            ],
-        ),
+    // Joined while north's member controller is away and coming back (as during its Pod's
+    // replacement): the API server cannot reach the ClusterSet webhook for a few seconds, and
+    // mcctl retries the creation instead of failing and rolling back.
+    procs::pause("north-mc-member");
+    let resume = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(3));
+        procs::resume_without_waiting("north-mc-member");
+    });
+    let (joined, out, err) = tb.mcctl(
+        "north",
+        &[
+            "join",
+            "-f",
+            config_file.to_str().unwrap(),
+            "--clusterid",
+            &id("north"),
+        ],
     );
+    resume.join().expect("resuming north's member controller");
+    assert!(joined, "join (dual role): {out}{err}");
     assert!(out.contains("joined"), "{out}");
+    assert!(
+        err.contains("admission webhook is not reachable yet; retrying"),
+        "the join met the missing webhook and waited for it: {err}"
+    );
     wait_for(
         "north's member Ready in the leader beside east and west",
         Duration::from_secs(60),

@@ -244,8 +244,9 @@ fn rollout(kubectl: &Path, cluster: &Cluster, ns: &str, what: &str) -> anyhow::R
 
 /// Waits until the webhook Service in `ns` sends the API server only to the controller Pods that
 /// run now. `kubectl rollout status` returns once the old Pods are scaled down, while the
-/// EndpointSlice may still name an old Pod as ready for a moment (the API server calls webhooks
-/// at the Pods' addresses): a ClusterSet created then could reach a controller that is stopping.
+/// EndpointSlice names a terminating Pod as ready until the Pod object is gone (the Service
+/// publishes not-ready addresses): a ClusterSet created then could reach a controller that has
+/// exited.
 fn webhooks_at_current_pods(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyhow::Result<()> {
     let json = |args: &[&str]| -> anyhow::Result<serde_json::Value> {
         let out = exec(
@@ -270,6 +271,8 @@ fn webhooks_at_current_pods(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyh
             .into_iter()
             .flatten()
             .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            // (A Failed or Succeeded Pod is in no slice.)
+            .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Running" | "Pending")))
             .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
             .collect();
         let slices = json(&[
@@ -290,6 +293,7 @@ fn webhooks_at_current_pods(kubectl: &Path, cluster: &Cluster, ns: &str) -> anyh
             .collect();
         current.sort();
         ready.sort();
+        ready.dedup();
         if !ready.is_empty() && ready == current {
             return Ok(());
         }
