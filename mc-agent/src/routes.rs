@@ -143,6 +143,36 @@ pub fn interface_with_address(addr: Ipv4Addr) -> Option<String> {
     None
 }
 
+#[derive(Debug, Deserialize)]
+struct LinkJson {
+    #[serde(default)]
+    link_netnsid: Option<i64>,
+    #[serde(default)]
+    linkinfo: Option<LinkInfoJson>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LinkInfoJson {
+    #[serde(default)]
+    info_kind: Option<String>,
+}
+
+/// Whether `uplink` is one end of a veth pair (or a netkit device) whose other end is in another
+/// network namespace (`ip -d link show`: kind `veth` or `netkit` with a `link_netnsid`): the
+/// case where the gateway's hairpin can hand packets straight to that end
+/// ([`mc_common::dataplane::CONFIG_UPLINK_PEER`]).
+pub fn uplink_has_peer_elsewhere(uplink: &str) -> Result<bool, RouteError> {
+    let out = ip(&["-d", "-j", "link", "show", "dev", uplink])?;
+    let links: Vec<LinkJson> = serde_json::from_str(&out).map_err(|e| RouteError {
+        command: format!("ip -d -j link show dev {uplink}"),
+        message: format!("unexpected output: {e}"),
+    })?;
+    Ok(links.iter().any(|l| {
+        let kind = l.linkinfo.as_ref().and_then(|i| i.info_kind.as_deref());
+        matches!(kind, Some("veth" | "netkit")) && l.link_netnsid.is_some()
+    }))
+}
+
 /// Strait's routes in every table (`ip route show table all proto 167`).
 pub fn own() -> Result<Vec<String>, RouteError> {
     Ok(

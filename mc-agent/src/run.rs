@@ -55,6 +55,9 @@ pub struct RunOptions {
 struct Attached {
     dataplane: Dataplane,
     uplink: String,
+    /// The uplink is a veth (or netkit) whose other end is in another network namespace: the
+    /// gateway's hairpin hands packets to that end (`CONFIG_UPLINK_PEER`).
+    uplink_peer: bool,
     /// Strait's routes to the remote prefixes as the last sync that succeeded left them.
     routed: Option<Routed>,
     /// With stretched policy: the policy program, linked while this Node has something to decide.
@@ -512,6 +515,7 @@ fn pass(
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
         mtu: uplink_mtu(&a.uplink),
+        uplink_peer: a.uplink_peer,
         ..Default::default()
     };
     if let Some(s) = stretched {
@@ -741,9 +745,24 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         Ok(None) => {}
         Err(e) => tracing::warn!(uplink, error = %e, "cannot set rp_filter on the uplink"),
     }
+    let uplink_peer = match routes::uplink_has_peer_elsewhere(&uplink) {
+        Ok(true) => {
+            tracing::info!(
+                uplink,
+                "the uplink is a veth whose other end is in another network namespace: as the gateway, the hairpin hands its packets straight to that end (bpf_redirect_peer)"
+            );
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::warn!(uplink, error = %e, "cannot tell what kind of device the uplink is; the hairpin transmits on it");
+            false
+        }
+    };
     Ok(Attached {
         dataplane,
         uplink,
+        uplink_peer,
         routed: None,
         policy,
     })

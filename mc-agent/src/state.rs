@@ -15,7 +15,7 @@ pub use mc_api::net::Prefix;
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
     CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
-    CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
+    CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
     PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
 
@@ -68,6 +68,9 @@ pub struct Inputs {
     pub pod_to_pod: bool,
     pub tunnel_port: u16,
     pub mtu: u32,
+    /// The uplink is a veth (or netkit) whose other end is in another network namespace
+    /// ([`CONFIG_UPLINK_PEER`] on the gateway).
+    pub uplink_peer: bool,
     /// This Node's Pods (none without stretched NetworkPolicy).
     pub pods: Vec<PodObject>,
     /// Each Namespace's labels, by name.
@@ -269,6 +272,10 @@ pub fn desired(inputs: &Inputs) -> Desired {
         mtu: inputs.mtu,
         flags: if is_gateway && inputs.stretched_policy {
             CONFIG_STRETCHED_POLICY
+        } else {
+            0
+        } | if is_gateway && inputs.uplink_peer {
+            CONFIG_UPLINK_PEER
         } else {
             0
         },
@@ -718,6 +725,21 @@ mod tests {
         // Clusters whose prefixes were all refused still identify their gateway.
         assert!(d.peers.contains_key(&ip("198.18.3.1")));
         assert!(!d.peers.contains_key(&ip("198.18.9.9")));
+    }
+
+    /// Only the gateway's hairpin redirects, so only a gateway whose uplink is a veth into
+    /// another namespace gets the flag that hands its packets to the other end.
+    #[test]
+    fn only_a_gateway_with_a_veth_uplink_hands_its_hairpin_to_the_peer() {
+        let mut gw = inputs("east-gw", "198.18.1.1");
+        assert_eq!(desired(&gw).config.flags & CONFIG_UPLINK_PEER, 0);
+        gw.uplink_peer = true;
+        assert_eq!(desired(&gw).config.flags, CONFIG_UPLINK_PEER);
+        let mut node = gw.clone();
+        node.node_name = "east-node".into();
+        node.node_ip = Some(ip("198.18.1.2"));
+        assert_eq!(desired(&node).config.role, ROLE_NODE);
+        assert_eq!(desired(&node).config.flags, 0);
     }
 
     /// The policy program looks only where this Node has something to decide: egress entries

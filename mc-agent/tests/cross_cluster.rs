@@ -268,7 +268,10 @@ fn inputs(
 
 /// Two clusters of network namespaces (the picture at the top), the programs attached by the
 /// agent binary (`attach_args` after `attach --uplink eth0`) and the maps written by its sync.
-/// `tag` names the namespaces, so that tests may build theirs side by side.
+/// `tag` names the namespaces, so that tests may build theirs side by side. With `to_peer`, the
+/// gateways' inputs say what the agent finds of their uplinks (a veth whose other end is in the
+/// router: the hairpin hands packets to that end, `CONFIG_UPLINK_PEER`); without it, the hairpin
+/// transmits on the uplink as on any other device.
 struct World {
     router: NetNs,
     east_gw: Node,
@@ -281,7 +284,7 @@ struct World {
     pod_w: NetNs,
 }
 
-fn world(tag: &str, attach_args: &[&str]) -> World {
+fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
     let router = NetNs::new(&format!("mc-{tag}-router"));
     let east_gw = Node {
         ns: NetNs::new(&format!("mc-{tag}-egw")),
@@ -369,16 +372,29 @@ fn world(tag: &str, attach_args: &[&str]) -> World {
         let log = node.attach(attach_args);
         assert!(log.contains("attached with TCX"), "{log}");
     }
+    let uplink_peer = to_peer && {
+        let found = in_netns(&east_gw.ns, || {
+            mc_agent::routes::uplink_has_peer_elsewhere("eth0").expect("ip link")
+        });
+        assert!(
+            found.join().unwrap(),
+            "the agent must see that the gateway's uplink is a veth into the router's namespace"
+        );
+        true
+    };
     let east_nodes = [[198, 18, 1, 1], [198, 18, 1, 2]];
     let east_gateway = ("east-gw", [198, 18, 1, 1], "10.97.0.0/16");
     let west_remote = ("west", [198, 18, 2, 1], "10.98.0.0/16", "10.245.0.0/16");
-    east_gw.sync(&inputs(
-        "east-gw",
-        [198, 18, 1, 1],
-        east_gateway,
-        west_remote,
-        &east_nodes,
-    ));
+    east_gw.sync(&Inputs {
+        uplink_peer,
+        ..inputs(
+            "east-gw",
+            [198, 18, 1, 1],
+            east_gateway,
+            west_remote,
+            &east_nodes,
+        )
+    });
     let east_node_inputs = inputs(
         "east-node",
         [198, 18, 1, 2],
@@ -387,13 +403,16 @@ fn world(tag: &str, attach_args: &[&str]) -> World {
         &east_nodes,
     );
     east_node.sync(&east_node_inputs);
-    let west_gw_inputs = inputs(
-        "west-gw",
-        [198, 18, 2, 1],
-        ("west-gw", [198, 18, 2, 1], "10.98.0.0/16"),
-        ("east", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16"),
-        &[[198, 18, 2, 1]],
-    );
+    let west_gw_inputs = Inputs {
+        uplink_peer,
+        ..inputs(
+            "west-gw",
+            [198, 18, 2, 1],
+            ("west-gw", [198, 18, 2, 1], "10.98.0.0/16"),
+            ("east", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16"),
+            &[[198, 18, 2, 1]],
+        )
+    };
     west_gw.sync(&west_gw_inputs);
 
     World {
@@ -419,7 +438,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         pod_n,
         pod_w,
         ..
-    } = world("x", &[]);
+    } = world("x", &[], true);
     // Servers in pod-w: HTTP and a UDP echo.
     let stop = Arc::new(AtomicBool::new(false));
     let http = {
@@ -572,7 +591,6 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         (&east_node, "rx_from_gateway"),
         (&east_gw, "hairpin_snat"),
         (&east_gw, "hairpin_unsnat"),
-        (&east_gw, "pass_own_tunnel"),
         (&east_node, "tcp_mss_clamped"),
         (&east_node, "tx_frag_needed"),
         (&west_gw, "tcp_mss_clamped"),
@@ -606,6 +624,15 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         resolved_by_kernel <= 3 && sent > 100,
         "the regular Node should send its tunnel packets on directly (bpf_fib_lookup): \
          {resolved_by_kernel} of {sent} went through bpf_redirect_neigh"
+    );
+    // The gateway's uplink is a veth: the hairpin handed its packets to the router's end, past
+    // the uplink's egress hook (only the first, sent before the next hop was known, went out
+    // through the kernel's resolution and met it).
+    let hairpinned = east_gw.counter("hairpin_snat") + east_gw.counter("hairpin_unsnat");
+    let transmitted = east_gw.counter("pass_own_tunnel");
+    assert!(
+        transmitted <= 3 && hairpinned > 100,
+        "{transmitted} of {hairpinned} hairpinned packets went out through the uplink's egress"
     );
     for node in [&east_gw, &east_node, &west_gw] {
         assert!(
@@ -685,14 +712,14 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     // (Every part is bound: a namespace goes when its handle is dropped.)
     let World {
         router: _router,
-        east_gw: _east_gw,
+        east_gw,
         east_node,
         west_gw,
         pod_n,
         pod_w,
         east_node_inputs,
         west_gw_inputs,
-    } = world("p", &["--stretched-policy"]);
+    } = world("p", &["--stretched-policy"], false);
     // A second Pod in west, in a Namespace the policy does not cover, and a Service whose two
     // endpoints are pod-w (covered) and it, chosen in turn.
     let pod_w2 = NetNs::new("mc-p-podw2");
@@ -1062,6 +1089,14 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     );
     east_node.sync(&east_egress(vec![], "tenant"));
     assert!(connects(&pod_n, service), "with the egress policy deleted");
+    // Without `CONFIG_UPLINK_PEER`, every hairpinned packet was transmitted on the uplink, and
+    // so met its egress hook again.
+    let hairpinned = east_gw.counter("hairpin_snat") + east_gw.counter("hairpin_unsnat");
+    assert!(hairpinned > 0);
+    assert!(
+        east_gw.counter("pass_own_tunnel") >= hairpinned,
+        "hairpinned packets must leave through the uplink's egress without the flag"
+    );
 
     stop.store(true, Ordering::Relaxed);
     for s in servers {

@@ -44,7 +44,7 @@ pub struct LocalConfig {
     /// MTU of the uplink (for MSS clamping and fragmentation-needed).
     pub mtu: u32,
     /// [`CONFIG_ROUTED_VIA_GATEWAY`], [`CONFIG_STRETCHED_POLICY`], [`CONFIG_POLICY_EGRESS`],
-    /// [`CONFIG_POLICY_INGRESS`], or zero.
+    /// [`CONFIG_POLICY_INGRESS`], [`CONFIG_UPLINK_PEER`], or zero.
     pub flags: u32,
     /// A digest of the ingress policy the agent last wrote (`mc_ingress_policy`,
     /// `mc_protected_pods`): a verdict remembered in `mc_flow_verdicts` under another
@@ -74,6 +74,15 @@ pub const CONFIG_POLICY_EGRESS: u32 = 4;
 /// remote-opened flow has anything to be decided by, and the policy program lets it pass
 /// without a lookup).
 pub const CONFIG_POLICY_INGRESS: u32 = 8;
+
+/// [`LocalConfig::flags`], the gateway: its uplink is one end of a veth pair (or netkit) whose
+/// other end is in another network namespace (containers as Nodes: kind, the testbed, the
+/// bench), so the hairpin hands its packets straight to that end's ingress
+/// (`bpf_redirect_peer`) instead of transmitting them on the uplink: no egress pass, qdisc or
+/// backlog queue in between, as a physical NIC would take them from the transmit. Without it (any
+/// other uplink) the hairpin redirects to the uplink's egress. The agent sets it from what the
+/// kernel says of the uplink when it attaches.
+pub const CONFIG_UPLINK_PEER: u32 = 16;
 
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).

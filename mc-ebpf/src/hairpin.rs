@@ -7,7 +7,9 @@
 use aya_ebpf::programs::TcContext;
 use mc_common::{
     Counter,
-    dataplane::{FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop},
+    dataplane::{
+        CONFIG_UPLINK_PEER, FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop,
+    },
 };
 
 use crate::{
@@ -33,7 +35,9 @@ pub fn fast(
     };
     // SAFETY: this CPU's slot (see `cached`), read while this program runs.
     let e = unsafe { &*slot };
-    let verdict = tunnel::retarget_via(ctx, &tunnel.outer, cfg.node_ip, e.dst, &e.macs, ifindex)?;
+    let peer = cfg.flags & CONFIG_UPLINK_PEER != 0;
+    let (src, dst) = (cfg.node_ip, e.dst);
+    let verdict = tunnel::retarget_via(ctx, &tunnel.outer, src, dst, &e.macs, ifindex, peer)?;
     let counter = if e.kind == HAIRPIN_SNAT {
         Counter::HairpinSnat
     } else {

@@ -30,8 +30,9 @@ use aya_ebpf::{
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, DEFAULT_TUNNEL_PORT, HAIRPIN_SNAT,
-        HAIRPIN_UNSNAT, LocalConfig, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
+        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER,
+        DEFAULT_TUNNEL_PORT, HAIRPIN_SNAT, HAIRPIN_UNSNAT, LocalConfig, PEER_LOCAL_NODE,
+        PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
     },
 };
 
@@ -182,6 +183,7 @@ fn try_ingress(ctx: &TcContext) -> Outcome {
 fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outcome {
     let sender = tunnel.outer.src;
     let ifindex = tunnel::ifindex(ctx);
+    let peer = cfg.flags & CONFIG_UPLINK_PEER != 0;
     // A flow the hairpin handled on this CPU in this second: as then, without the lookups.
     if let Some(done) = hairpin::fast(ctx, tunnel, cfg, ifindex)? {
         return Ok(done);
@@ -205,7 +207,8 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                     )
                 });
                 let dst = route.gateway_ip;
-                let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, dst, now, slot)?;
+                let hop = (cfg.node_ip, dst);
+                let verdict = tunnel::retarget(ctx, &tunnel.outer, hop, now, slot, peer)?;
                 return Ok((Counter::HairpinSnat, verdict));
             }
             if peer_kind(&tunnel.inner.dst) == PEER_REMOTE_GATEWAY {
@@ -245,7 +248,8 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 hairpin::claim(&flow, sender, generation, HAIRPIN_UNSNAT, addr, port)
             });
             let now = tunnel::now();
-            let verdict = tunnel::retarget(ctx, &tunnel.outer, cfg.node_ip, node, now, slot)?;
+            let hop = (cfg.node_ip, node);
+            let verdict = tunnel::retarget(ctx, &tunnel.outer, hop, now, slot, peer)?;
             Ok((Counter::HairpinUnsnat, verdict))
         }
         // Strait's tunnel packet from neither a local Node nor a remote gateway: a gateway that

@@ -14,6 +14,7 @@ use aya_ebpf::{
     },
     helpers::generated::{
         bpf_fib_lookup, bpf_ktime_get_coarse_ns, bpf_redirect, bpf_redirect_neigh,
+        bpf_redirect_peer,
     },
     programs::TcContext,
 };
@@ -210,22 +211,23 @@ pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
 /// (Strait's own, as `encap` makes them) with the new source and destination, keeping the UDP
 /// ports; the outer UDP checksum is left out (the inner packet changed; it is optional in IPv4).
 /// With the next hop known, the Ethernet addresses and these headers go in one store, and a
-/// hairpin-cache slot claimed for the flow (`cache`) is completed with it; returns the verdict.
+/// hairpin-cache slot claimed for the flow (`cache`) is completed with it; returns the verdict
+/// (`peer`: see [`retarget_via`]).
 #[inline(always)]
 pub fn retarget(
     ctx: &TcContext,
     outer: &Ipv4,
-    src: [u8; 4],
-    dst: [u8; 4],
+    (src, dst): ([u8; 4], [u8; 4]),
     now: u64,
     cache: Option<*mut HairpinCacheEntry>,
+    peer: bool,
 ) -> Result<i32, Counter> {
     let ifindex = ifindex(ctx);
     if let Some(hop) = next_hop(ctx, ifindex, src, dst, now) {
         if let Some(slot) = cache {
             crate::hairpin::complete(slot, dst, &hop, now);
         }
-        return retarget_via(ctx, outer, src, dst, &hop.macs, ifindex);
+        return retarget_via(ctx, outer, src, dst, &hop.macs, ifindex, peer);
     }
     let frame = retargeted_frame(ctx, outer, src, dst, &[0; 12])?;
     // SAFETY: words 7..21 of the 21-word frame: the outer IPv4 and UDP headers.
@@ -278,7 +280,10 @@ fn retargeted_frame(
 
 /// [`retarget`] to a next hop already known (`macs`, the hairpin cache's or the next-hop
 /// table's): the Ethernet addresses and the outer IPv4 and UDP headers in one store, and the
-/// packet redirected out of `ifindex`.
+/// packet redirected out of `ifindex`; with `peer` (the uplink is a veth whose other end is in
+/// another namespace, [`mc_common::dataplane::CONFIG_UPLINK_PEER`]) handed straight to that
+/// end's ingress instead, where the transmit would have put it after the uplink's egress hook,
+/// qdisc and the receiving end's backlog queue.
 #[inline(always)]
 pub fn retarget_via(
     ctx: &TcContext,
@@ -287,12 +292,19 @@ pub fn retarget_via(
     dst: [u8; 4],
     macs: &[u8; 12],
     ifindex: u32,
+    peer: bool,
 ) -> Result<i32, Counter> {
     let frame = retargeted_frame(ctx, outer, src, dst, macs)?;
     ctx.store(0, &frame, 0)
         .map_err(|_| Counter::DropRewriteFailed)?;
-    // SAFETY: plain helper call.
-    Ok(unsafe { bpf_redirect(ifindex, 0) as i32 })
+    // SAFETY: plain helper calls.
+    Ok(unsafe {
+        if peer {
+            bpf_redirect_peer(ifindex, 0) as i32
+        } else {
+            bpf_redirect(ifindex, 0) as i32
+        }
+    })
 }
 
 /// The device the packet is on.

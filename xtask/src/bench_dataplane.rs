@@ -531,7 +531,15 @@ fn reload_strait(agent: &Path, round: usize) -> anyhow::Result<()> {
 fn sync(v: Variant, node: &str, inputs: &Inputs) -> anyhow::Result<()> {
     let layout = PinLayout::new(bpffs(v, node).join("mc/v1"));
     let mut maps = DataplaneMaps::open_pinned(&layout)?;
-    let mut d = desired(inputs);
+    // What the agent finds of the uplink when it attaches (a veth into the router here).
+    let uplink_peer = in_ns(v, node, || routes::uplink_has_peer_elsewhere("eth0"))
+        .join()
+        .map_err(|_| anyhow::anyhow!("uplink check thread in {node}"))?
+        .with_context(|| format!("uplink in {node}"))?;
+    let mut d = desired(&Inputs {
+        uplink_peer,
+        ..inputs.clone()
+    });
     if let Some(why) = d.not_ready {
         bail!("{node}: {why}");
     }
