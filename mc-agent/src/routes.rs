@@ -29,7 +29,7 @@ struct RouteJson {
     dev: Option<String>,
 }
 
-fn ip_json(args: &[&str]) -> Result<Vec<RouteJson>, RouteError> {
+fn ip_json<T: serde::de::DeserializeOwned>(args: &[&str]) -> Result<Vec<T>, RouteError> {
     let out = ip(&[&["-j"], args].concat())?;
     if out.trim().is_empty() {
         return Ok(Vec::new());
@@ -74,13 +74,13 @@ pub fn sync(
     toward: Option<Ipv4Addr>,
 ) -> Result<RouteReport, RouteError> {
     let mut report = RouteReport::default();
-    let current: BTreeSet<String> = ip_json(&["route", "show", "proto", ROUTE_PROTO])?
+    let current: BTreeSet<String> = ip_json::<RouteJson>(&["route", "show", "proto", ROUTE_PROTO])?
         .into_iter()
         .filter_map(|r| r.dst)
         .collect();
     if let Some(toward) = toward.filter(|_| !prefixes.is_empty()) {
         let target = toward.to_string();
-        let hop = ip_json(&["route", "get", &target])?
+        let hop = ip_json::<RouteJson>(&["route", "get", &target])?
             .into_iter()
             .next()
             .ok_or_else(|| RouteError {
@@ -157,26 +157,23 @@ struct LinkInfoJson {
     info_kind: Option<String>,
 }
 
-/// Whether `uplink` is one end of a veth pair (or a netkit device) whose other end is in another
-/// network namespace (`ip -d link show`: kind `veth` or `netkit` with a `link_netnsid`): the
-/// case where the gateway's hairpin can hand packets straight to that end
-/// ([`mc_common::dataplane::CONFIG_UPLINK_PEER`]).
+/// Whether `uplink` is one end of a veth pair whose other end is in another network namespace
+/// (`ip -d link show`: kind `veth` with a `link_netnsid`): the case where the gateway's hairpin
+/// can hand packets straight to that end ([`mc_common::dataplane::CONFIG_UPLINK_PEER`]). Not a
+/// netkit device: handing a packet to its peer would skip the program its owner attached there,
+/// and in L3 mode it has no Ethernet header.
 pub fn uplink_has_peer_elsewhere(uplink: &str) -> Result<bool, RouteError> {
-    let out = ip(&["-d", "-j", "link", "show", "dev", uplink])?;
-    let links: Vec<LinkJson> = serde_json::from_str(&out).map_err(|e| RouteError {
-        command: format!("ip -d -j link show dev {uplink}"),
-        message: format!("unexpected output: {e}"),
-    })?;
+    let links = ip_json::<LinkJson>(&["-d", "link", "show", "dev", uplink])?;
     Ok(links.iter().any(|l| {
         let kind = l.linkinfo.as_ref().and_then(|i| i.info_kind.as_deref());
-        matches!(kind, Some("veth" | "netkit")) && l.link_netnsid.is_some()
+        kind == Some("veth") && l.link_netnsid.is_some()
     }))
 }
 
 /// Strait's routes in every table (`ip route show table all proto 167`).
 pub fn own() -> Result<Vec<String>, RouteError> {
     Ok(
-        ip_json(&["-4", "route", "show", "table", "all", "proto", ROUTE_PROTO])?
+        ip_json::<RouteJson>(&["-4", "route", "show", "table", "all", "proto", ROUTE_PROTO])?
             .into_iter()
             .filter_map(|r| r.dst)
             .collect(),

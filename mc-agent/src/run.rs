@@ -10,7 +10,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::Ipv4Addr,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, PodStatus};
@@ -55,9 +55,8 @@ pub struct RunOptions {
 struct Attached {
     dataplane: Dataplane,
     uplink: String,
-    /// The uplink is a veth (or netkit) whose other end is in another network namespace: the
-    /// gateway's hairpin hands packets to that end (`CONFIG_UPLINK_PEER`).
-    uplink_peer: bool,
+    /// Whether the uplink is a veth whose other end is in another network namespace.
+    uplink_peer: UplinkPeer,
     /// Strait's routes to the remote prefixes as the last sync that succeeded left them.
     routed: Option<Routed>,
     /// With stretched policy: the policy program, linked while this Node has something to decide.
@@ -352,7 +351,7 @@ struct Agent {
     /// Everything wrong after the last pass (logged when it first appears).
     problems: Vec<String>,
     /// When the counters were last published.
-    published: Option<std::time::Instant>,
+    published: Option<Instant>,
     /// Why the last pass left the agent not ready.
     not_ready: Option<String>,
 }
@@ -414,7 +413,7 @@ impl Reconciler for Agent {
             .is_none_or(|at| at.elapsed() >= PUBLISH_EVERY)
         {
             publish(&self.metrics, self.attached.as_mut());
-            self.published = Some(std::time::Instant::now());
+            self.published = Some(Instant::now());
         }
         failures
     }
@@ -515,7 +514,7 @@ fn pass(
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
         mtu: uplink_mtu(&a.uplink),
-        uplink_peer: a.uplink_peer,
+        uplink_peer: a.uplink_peer.current(&a.uplink),
         ..Default::default()
     };
     if let Some(s) = stretched {
@@ -745,20 +744,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         Ok(None) => {}
         Err(e) => tracing::warn!(uplink, error = %e, "cannot set rp_filter on the uplink"),
     }
-    let uplink_peer = match routes::uplink_has_peer_elsewhere(&uplink) {
-        Ok(true) => {
-            tracing::info!(
-                uplink,
-                "the uplink is a veth whose other end is in another network namespace: as the gateway, the hairpin hands its packets straight to that end (bpf_redirect_peer)"
-            );
-            true
-        }
-        Ok(false) => false,
-        Err(e) => {
-            tracing::warn!(uplink, error = %e, "cannot tell what kind of device the uplink is; the hairpin transmits on it");
-            false
-        }
-    };
+    let uplink_peer = UplinkPeer::check(&uplink, None);
     Ok(Attached {
         dataplane,
         uplink,
@@ -853,6 +839,57 @@ fn internal_ip(node: &Node) -> Option<Ipv4Addr> {
         .iter()
         .filter(|a| a.type_ == "InternalIP")
         .find_map(|a| a.address.parse().ok())
+}
+
+/// How often the agent asks again whether the uplink is a veth into another namespace: a
+/// handoff to an end that moved into this namespace would be dropped by the kernel, uncounted.
+const UPLINK_RECHECK: Duration = Duration::from_secs(10);
+
+/// Whether the uplink is a veth whose other end is in another network namespace, as last asked
+/// of the kernel (`routes::uplink_has_peer_elsewhere`): the gateway's hairpin then hands its
+/// packets straight to that end (`CONFIG_UPLINK_PEER`).
+struct UplinkPeer {
+    peer: bool,
+    asked: Instant,
+}
+
+impl UplinkPeer {
+    /// Asks the kernel; logs what it says when it differs from `before`. A failed check is "no"
+    /// (the hairpin transmits on the uplink, which works on any device).
+    fn check(uplink: &str, before: Option<bool>) -> Self {
+        let peer = match routes::uplink_has_peer_elsewhere(uplink) {
+            Ok(peer) => peer,
+            Err(e) => {
+                if before != Some(false) {
+                    tracing::warn!(uplink, error = %e, "cannot tell what kind of device the uplink is; the hairpin transmits on it");
+                }
+                false
+            }
+        };
+        if peer && before != Some(true) {
+            tracing::info!(
+                uplink,
+                "the uplink is a veth whose other end is in another network namespace: as the gateway, the hairpin hands its packets straight to that end (bpf_redirect_peer)"
+            );
+        } else if !peer && before == Some(true) {
+            tracing::info!(
+                uplink,
+                "the uplink's other end is no longer in another network namespace: the hairpin transmits on the uplink"
+            );
+        }
+        Self {
+            peer,
+            asked: Instant::now(),
+        }
+    }
+
+    /// The answer, asked again when it is older than [`UPLINK_RECHECK`].
+    fn current(&mut self, uplink: &str) -> bool {
+        if self.asked.elapsed() >= UPLINK_RECHECK {
+            *self = Self::check(uplink, Some(self.peer));
+        }
+        self.peer
+    }
 }
 
 /// The uplink's MTU, asked of the kernel in this network namespace (not from /sys, which can

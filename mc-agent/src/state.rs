@@ -68,7 +68,7 @@ pub struct Inputs {
     pub pod_to_pod: bool,
     pub tunnel_port: u16,
     pub mtu: u32,
-    /// The uplink is a veth (or netkit) whose other end is in another network namespace
+    /// The uplink is a veth whose other end is in another network namespace
     /// ([`CONFIG_UPLINK_PEER`] on the gateway).
     pub uplink_peer: bool,
     /// This Node's Pods (none without stretched NetworkPolicy).

@@ -372,21 +372,24 @@ fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
         let log = node.attach(attach_args);
         assert!(log.contains("attached with TCX"), "{log}");
     }
-    let uplink_peer = to_peer && {
-        let found = in_netns(&east_gw.ns, || {
-            mc_agent::routes::uplink_has_peer_elsewhere("eth0").expect("ip link")
-        });
-        assert!(
-            found.join().unwrap(),
-            "the agent must see that the gateway's uplink is a veth into the router's namespace"
-        );
-        true
+    let uplink_peer = |node: &Node| {
+        to_peer && {
+            let found = in_netns(&node.ns, || {
+                mc_agent::routes::uplink_has_peer_elsewhere("eth0").expect("ip link")
+            });
+            assert!(
+                found.join().unwrap(),
+                "the agent must see that {}'s uplink is a veth into the router's namespace",
+                node.ns.name
+            );
+            true
+        }
     };
     let east_nodes = [[198, 18, 1, 1], [198, 18, 1, 2]];
     let east_gateway = ("east-gw", [198, 18, 1, 1], "10.97.0.0/16");
     let west_remote = ("west", [198, 18, 2, 1], "10.98.0.0/16", "10.245.0.0/16");
     east_gw.sync(&Inputs {
-        uplink_peer,
+        uplink_peer: uplink_peer(&east_gw),
         ..inputs(
             "east-gw",
             [198, 18, 1, 1],
@@ -404,7 +407,7 @@ fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
     );
     east_node.sync(&east_node_inputs);
     let west_gw_inputs = Inputs {
-        uplink_peer,
+        uplink_peer: uplink_peer(&west_gw),
         ..inputs(
             "west-gw",
             [198, 18, 2, 1],

@@ -75,13 +75,13 @@ pub const CONFIG_POLICY_EGRESS: u32 = 4;
 /// without a lookup).
 pub const CONFIG_POLICY_INGRESS: u32 = 8;
 
-/// [`LocalConfig::flags`], the gateway: its uplink is one end of a veth pair (or netkit) whose
-/// other end is in another network namespace (containers as Nodes: kind, the testbed, the
-/// bench), so the hairpin hands its packets straight to that end's ingress
-/// (`bpf_redirect_peer`) instead of transmitting them on the uplink: no egress pass, qdisc or
-/// backlog queue in between, as a physical NIC would take them from the transmit. Without it (any
-/// other uplink) the hairpin redirects to the uplink's egress. The agent sets it from what the
-/// kernel says of the uplink when it attaches.
+/// [`LocalConfig::flags`], the gateway: its uplink is one end of a veth pair whose other end is
+/// in another network namespace (containers as Nodes: kind, the testbed, the bench), so the
+/// hairpin hands its packets straight to that end's ingress (`bpf_redirect_peer`) instead of
+/// transmitting them on the uplink: no pass through the uplink's egress hook and qdisc, no veth
+/// transmit and no backlog queue in between. Without it (any other uplink) the hairpin redirects
+/// to the uplink's egress. The agent sets it from what the kernel says of the uplink (asked at
+/// attach and again every 10 s).
 pub const CONFIG_UPLINK_PEER: u32 = 16;
 
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when

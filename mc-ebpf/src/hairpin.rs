@@ -7,9 +7,7 @@
 use aya_ebpf::programs::TcContext;
 use mc_common::{
     Counter,
-    dataplane::{
-        CONFIG_UPLINK_PEER, FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop,
-    },
+    dataplane::{FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop},
 };
 
 use crate::{
@@ -20,14 +18,15 @@ use crate::{
 };
 
 /// The hairpin for a packet whose flow this CPU's cache holds: translated and sent on as the
-/// cache says; its counter and verdict. `None`: not cached, nothing written (the caller takes
-/// the full path).
+/// cache says (`peer`: see [`tunnel::retarget_via`]); its counter and verdict. `None`: not
+/// cached, nothing written (the caller takes the full path).
 #[inline(always)]
 pub fn fast(
     ctx: &TcContext,
     tunnel: &Tunnel,
     cfg: &LocalConfig,
     ifindex: u32,
+    peer: bool,
 ) -> Result<Option<(Counter, i32)>, Counter> {
     let sender = tunnel.outer.src;
     let Some(slot) = cached(ctx, &tunnel.inner, sender, cfg.route_generation, ifindex)? else {
@@ -35,7 +34,6 @@ pub fn fast(
     };
     // SAFETY: this CPU's slot (see `cached`), read while this program runs.
     let e = unsafe { &*slot };
-    let peer = cfg.flags & CONFIG_UPLINK_PEER != 0;
     let (src, dst) = (cfg.node_ip, e.dst);
     let verdict = tunnel::retarget_via(ctx, &tunnel.outer, src, dst, &e.macs, ifindex, peer)?;
     let counter = if e.kind == HAIRPIN_SNAT {

@@ -90,7 +90,9 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
     }
     let port = tunnel_port(&cfg);
-    // The hairpin and our own encapsulations come through here again: leave them alone.
+    // Our own encapsulations sent by `bpf_redirect_neigh`, and the hairpin's packets when it
+    // transmits on the uplink (not when it hands them to a veth's other end), come through here
+    // again: leave them alone.
     if ip.proto == IPPROTO_UDP
         && !ip.is_later_fragment()
         && ip.src == cfg.node_ip
@@ -185,7 +187,7 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
     let ifindex = tunnel::ifindex(ctx);
     let peer = cfg.flags & CONFIG_UPLINK_PEER != 0;
     // A flow the hairpin handled on this CPU in this second: as then, without the lookups.
-    if let Some(done) = hairpin::fast(ctx, tunnel, cfg, ifindex)? {
+    if let Some(done) = hairpin::fast(ctx, tunnel, cfg, ifindex, peer)? {
         return Ok(done);
     }
     match peer_kind(&sender) {

@@ -353,6 +353,15 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
         "east's gateway hairpins node-b's requests"
     );
     assert!(packets(&east_a, "hairpin_unsnat") > 0);
+    // The testbed's uplinks are veths into the router's namespace: the agent sees it and its
+    // hairpin hands packets to the other end, so they do not meet the uplink's egress hook again
+    // (without that, every hairpinned packet would be counted there too).
+    let hairpinned = packets(&east_a, "hairpin_snat") + packets(&east_a, "hairpin_unsnat");
+    let transmitted = packets(&east_a, "pass_own_tunnel");
+    assert!(
+        2 * transmitted < hairpinned,
+        "{transmitted} of {hairpinned} hairpinned packets went out through east's uplink egress"
+    );
     assert!(
         packets(&east_a, "tx_snat_to_remote") > 0,
         "the gateway Node's own Pod"

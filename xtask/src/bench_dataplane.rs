@@ -1,4 +1,4 @@
-//! `cargo xtask bench dataplane`: one namespace topology, five ways through it (five copies, up
+//! `cargo xtask bench dataplane`: one namespace topology, six ways through it (six copies, up
 //! at once), measured in the same run (issue: the dataplane's Measure section).
 //!
 //! ```text
@@ -19,6 +19,11 @@
 //!   rest; the guide's `db-svc-allow-ingress-from-client-only`), so that every new flow is
 //!   decided by west's gateway, and the policy program linked where the agent links it: on the
 //!   Nodes with something to decide (west's gateway; until 2026-11-27 night, on every Node).
+//!   The gateways' uplinks are veths into the router, so (as the agent would) egw's hairpin hands
+//!   its packets to the other end (`bpf_redirect_peer`, since 2026-11-29), which skips the veth
+//!   transmit and backlog queue that plain routing's forward pays at that hop;
+//! - (d') as (d), but the hairpin transmits on the uplink, as it does on any other device (a
+//!   NIC): the comparison that does not credit Strait with the veth's shortcut.
 //!
 //! In every variant conntrack is on in every Node's namespace (node, egw, wgw), as kube-proxy
 //! has it on a real Node whichever way its traffic goes (before 2026-11-26's late series, only (d)
@@ -34,8 +39,8 @@
 //! each number is the median over rounds: in a round, every test runs through every variant in turn
 //! before the next test, in an order that changes from test to test, so that the runs compared are
 //! seconds apart (this machine's speed drifts over minutes; a drift must not favour one variant)
-//! and no variant always follows the same other. Before every round after the first, both Strait
-//! variants' programs are loaded again (`mc-agent attach`, which of the two first alternating):
+//! and no variant always follows the same other. Before every round after the first, the Strait
+//! variants' programs are loaded again (`mc-agent attach`, which first rotating):
 //! where a JIT image lands changes a program's time on CPUs with the ITS mitigation, and loaded
 //! once, the variant loaded last took the same draw in every round (since 2026-11-28). For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's own
@@ -78,6 +83,7 @@ enum Variant {
     Kernel,
     Strait,
     StraitPolicy,
+    StraitPolicyTransmit,
 }
 
 impl Variant {
@@ -88,6 +94,7 @@ impl Variant {
             Variant::Kernel => "(b) kernel VXLAN+SNAT",
             Variant::Strait => "(c) Strait",
             Variant::StraitPolicy => "(d) Strait + policy",
+            Variant::StraitPolicyTransmit => "(d') (d), hairpin transmits",
         }
     }
 
@@ -100,6 +107,7 @@ impl Variant {
             Variant::Kernel => "b",
             Variant::Strait => "c",
             Variant::StraitPolicy => "d",
+            Variant::StraitPolicyTransmit => "d2",
         }
     }
 
@@ -108,17 +116,25 @@ impl Variant {
             Variant::Plain => 1500,
             Variant::PlainTunnelMtu => 1464,
             Variant::Kernel => 1450,
-            Variant::Strait | Variant::StraitPolicy => 1464,
+            Variant::Strait | Variant::StraitPolicy | Variant::StraitPolicyTransmit => 1464,
         }
     }
 }
 
-const VARIANTS: [Variant; 5] = [
+const VARIANTS: [Variant; 6] = [
     Variant::Plain,
     Variant::PlainTunnelMtu,
     Variant::Kernel,
     Variant::Strait,
     Variant::StraitPolicy,
+    Variant::StraitPolicyTransmit,
+];
+
+/// The variants that run Strait's programs.
+const STRAIT_VARIANTS: [Variant; 3] = [
+    Variant::Strait,
+    Variant::StraitPolicy,
+    Variant::StraitPolicyTransmit,
 ];
 
 fn ns(v: Variant, name: &str) -> String {
@@ -344,8 +360,8 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                  ip addr add 169.254.42.2/30 dev vxlan0 && ip link set vxlan0 up",
             )?;
         }
-        Variant::Strait | Variant::StraitPolicy => {
-            let policy = variant == Variant::StraitPolicy;
+        Variant::Strait | Variant::StraitPolicy | Variant::StraitPolicyTransmit => {
+            let policy = variant != Variant::Strait;
             let east_gw = ("egw", "198.18.21.1", "10.97.0.0/16");
             let west = ("west", "198.18.22.1", "10.98.0.0/16", "10.245.0.0/16");
             let east_nodes = ["198.18.21.1", "198.18.21.2"];
@@ -504,17 +520,14 @@ fn attach(v: Variant, node: &str, agent: &Path, link_policy: bool) -> anyhow::Re
     Ok(())
 }
 
-/// Loads both Strait variants' programs again, one variant after the other (which first
+/// Loads the Strait variants' programs again, one variant after the other (which first
 /// changes from round to round). Where the kernel puts a program's JIT image changes its time
 /// by tens of ns on a CPU with aligned branch and return thunks (the ITS mitigation): loaded
 /// once, the variant loaded last always took the same draw (docs/benchmarks.md, 2026-11-28); so
 /// every round gets new draws, and the medians span them.
 fn reload_strait(agent: &Path, round: usize) -> anyhow::Result<()> {
-    let order = if round.is_multiple_of(2) {
-        [Variant::Strait, Variant::StraitPolicy]
-    } else {
-        [Variant::StraitPolicy, Variant::Strait]
-    };
+    let mut order = STRAIT_VARIANTS;
+    order.rotate_left(round % STRAIT_VARIANTS.len());
     for v in order {
         for n in BPF_NODES {
             // The policy program where it is linked now (where the agent would link it).
@@ -531,11 +544,13 @@ fn reload_strait(agent: &Path, round: usize) -> anyhow::Result<()> {
 fn sync(v: Variant, node: &str, inputs: &Inputs) -> anyhow::Result<()> {
     let layout = PinLayout::new(bpffs(v, node).join("mc/v1"));
     let mut maps = DataplaneMaps::open_pinned(&layout)?;
-    // What the agent finds of the uplink when it attaches (a veth into the router here).
-    let uplink_peer = in_ns(v, node, || routes::uplink_has_peer_elsewhere("eth0"))
-        .join()
-        .map_err(|_| anyhow::anyhow!("uplink check thread in {node}"))?
-        .with_context(|| format!("uplink in {node}"))?;
+    // What the agent finds of the uplink (a veth into the router here); (d') as if it were a
+    // NIC: the hairpin transmits on it.
+    let uplink_peer = v != Variant::StraitPolicyTransmit
+        && in_ns(v, node, || routes::uplink_has_peer_elsewhere("eth0"))
+            .join()
+            .map_err(|_| anyhow::anyhow!("uplink check thread in {node}"))?
+            .with_context(|| format!("uplink in {node}"))?;
     let mut d = desired(&Inputs {
         uplink_peer,
         ..inputs.clone()
@@ -935,11 +950,11 @@ fn program_times(v: Variant, seconds: u64) -> anyhow::Result<Programs> {
 type Rounds = Vec<Vec<[f64; 6]>>;
 
 /// The order in which the variants take their turns in sequence `n`: a Williams design, whose
-/// 2 x 5 sequences (a cyclic Latin square and its mirror) put every variant in every position
-/// twice and, within a test, right after every other twice, so that over each 10 consecutive
-/// sequences no variant is favoured by coming first or by following one whose load may linger.
-/// A test's sequence is the round's number plus the test's ([`measure_all`]): over 10 rounds,
-/// every test runs through all ten.
+/// 2 x N sequences (a Latin square and its mirror) put every variant in every position twice and,
+/// within a test, right after every other twice, so that over each 2N consecutive sequences no
+/// variant is favoured by coming first or by following one whose load may linger. A test's
+/// sequence is the round's number plus the test's ([`measure_all`]): over 2N rounds, every test
+/// runs through all of them.
 fn turns(n: usize) -> [usize; VARIANTS.len()] {
     const N: usize = VARIANTS.len();
     // 0, 1, N-1, 2, N-2, ...
@@ -993,7 +1008,7 @@ fn measure_all(
         }
     }
     let mut programs = Vec::new();
-    for v in [Variant::Strait, Variant::StraitPolicy] {
+    for v in STRAIT_VARIANTS {
         eprintln!("  {} with BPF statistics", v.label());
         programs.push((v, program_times(v, seconds.max(5))?));
     }
@@ -1023,12 +1038,13 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
             (variant, row)
         })
         .collect();
-    let (a, a2, b, c, d) = (
+    let (a, a2, b, c, d, d2) = (
         rows[0].1.clone(),
         rows[1].1.clone(),
         rows[2].1.clone(),
         rows[3].1.clone(),
         rows[4].1.clone(),
+        rows[5].1.clone(),
     );
     println!(
         "\ndataplane: medians of {runs} rounds, {seconds} s per test, every variant's topology up at once and the variants taking turns test by test; Pod MTU lowered by each tunnel's overhead (and for (a'))"
@@ -1071,6 +1087,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ("(d)/(a)", &d, &a),
         ("(d)/(a')", &d, &a2),
         ("(d)/(c)", &d, &c),
+        ("(d')/(a)", &d2, &a),
     ] {
         let r = [
             c.tcp1 / base.tcp1,
@@ -1095,6 +1112,8 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ("(d)/(a)", 4, 0),
         ("(d)/(a')", 4, 1),
         ("(d)/(c)", 4, 3),
+        ("(d')/(a)", 5, 0),
+        ("(d)/(d')", 4, 5),
     ] {
         let ratios: Vec<[f64; 6]> = samples[x]
             .iter()
@@ -1118,7 +1137,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a) (the issue's reference figures lower the sender's MTU by the tunnel's overhead: (a')); softirq/pkt is the whole path's kernel time"
+        "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a) (the issue's reference figures lower the sender's MTU by the tunnel's overhead: (a')); softirq/pkt is the whole path's kernel time; (d') is (d) with the gateway's hairpin transmitting on its uplink, as on a NIC, instead of handing packets to the veth's other end (which plain routing's forward does not skip)"
     );
     println!(
         "\nStrait's programs over one extra request/response and UDP run with kernel.bpf_stats_enabled (helpers included; not during the runs above):"
@@ -1137,15 +1156,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_turns_are_balanced_over_ten_sequences() {
-        for from in [0, 3, 10] {
-            let mut at = [[0; 5]; 5];
-            let mut follows = [[0; 5]; 5];
-            for n in from..from + 10 {
+    fn the_turns_are_balanced_over_2n_sequences() {
+        const N: usize = VARIANTS.len();
+        for from in [0, 3, 2 * N] {
+            let mut at = [[0; N]; N];
+            let mut follows = [[0; N]; N];
+            for n in from..from + 2 * N {
                 let order = turns(n);
                 let mut sorted = order;
                 sorted.sort();
-                assert_eq!(sorted, [0, 1, 2, 3, 4], "sequence {n}: {order:?}");
+                assert_eq!(
+                    sorted,
+                    std::array::from_fn(|i| i),
+                    "sequence {n}: {order:?}"
+                );
                 for (position, &v) in order.iter().enumerate() {
                     at[position][v] += 1;
                 }
@@ -1155,7 +1179,7 @@ mod tests {
             }
             // Every variant in every position twice; every variant right after every other
             // twice (and never after itself).
-            assert_eq!(at, [[2; 5]; 5]);
+            assert_eq!(at, [[2; N]; N]);
             for (v, row) in follows.iter().enumerate() {
                 for (next, &count) in row.iter().enumerate() {
                     assert_eq!(count, if v == next { 0 } else { 2 }, "{next} after {v}");
