@@ -1242,8 +1242,8 @@ impl Drop for Flood {
 fn a_geneve_flood_from_a_stranger_is_dropped_and_counted_and_real_traffic_keeps_its_rate() {
     /// The flood: about twice the packets the round trips take through east's gateway.
     const PPS: u64 = 50_000;
-    const WINDOW: Duration = Duration::from_secs(3);
-    const ROUNDS: usize = 4;
+    const WINDOW: Duration = Duration::from_millis(500);
+    const ROUNDS: usize = 31;
     let tb = joined_with_gateways();
     let addr = web_across(&tb, "web-flood", "flood-client");
     wait_for("web-flood echoes from east", T, || {
@@ -1276,37 +1276,58 @@ fn a_geneve_flood_from_a_stranger_is_dropped_and_counted_and_real_traffic_keeps_
     let dropped = || packets(&counters("east", "node-a"), "drop_unknown_peer");
     let flood = Flood::start(&gateway_ip(&tb, "east"), PPS);
     let before = dropped();
-    let (mut quiet, mut flooded) = (0, 0);
-    for _ in 0..ROUNDS {
-        quiet += calls();
-        flood.set(true);
-        flooded += calls();
-        flood.set(false);
+    // Paired windows, which one comes first alternating; the verdict is the median of the
+    // rounds' ratios, as the benchmarks pair their runs: a 2-core machine shared with two
+    // clusters' control planes slows single windows of either kind at random.
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let flooded_first = round % 2 == 1;
+        let (mut quiet, mut flooded) = (0, 0);
+        for flooding in [flooded_first, !flooded_first] {
+            flood.set(flooding);
+            let n = calls();
+            flood.set(false);
+            *if flooding { &mut flooded } else { &mut quiet } = n;
+        }
+        rounds.push((quiet, flooded));
     }
     let sent = flood.stop();
     // The counters are per-CPU sums read through the agent: let the last packets land.
     std::thread::sleep(Duration::from_millis(500));
     let counted = dropped() - before;
     let secs = (WINDOW * ROUNDS as u32).as_secs_f64();
-    let (quiet_rate, flooded_rate) = (quiet as f64 / secs, flooded as f64 / secs);
+    let mut ratios: Vec<f64> = rounds
+        .iter()
+        .map(|&(quiet, flooded)| flooded as f64 / quiet.max(1) as f64)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ROUNDS / 2];
+    let per_round: Vec<String> = rounds
+        .iter()
+        .map(|(quiet, flooded)| format!("{flooded}/{quiet}"))
+        .collect();
     eprintln!(
         "Geneve flood: {sent} packets from a stranger in {secs:.0} s ({:.0}/s), {counted} \
-         dropped and counted at the gateway; round trips through the gateways \
-         {quiet_rate:.0}/s without it, {flooded_rate:.0}/s with it ({:.0}%)",
+         dropped and counted at the gateway; round trips through the gateways per {} ms window \
+         with/without it: {}; median ratio {:.0}%",
         sent as f64 / secs,
-        100.0 * flooded_rate / quiet_rate
+        WINDOW.as_millis(),
+        per_round.join(" "),
+        100.0 * median
     );
     assert!(
-        sent > 0 && quiet > 0,
-        "the flood or the round trips did not run"
+        sent > 0 && rounds.iter().all(|&(quiet, _)| quiet > 0),
+        "the flood or the round trips did not run: {per_round:?}"
     );
     assert_eq!(
         counted, sent,
         "every packet of the flood dropped and counted"
     );
     assert!(
-        flooded_rate >= 0.9 * quiet_rate,
-        "the round trips kept {flooded_rate:.0}/s of {quiet_rate:.0}/s under the flood"
+        median >= 0.9,
+        "the round trips kept a median {:.0}% of their quiet rate under the flood \
+         (with/without per window: {per_round:?})",
+        100.0 * median
     );
     drop_web_across(&tb, "web-flood", "flood-client");
 }
