@@ -841,8 +841,9 @@ fn internal_ip(node: &Node) -> Option<Ipv4Addr> {
         .find_map(|a| a.address.parse().ok())
 }
 
-/// How often the agent asks again whether the uplink is a veth into another namespace: a
-/// handoff to an end that moved into this namespace would be dropped by the kernel, uncounted.
+/// How old an answer to whether the uplink is a veth into another namespace may be before a
+/// reconcile pass asks again (passes run on watch events and on the resync tick): a handoff to
+/// an end that moved into this namespace would be dropped by the kernel, uncounted.
 const UPLINK_RECHECK: Duration = Duration::from_secs(10);
 
 /// Whether the uplink is a veth whose other end is in another network namespace, as last asked
