@@ -81,7 +81,7 @@ pub const CONFIG_POLICY_INGRESS: u32 = 8;
 /// transmitting them on the uplink: no pass through the uplink's egress hook and qdisc, no veth
 /// transmit and no backlog queue in between. Without it (any other uplink) the hairpin redirects
 /// to the uplink's egress. The agent sets it from what the kernel says of the uplink (asked at
-/// attach and again every 10 s).
+/// attach and again in the first reconcile pass at least 10 s after the last answer).
 pub const CONFIG_UPLINK_PEER: u32 = 16;
 
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
