@@ -44,8 +44,11 @@
 //! where a JIT image lands changes a program's time on CPUs with the ITS mitigation, and loaded
 //! once, the variant loaded last took the same draw in every round (since 2026-11-28). For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's own
-//! time per packet (not during the measured runs: timing every run costs per packet). It prints
-//! numbers; it asserts nothing.
+//! time per packet (not during the measured runs: timing every run costs per packet). Last,
+//! five more one-stream runs each of (a), (d) and (c), alternating: the machine's busy CPU time
+//! per 64 KiB delivered and, for Strait, each program's time per 64 KiB (what one stream pays
+//! for the programs, against what plain routing spends on the same bytes). It prints numbers;
+//! it asserts nothing.
 
 use std::{
     collections::BTreeSet,
@@ -682,16 +685,31 @@ fn request_response(v: Variant, seconds: u64) -> anyhow::Result<(f64, Duration)>
 
 /// Softirq time in nanoseconds, all CPUs (from /proc/stat).
 fn softirq_ns() -> u64 {
+    cpu_ns(&[7])
+}
+
+/// The CPU time all CPUs spent in the columns `fields` of `/proc/stat`'s first line (1 user,
+/// 2 nice, 3 system, 6 irq, 7 softirq, ...), in ns.
+fn cpu_ns(fields: &[usize]) -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: u64 = stat
+    let columns: Vec<u64> = stat
         .lines()
         .next()
-        .and_then(|l| l.split_whitespace().nth(7))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+        .map(|l| {
+            l.split_whitespace()
+                .map(|v| v.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ticks: u64 = fields.iter().filter_map(|&f| columns.get(f)).sum();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     ticks * 1_000_000_000 / hz
+}
+
+/// Busy CPU time (user, nice, system, irq, softirq) on all CPUs, in ns.
+fn busy_ns() -> u64 {
+    cpu_ns(&[1, 2, 3, 6, 7])
 }
 
 /// Datagrams per `sendmmsg`/`recvmmsg` call in the UDP flood.
@@ -832,9 +850,20 @@ struct Row {
 /// on, and runs.
 type Programs = Vec<(String, f64, u64)>;
 
+/// Each program's cumulative run time (ns) and runs, as the kernel counts them.
+type ProgramStats = Vec<(String, u64, u64)>;
+
+/// What [`measure_all`] measured: each variant's rounds, the Strait variants' program times,
+/// and one stream's costs ([`stream_costs_over_rounds`]).
+type Measured = (
+    Rounds,
+    Vec<(Variant, Programs)>,
+    Vec<(Variant, StreamCosts)>,
+);
+
 /// Run time and run count of the program behind each pinned Strait link (the kernel counts them
 /// while `kernel.bpf_stats_enabled` is 1).
-fn program_stats(v: Variant) -> Vec<(String, u64, u64)> {
+fn program_stats(v: Variant) -> ProgramStats {
     let mut out = Vec::new();
     for node in BPF_NODES {
         for hook in ["eth0_ingress", "eth0_egress", "netfilter_ingress"] {
@@ -946,6 +975,83 @@ fn program_times(v: Variant, seconds: u64) -> anyhow::Result<Programs> {
     Ok(programs)
 }
 
+/// 64 KiB, the unit of the one-stream figures below: about the largest GSO packet.
+const CHUNK: f64 = 65536.0;
+
+/// One more one-stream TCP run through a variant: the busy CPU time of the whole machine and
+/// the number of 64 KiB delivered, and, for a Strait variant (BPF statistics on for the run),
+/// each program's time and runs. Says what one TCP stream pays for Strait's programs against
+/// what plain routing spends on the same bytes in all.
+fn stream_costs(v: Variant, seconds: u64) -> anyhow::Result<(f64, f64, ProgramStats)> {
+    let strait = STRAIT_VARIANTS.contains(&v);
+    let old = strait.then(|| bpf_stats(true));
+    let before = if strait { program_stats(v) } else { Vec::new() };
+    let busy0 = busy_ns();
+    let measured = iperf(v, 1, seconds);
+    let busy = busy_ns().saturating_sub(busy0);
+    let after = if strait { program_stats(v) } else { Vec::new() };
+    if let Some(old) = old {
+        bpf_stats(old == "1");
+    }
+    let chunks = (measured? * seconds as f64 / 8.0 / CHUNK).max(1.0);
+    let mut programs = Vec::new();
+    for ((name, t1, c1), (_, t0, c0)) in after.into_iter().zip(before) {
+        programs.push((name, t1.saturating_sub(t0), c1.saturating_sub(c0)));
+    }
+    Ok((busy as f64, chunks, programs))
+}
+
+/// One stream's costs per variant ([`stream_costs`]): the median over [`STREAM_ROUNDS`] runs
+/// (the variants alternating) of the busy CPU time per 64 KiB, and each program's time and runs
+/// over all the runs per 64 KiB delivered in them.
+fn stream_costs_over_rounds(seconds: u64) -> anyhow::Result<Vec<(Variant, StreamCosts)>> {
+    const VARIANTS_COMPARED: [Variant; 3] =
+        [Variant::Plain, Variant::StraitPolicy, Variant::Strait];
+    let mut busy: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS_COMPARED.len()];
+    let mut chunks = vec![0.0; VARIANTS_COMPARED.len()];
+    let mut programs: Vec<ProgramStats> = vec![Vec::new(); VARIANTS_COMPARED.len()];
+    for round in 0..STREAM_ROUNDS {
+        for (i, &v) in VARIANTS_COMPARED.iter().enumerate() {
+            eprintln!(
+                "  {}: one stream's costs ({}/{STREAM_ROUNDS})",
+                v.label(),
+                round + 1
+            );
+            let (b, c, p) = stream_costs(v, seconds)?;
+            busy[i].push(b / c);
+            chunks[i] += c;
+            for (name, ns, runs) in p {
+                match programs[i].iter_mut().find(|(n, _, _)| *n == name) {
+                    Some(e) => {
+                        e.1 += ns;
+                        e.2 += runs;
+                    }
+                    None => programs[i].push((name, ns, runs)),
+                }
+            }
+        }
+    }
+    Ok(VARIANTS_COMPARED
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let mut per_chunk: Programs = programs[i]
+                .iter()
+                .map(|(name, ns, runs)| (name.clone(), *ns as f64 / chunks[i], *runs))
+                .collect();
+            per_chunk.sort_by(|a, b| a.0.cmp(&b.0));
+            (v, (median(busy[i].clone()), per_chunk))
+        })
+        .collect())
+}
+
+/// One stream's costs through a variant: the machine's busy CPU time per 64 KiB delivered
+/// (median), and each program's time per 64 KiB with its runs.
+type StreamCosts = (f64, Programs);
+
+/// Runs per variant of [`stream_costs_over_rounds`].
+const STREAM_ROUNDS: usize = 5;
+
 /// Each variant's figures (in the table's columns), round by round.
 type Rounds = Vec<Vec<[f64; 6]>>;
 
@@ -975,11 +1081,7 @@ fn turns(n: usize) -> [usize; VARIANTS.len()] {
 /// every variant in turn (in the balanced order of [`turns`]), so that
 /// a variant's run and the others' of the same test are seconds apart, not minutes. Returns
 /// each variant's rounds and the Strait variants' program times.
-fn measure_all(
-    runs: usize,
-    seconds: u64,
-    agent: &Path,
-) -> anyhow::Result<(Rounds, Vec<(Variant, Programs)>)> {
+fn measure_all(runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Measured> {
     let mut servers = Vec::new();
     for v in VARIANTS {
         eprintln!("  building {}", v.label());
@@ -1012,8 +1114,9 @@ fn measure_all(
         eprintln!("  {} with BPF statistics", v.label());
         programs.push((v, program_times(v, seconds.max(5))?));
     }
+    let streams = stream_costs_over_rounds(seconds.max(4))?;
     drop(servers);
-    Ok((samples, programs))
+    Ok((samples, programs, streams))
 }
 
 pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
@@ -1021,7 +1124,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     teardown();
     let measured = measure_all(runs, seconds, &agent);
     teardown();
-    let (samples, programs) = measured?;
+    let (samples, programs, streams) = measured?;
     let rows: Vec<(Variant, Row)> = VARIANTS
         .iter()
         .zip(&samples)
@@ -1146,6 +1249,32 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         println!("  {}:", variant.label());
         for (name, ns, runs) in programs {
             println!("    {name:<22} {ns:>7.0} ns per run over {runs} runs");
+        }
+    }
+    println!(
+        "\nOne TCP stream, {STREAM_ROUNDS} more runs per variant (alternating): the machine's busy CPU time per 64 KiB delivered (median), and Strait's programs' time per 64 KiB delivered over the runs (kernel.bpf_stats_enabled on for the Strait runs, which adds some 40 ns to each program run):"
+    );
+    let plain = streams
+        .iter()
+        .find(|(v, _)| *v == Variant::Plain)
+        .map(|(_, (busy, _))| *busy);
+    for (variant, (busy, programs)) in &streams {
+        println!(
+            "  {}: busy CPU {:.1} us per 64 KiB",
+            variant.label(),
+            busy / 1e3
+        );
+        let mut total = 0.0;
+        for (name, ns, runs) in programs {
+            total += ns;
+            println!("    {name:<22} {ns:>7.0} ns per 64 KiB ({runs} runs)");
+        }
+        if !programs.is_empty() {
+            let share = plain
+                .filter(|p| *p > 0.0)
+                .map(|p| format!(", {:.1}% of (a)'s busy CPU per 64 KiB", 100.0 * total / p))
+                .unwrap_or_default();
+            println!("    all programs           {total:>7.0} ns per 64 KiB{share}");
         }
     }
     Ok(())
