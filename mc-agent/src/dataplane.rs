@@ -131,6 +131,17 @@ impl Dataplane {
     pub fn attach_uplink(&mut self, interface: &str) -> Result<Vec<HookState>, DataplaneError> {
         let if_index = if_index(interface)
             .ok_or_else(|| DataplaneError::UnknownInterface(interface.to_owned()))?;
+        if let Ok((Some(kind), _)) = crate::routes::link_kind(interface)
+            && kind == "bridge"
+        {
+            // A Linux bridge advertises no offloads for encapsulated packets
+            // (`hw_enc_features`): each tunnel packet that leaves through it is checksummed, and
+            // a GSO one segmented, in software (docs/operating.md).
+            tracing::warn!(
+                uplink = interface,
+                "the uplink is a Linux bridge, which offers no offloads for encapsulated packets: the kernel checksums and segments every tunnel packet in software as it leaves through it (the same for the kernel's own VXLAN and Geneve devices; about a quarter of the throughput in docs/benchmarks.md)"
+            );
+        }
         let layout = self.layout.clone();
         Direction::BOTH
             .iter()

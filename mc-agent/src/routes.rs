@@ -163,11 +163,23 @@ struct LinkInfoJson {
 /// netkit device: handing a packet to its peer would skip the program its owner attached there,
 /// and in L3 mode it has no Ethernet header.
 pub fn uplink_has_peer_elsewhere(uplink: &str) -> Result<bool, RouteError> {
-    let links = ip_json::<LinkJson>(&["-d", "link", "show", "dev", uplink])?;
-    Ok(links.iter().any(|l| {
-        let kind = l.linkinfo.as_ref().and_then(|i| i.info_kind.as_deref());
-        kind == Some("veth") && l.link_netnsid.is_some()
-    }))
+    let (kind, elsewhere) = link_kind(uplink)?;
+    Ok(kind.as_deref() == Some("veth") && elsewhere)
+}
+
+/// A device's kind as `ip -d link show` names it (`veth`, `bridge`, `bond`, ...; `None` for a
+/// plain device such as a NIC), and whether it is linked to another network namespace (a
+/// veth's other end there).
+pub fn link_kind(dev: &str) -> Result<(Option<String>, bool), RouteError> {
+    let links = ip_json::<LinkJson>(&["-d", "link", "show", "dev", dev])?;
+    Ok(links
+        .into_iter()
+        .next()
+        .map(|l| {
+            let elsewhere = l.link_netnsid.is_some();
+            (l.linkinfo.and_then(|i| i.info_kind), elsewhere)
+        })
+        .unwrap_or_default())
 }
 
 /// Strait's routes in every table (`ip route show table all proto 167`).

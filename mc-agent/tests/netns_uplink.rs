@@ -129,3 +129,52 @@ fn traffic_moves_counters_and_a_restart_reuses_the_pins() {
     ping(&a, "198.18.250.2", 2);
     assert_eq!(agent_packets(&pin_root, "pass_ipv4"), before);
 }
+
+/// An uplink that is a Linux bridge works, and the agent warns what it costs: a bridge offers no
+/// offloads for encapsulated packets, so the kernel checksums and segments every tunnel packet
+/// leaving through it in software. A veth uplink gets no such warning.
+#[test]
+fn a_bridge_uplink_is_attached_with_a_warning_of_its_cost() {
+    require_root();
+    let a = NetNs::new("mc-bridge-a");
+    let b = NetNs::new("mc-bridge-b");
+    run(Command::new("ip").args([
+        "link", "add", "pa", "netns", &a.name, "type", "veth", "peer", "pb", "netns", &b.name,
+    ]));
+    for line in [
+        "link add br0 type bridge",
+        "link set pa master br0",
+        "link set pa up",
+        "addr add 198.18.250.5/30 dev br0",
+        "link set br0 up",
+    ] {
+        run(Command::new("ip")
+            .args(["-n", &a.name])
+            .args(line.split(' ')));
+    }
+    for line in ["addr add 198.18.250.6/30 dev pb", "link set pb up"] {
+        run(Command::new("ip")
+            .args(["-n", &b.name])
+            .args(line.split(' ')));
+    }
+    let warning = "the uplink is a Linux bridge";
+    let fs = Bpffs::new("bridge-uplink");
+    let pin_root = fs.pin_root();
+    let log = agent(&a, &pin_root, &["attach", "--uplink", "br0"]);
+    assert!(log.contains("attached with TCX"), "attach log: {log}");
+    assert!(
+        log.contains(warning),
+        "the bridge's cost must be logged: {log}"
+    );
+    // The programs see the traffic through the bridge.
+    ping(&a, "198.18.250.6", 3);
+    assert!(agent_packets(&pin_root, "pass_ipv4") >= 6);
+    agent(&a, &pin_root, &["detach", "--uplink", "br0"]);
+
+    let fs = Bpffs::new("veth-uplink");
+    let pin_root = fs.pin_root();
+    let log = agent(&b, &pin_root, &["attach", "--uplink", "pb"]);
+    assert!(log.contains("attached with TCX"), "attach log: {log}");
+    assert!(!log.contains(warning), "a veth is not a bridge: {log}");
+    agent(&b, &pin_root, &["detach", "--uplink", "pb"]);
+}
