@@ -134,12 +134,12 @@ impl Dataplane {
         if let Ok((Some(kind), _)) = crate::routes::link_kind(interface)
             && kind == "bridge"
         {
-            // A Linux bridge advertises no offloads for encapsulated packets
-            // (`hw_enc_features`): each tunnel packet that leaves through it is checksummed, and
-            // a GSO one segmented, in software (docs/operating.md).
+            // A Linux bridge advertises no checksum or segmentation offloads for encapsulated
+            // packets (`hw_enc_features`): each tunnel packet that leaves through it is
+            // checksummed, and a GSO one segmented, in software (docs/operating.md).
             tracing::warn!(
                 uplink = interface,
-                "the uplink is a Linux bridge, which offers no offloads for encapsulated packets: the kernel checksums and segments every tunnel packet in software as it leaves through it (the same for the kernel's own VXLAN and Geneve devices; about a quarter of the throughput in docs/benchmarks.md)"
+                "the uplink is a Linux bridge, which offers no checksum or segmentation offloads for encapsulated packets: the kernel checksums and segments every tunnel packet in software as it leaves through it (a kernel VXLAN stream ran at about a quarter of its rate out of a bridge; docs/operating.md)"
             );
         }
         let layout = self.layout.clone();

@@ -45,10 +45,10 @@
 //! once, the variant loaded last took the same draw in every round (since 2026-11-28). For Strait,
 //! one more request/response and UDP run with `kernel.bpf_stats_enabled` gives each program's own
 //! time per packet (not during the measured runs: timing every run costs per packet). Last,
-//! five more one-stream runs each of (a), (d) and (c), alternating: the machine's busy CPU time
-//! per 64 KiB delivered and, for Strait, each program's time per 64 KiB (what one stream pays
-//! for the programs, against what plain routing spends on the same bytes). It prints numbers;
-//! it asserts nothing.
+//! five more rounds of one stream through (a), (d) and (c): the machine's busy CPU time per
+//! 64 KiB delivered (statistics off) and, for Strait, each program's time per 64 KiB (in runs
+//! of their own with the statistics on): what one stream pays for the programs, against what
+//! plain routing spends on the same bytes. It prints numbers; it asserts nothing.
 
 use std::{
     collections::BTreeSet,
@@ -704,7 +704,7 @@ fn cpu_ns(fields: &[usize]) -> u64 {
     let ticks: u64 = fields.iter().filter_map(|&f| columns.get(f)).sum();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ticks * 1_000_000_000 / hz
+    (u128::from(ticks) * 1_000_000_000 / u128::from(hz)) as u64
 }
 
 /// Busy CPU time (user, nice, system, irq, softirq) on all CPUs, in ns.
@@ -978,47 +978,59 @@ fn program_times(v: Variant, seconds: u64) -> anyhow::Result<Programs> {
 /// 64 KiB, the unit of the one-stream figures below: about the largest GSO packet.
 const CHUNK: f64 = 65536.0;
 
-/// One more one-stream TCP run through a variant: the busy CPU time of the whole machine and
-/// the number of 64 KiB delivered, and, for a Strait variant (BPF statistics on for the run),
-/// each program's time and runs. Says what one TCP stream pays for Strait's programs against
-/// what plain routing spends on the same bytes in all.
-fn stream_costs(v: Variant, seconds: u64) -> anyhow::Result<(f64, f64, ProgramStats)> {
-    let strait = STRAIT_VARIANTS.contains(&v);
-    let old = strait.then(|| bpf_stats(true));
-    let before = if strait { program_stats(v) } else { Vec::new() };
+/// One more one-stream TCP run through a variant: the busy CPU time of the whole machine (ns),
+/// the 64 KiB delivered and the rate (b/s), and, with `stats` (a Strait variant, BPF statistics
+/// on for the run), each program's time and runs. Says what one TCP stream pays for Strait's
+/// programs against what plain routing spends on the same bytes in all.
+fn stream_costs(
+    v: Variant,
+    seconds: u64,
+    stats: bool,
+) -> anyhow::Result<(f64, f64, f64, ProgramStats)> {
+    let old = stats.then(|| bpf_stats(true));
+    let before = if stats { program_stats(v) } else { Vec::new() };
     let busy0 = busy_ns();
     let measured = iperf(v, 1, seconds);
     let busy = busy_ns().saturating_sub(busy0);
-    let after = if strait { program_stats(v) } else { Vec::new() };
+    let after = if stats { program_stats(v) } else { Vec::new() };
     if let Some(old) = old {
         bpf_stats(old == "1");
     }
-    let chunks = (measured? * seconds as f64 / 8.0 / CHUNK).max(1.0);
+    let rate = measured?;
+    let chunks = (rate * seconds as f64 / 8.0 / CHUNK).max(1.0);
     let mut programs = Vec::new();
-    for ((name, t1, c1), (_, t0, c0)) in after.into_iter().zip(before) {
-        programs.push((name, t1.saturating_sub(t0), c1.saturating_sub(c0)));
+    for (name, t1, c1) in after {
+        // Matched by name: a program whose statistics could not be read is left out.
+        if let Some((_, t0, c0)) = before.iter().find(|(n, _, _)| *n == name) {
+            programs.push((name, t1.saturating_sub(*t0), c1.saturating_sub(*c0)));
+        }
     }
-    Ok((busy as f64, chunks, programs))
+    Ok((busy as f64, chunks, rate, programs))
 }
 
-/// One stream's costs per variant ([`stream_costs`]): the median over [`STREAM_ROUNDS`] runs
-/// (the variants alternating) of the busy CPU time per 64 KiB, and each program's time and runs
-/// over all the runs per 64 KiB delivered in them.
+/// One stream's costs per variant ([`stream_costs`]), over [`STREAM_ROUNDS`] rounds: in each,
+/// one run of (a), (d) and (c) with the BPF statistics off (their busy CPU time per 64 KiB and
+/// rate, the medians printed), then one of (d) and (c) with them on (each program's time and
+/// runs, summed over the rounds, per 64 KiB delivered in those runs): timing every program run
+/// costs CPU, which must not count in the busy time.
 fn stream_costs_over_rounds(seconds: u64) -> anyhow::Result<Vec<(Variant, StreamCosts)>> {
-    const VARIANTS_COMPARED: [Variant; 3] =
-        [Variant::Plain, Variant::StraitPolicy, Variant::Strait];
-    let mut busy: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS_COMPARED.len()];
-    let mut chunks = vec![0.0; VARIANTS_COMPARED.len()];
-    let mut programs: Vec<ProgramStats> = vec![Vec::new(); VARIANTS_COMPARED.len()];
+    const COMPARED: [Variant; 3] = [Variant::Plain, Variant::StraitPolicy, Variant::Strait];
+    let mut busy: Vec<Vec<f64>> = vec![Vec::new(); COMPARED.len()];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); COMPARED.len()];
+    let mut chunks = vec![0.0; COMPARED.len()];
+    let mut programs: Vec<ProgramStats> = vec![Vec::new(); COMPARED.len()];
     for round in 0..STREAM_ROUNDS {
-        for (i, &v) in VARIANTS_COMPARED.iter().enumerate() {
-            eprintln!(
-                "  {}: one stream's costs ({}/{STREAM_ROUNDS})",
-                v.label(),
-                round + 1
-            );
-            let (b, c, p) = stream_costs(v, seconds)?;
+        eprintln!("  one stream's costs ({}/{STREAM_ROUNDS})", round + 1);
+        for (i, &v) in COMPARED.iter().enumerate() {
+            let (b, c, rate, _) = stream_costs(v, seconds, false)?;
             busy[i].push(b / c);
+            rates[i].push(rate);
+        }
+        for (i, &v) in COMPARED.iter().enumerate() {
+            if !STRAIT_VARIANTS.contains(&v) {
+                continue;
+            }
+            let (_, c, _, p) = stream_costs(v, seconds, true)?;
             chunks[i] += c;
             for (name, ns, runs) in p {
                 match programs[i].iter_mut().find(|(n, _, _)| *n == name) {
@@ -1031,23 +1043,40 @@ fn stream_costs_over_rounds(seconds: u64) -> anyhow::Result<Vec<(Variant, Stream
             }
         }
     }
-    Ok(VARIANTS_COMPARED
+    Ok(COMPARED
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            let mut per_chunk: Programs = programs[i]
+            let mut per_chunk: Vec<(String, f64, f64)> = programs[i]
                 .iter()
-                .map(|(name, ns, runs)| (name.clone(), *ns as f64 / chunks[i], *runs))
+                .map(|(name, ns, runs)| {
+                    (
+                        name.clone(),
+                        *ns as f64 / chunks[i],
+                        *runs as f64 / chunks[i],
+                    )
+                })
                 .collect();
             per_chunk.sort_by(|a, b| a.0.cmp(&b.0));
-            (v, (median(busy[i].clone()), per_chunk))
+            let costs = StreamCosts {
+                busy_ns: median(busy[i].clone()),
+                rate: median(rates[i].clone()),
+                programs: per_chunk,
+            };
+            (v, costs)
         })
         .collect())
 }
 
-/// One stream's costs through a variant: the machine's busy CPU time per 64 KiB delivered
-/// (median), and each program's time per 64 KiB with its runs.
-type StreamCosts = (f64, Programs);
+/// One stream's costs through a variant ([`stream_costs_over_rounds`]).
+struct StreamCosts {
+    /// The machine's busy CPU time per 64 KiB delivered (median, statistics off), ns.
+    busy_ns: f64,
+    /// The stream's rate in those runs (median), b/s.
+    rate: f64,
+    /// Each program's time (ns) and runs per 64 KiB delivered, statistics on.
+    programs: Vec<(String, f64, f64)>,
+}
 
 /// Runs per variant of [`stream_costs_over_rounds`].
 const STREAM_ROUNDS: usize = 5;
@@ -1080,7 +1109,7 @@ fn turns(n: usize) -> [usize; VARIANTS.len()] {
 /// Every variant's topology up at once, then `runs` rounds: in each, every test runs through
 /// every variant in turn (in the balanced order of [`turns`]), so that
 /// a variant's run and the others' of the same test are seconds apart, not minutes. Returns
-/// each variant's rounds and the Strait variants' program times.
+/// each variant's rounds, the Strait variants' program times and one stream's costs.
 fn measure_all(runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Measured> {
     let mut servers = Vec::new();
     for v in VARIANTS {
@@ -1114,7 +1143,11 @@ fn measure_all(runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Measur
         eprintln!("  {} with BPF statistics", v.label());
         programs.push((v, program_times(v, seconds.max(5))?));
     }
-    let streams = stream_costs_over_rounds(seconds.max(4))?;
+    // A failure here leaves the rounds above standing.
+    let streams = stream_costs_over_rounds(seconds.max(4)).unwrap_or_else(|e| {
+        eprintln!("  one stream's costs not measured: {e:#}");
+        Vec::new()
+    });
     drop(servers);
     Ok((samples, programs, streams))
 }
@@ -1252,24 +1285,29 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         }
     }
     println!(
-        "\nOne TCP stream, {STREAM_ROUNDS} more runs per variant (alternating): the machine's busy CPU time per 64 KiB delivered (median), and Strait's programs' time per 64 KiB delivered over the runs (kernel.bpf_stats_enabled on for the Strait runs, which adds some 40 ns to each program run):"
+        "\nOne TCP stream, {STREAM_ROUNDS} more rounds: the machine's busy CPU time (user, nice, system, irq, softirq) per 64 KiB delivered and the rate, medians of runs with BPF statistics off; Strait's programs' time and runs per 64 KiB delivered, over runs with kernel.bpf_stats_enabled on (which adds some 40 ns to each program run):"
     );
     let plain = streams
         .iter()
         .find(|(v, _)| *v == Variant::Plain)
-        .map(|(_, (busy, _))| *busy);
-    for (variant, (busy, programs)) in &streams {
+        .map(|(_, c)| c.busy_ns);
+    for (variant, c) in &streams {
+        let against = plain
+            .filter(|p| *p > 0.0 && !c.programs.is_empty())
+            .map(|p| format!(", {:.3}x (a)'s", c.busy_ns / p))
+            .unwrap_or_default();
         println!(
-            "  {}: busy CPU {:.1} us per 64 KiB",
+            "  {}: {:.2} Gb/s, busy CPU {:.1} us per 64 KiB{against}",
             variant.label(),
-            busy / 1e3
+            c.rate / 1e9,
+            c.busy_ns / 1e3
         );
         let mut total = 0.0;
-        for (name, ns, runs) in programs {
+        for (name, ns, runs) in &c.programs {
             total += ns;
-            println!("    {name:<22} {ns:>7.0} ns per 64 KiB ({runs} runs)");
+            println!("    {name:<22} {ns:>7.0} ns per 64 KiB over {runs:.2} runs");
         }
-        if !programs.is_empty() {
+        if !c.programs.is_empty() {
             let share = plain
                 .filter(|p| *p > 0.0)
                 .map(|p| format!(", {:.1}% of (a)'s busy CPU per 64 KiB", 100.0 * total / p))
