@@ -38,6 +38,22 @@ fn link_ids(path: &Path) -> (u64, u64) {
     )
 }
 
+/// A veth pair, `a_dev` in `a` and `b_dev` in `b`.
+fn veth_pair(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
+    run(Command::new("ip").args([
+        "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", b_dev, "netns", &b.name,
+    ]));
+}
+
+/// Runs each `ip` command line (its arguments, space-separated) in `ns`.
+fn ip_in(ns: &NetNs, lines: &[&str]) {
+    for line in lines {
+        run(Command::new("ip")
+            .args(["-n", &ns.name])
+            .args(line.split(' ')));
+    }
+}
+
 fn ping(ns: &NetNs, dst: &str, count: u32) {
     run(ns
         .cmd("ping")
@@ -49,13 +65,9 @@ fn traffic_moves_counters_and_a_restart_reuses_the_pins() {
     require_root();
     let a = NetNs::new("mc-uplink-a");
     let b = NetNs::new("mc-uplink-b");
-    run(Command::new("ip").args([
-        "link", "add", "va", "netns", &a.name, "type", "veth", "peer", "vb", "netns", &b.name,
-    ]));
-    for (ns, dev, addr) in [(&a, "va", "198.18.250.1/30"), (&b, "vb", "198.18.250.2/30")] {
-        run(Command::new("ip").args(["-n", &ns.name, "addr", "add", addr, "dev", dev]));
-        run(Command::new("ip").args(["-n", &ns.name, "link", "set", dev, "up"]));
-    }
+    veth_pair(&a, "va", &b, "vb");
+    ip_in(&a, &["addr add 198.18.250.1/30 dev va", "link set va up"]);
+    ip_in(&b, &["addr add 198.18.250.2/30 dev vb", "link set vb up"]);
     let fs = Bpffs::new("netns-uplink");
     let pin_root = fs.pin_root();
 
@@ -138,25 +150,18 @@ fn a_bridge_uplink_is_attached_with_a_warning_of_its_cost() {
     require_root();
     let a = NetNs::new("mc-bridge-a");
     let b = NetNs::new("mc-bridge-b");
-    run(Command::new("ip").args([
-        "link", "add", "pa", "netns", &a.name, "type", "veth", "peer", "pb", "netns", &b.name,
-    ]));
-    for line in [
-        "link add br0 type bridge",
-        "link set pa master br0",
-        "link set pa up",
-        "addr add 198.18.250.5/30 dev br0",
-        "link set br0 up",
-    ] {
-        run(Command::new("ip")
-            .args(["-n", &a.name])
-            .args(line.split(' ')));
-    }
-    for line in ["addr add 198.18.250.6/30 dev pb", "link set pb up"] {
-        run(Command::new("ip")
-            .args(["-n", &b.name])
-            .args(line.split(' ')));
-    }
+    veth_pair(&a, "pa", &b, "pb");
+    ip_in(
+        &a,
+        &[
+            "link add br0 type bridge",
+            "link set pa master br0",
+            "link set pa up",
+            "addr add 198.18.250.5/30 dev br0",
+            "link set br0 up",
+        ],
+    );
+    ip_in(&b, &["addr add 198.18.250.6/30 dev pb", "link set pb up"]);
     let warning = "the uplink is a Linux bridge";
     let fs = Bpffs::new("bridge-uplink");
     let pin_root = fs.pin_root();

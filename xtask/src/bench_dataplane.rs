@@ -966,13 +966,24 @@ fn program_times(v: Variant, seconds: u64) -> anyhow::Result<Programs> {
     let after = program_stats(v);
     bpf_stats(old == "1");
     measured?;
-    let mut programs = Vec::new();
-    for ((name, t1, c1), (_, t0, c0)) in after.into_iter().zip(before) {
-        let (ns, runs) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
-        programs.push((name, ns as f64 / runs.max(1) as f64, runs));
-    }
+    let mut programs: Programs = stats_delta(&before, after)
+        .into_iter()
+        .map(|(name, ns, runs)| (name, ns as f64 / runs.max(1) as f64, runs))
+        .collect();
     programs.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(programs)
+}
+
+/// Each program's run time and runs between two [`program_stats`] readings, matched by name (a
+/// program whose statistics could not be read in either is left out).
+fn stats_delta(before: &ProgramStats, after: ProgramStats) -> ProgramStats {
+    after
+        .into_iter()
+        .filter_map(|(name, t1, c1)| {
+            let (_, t0, c0) = before.iter().find(|(n, _, _)| *n == name)?;
+            Some((name, t1.saturating_sub(*t0), c1.saturating_sub(*c0)))
+        })
+        .collect()
 }
 
 /// 64 KiB, the unit of the one-stream figures below: about the largest GSO packet.
@@ -998,14 +1009,7 @@ fn stream_costs(
     }
     let rate = measured?;
     let chunks = (rate * seconds as f64 / 8.0 / CHUNK).max(1.0);
-    let mut programs = Vec::new();
-    for (name, t1, c1) in after {
-        // Matched by name: a program whose statistics could not be read is left out.
-        if let Some((_, t0, c0)) = before.iter().find(|(n, _, _)| *n == name) {
-            programs.push((name, t1.saturating_sub(*t0), c1.saturating_sub(*c0)));
-        }
-    }
-    Ok((busy as f64, chunks, rate, programs))
+    Ok((busy as f64, chunks, rate, stats_delta(&before, after)))
 }
 
 /// One stream's costs per variant ([`stream_costs`]), over [`STREAM_ROUNDS`] rounds: in each,
@@ -1293,7 +1297,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         .map(|(_, c)| c.busy_ns);
     for (variant, c) in &streams {
         let against = plain
-            .filter(|p| *p > 0.0 && !c.programs.is_empty())
+            .filter(|p| *p > 0.0 && *variant != Variant::Plain)
             .map(|p| format!(", {:.3}x (a)'s", c.busy_ns / p))
             .unwrap_or_default();
         println!(
