@@ -4,8 +4,10 @@
 //! a Service of west (nftables DNAT on west's gateway plays kube-proxy) and to a west Pod
 //! directly: TCP (a request and a bulk transfer), UDP and ping, through the regular Node's
 //! encapsulation, east's hairpin SNAT, west's decapsulation, and back. A capture between the
-//! router and west must show nothing but Geneve between the two gateways, and a TCP stream must
-//! survive the agents being restarted mid-transfer. Run as root.
+//! router and west must show nothing but Geneve between the two gateways, west's tunnelled TCP
+//! segments cut by the kernel at the uplink's full MTU, UDP sent as GSO (`UDP_SEGMENT`) must
+//! cross or be refused with fragmentation-needed, and a TCP stream must survive the agents being
+//! restarted mid-transfer. Run as root.
 //!
 //! ```text
 //!  pod-n 10.244.1.5 ── east-node 198.18.1.2 ─┐                        ┌─ west-gw 198.18.2.1 ── pod-w 10.245.0.7
@@ -42,6 +44,44 @@ const PORT_HTTP: u16 = 8080;
 /// The Pods keep the full MTU (nothing tuned for the tunnel): full-size TCP segments must get
 /// through by MSS clamping, and an oversize DF datagram must teach the sender the tunnel's MTU.
 const POD_MTU: &str = "1500";
+
+/// `UDP_SEGMENT` (linux/udp.h): the socket sends each write as one GSO packet of datagrams of
+/// the given size, as QUIC stacks do.
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// Sets an int socket option; panics on failure.
+fn set_int_opt(sock: &UdpSocket, level: libc::c_int, opt: libc::c_int, val: libc::c_int) {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: setsockopt with an int option on a socket we own.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt({level}, {opt}, {val})");
+}
+
+/// The path MTU the kernel knows for a connected socket (`IP_MTU`).
+fn path_mtu(sock: &UdpSocket) -> libc::c_int {
+    use std::os::fd::AsRawFd as _;
+    let mut mtu: libc::c_int = 0;
+    let mut len: libc::socklen_t = 4;
+    // SAFETY: getsockopt IP_MTU into an int we own.
+    unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    mtu
+}
 
 fn sh_in(ns: &NetNs, line: &str) {
     run(ns.cmd("sh").arg("-c").arg(line));
@@ -468,6 +508,26 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         })
     };
 
+    // So far every link is a veth: a GSO packet crosses whole, never cut into wire packets.
+    // UDP datagrams sent as one GSO packet (`UDP_SEGMENT`) arrive at west's gateway like that,
+    // where the kernel could not cut them apart once decapsulated: dropped there, counted.
+    assert_eq!(udp_gso_echoes(&pod_n, 1200, 8), 0);
+    assert!(
+        west_gw.counter("drop_udp_gso_unsplit") > 0,
+        "west's gateway must count the unsplit UDP GSO packet: {:?}",
+        west_gw.nonzero()
+    );
+    // Now the link between the router and west behaves as a wire: neither end offloads tunnel
+    // segmentation (as many virtual NICs do not), so the kernel cuts tunnelled GSO packets
+    // into wire packets as they leave, and the capture below sees their real size.
+    for (ns, dev) in [(&router, "gw-w"), (&west_gw.ns, "eth0")] {
+        sh_in(
+            ns,
+            &format!(
+                "ethtool -K {dev} tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off"
+            ),
+        );
+    }
     // A capture between the router and west's gateway for the whole exchange.
     let pcap = std::env::temp_dir().join(format!("strait-x-{}.pcap", std::process::id()));
     let mut capture = router
@@ -511,42 +571,53 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     .unwrap();
     assert_eq!(echoed, 5, "every UDP datagram must come back");
 
+    // UDP sent as GSO, as QUIC stacks send it: eight 1200-byte datagrams in one write fit the
+    // tunnel, are cut into wire packets on the way, and each comes back.
+    assert_eq!(
+        udp_gso_echoes(&pod_n, 1200, 8),
+        8,
+        "every datagram of a UDP GSO send must come back"
+    );
+    // 1450-byte datagrams do not fit (36 + 28 + 1450 > 1500) and cannot be cut smaller: the
+    // Node answers with fragmentation-needed, and the Pod's kernel learns the tunnel's MTU for
+    // that destination (a Service address of west; no answer is needed from there).
+    let gso_learned = in_netns(&pod_n, || {
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.connect("10.98.0.10:5353").unwrap();
+        set_int_opt(
+            &sock,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        );
+        set_int_opt(&sock, libc::SOL_UDP, UDP_SEGMENT, 1450);
+        sock.send(&[3u8; 1450 * 4])
+            .expect("an oversize GSO send leaves the Pod");
+        thread::sleep(Duration::from_millis(300));
+        path_mtu(&sock)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        gso_learned, 1464,
+        "an oversize UDP GSO send must teach the Pod the tunnel's MTU"
+    );
+
     // A 1472-byte DF datagram does not fit the tunnel: the Node answers with fragmentation-
     // needed, so the Pod's kernel learns the path MTU (1464) and refuses the next one itself.
     let (first, second, learned) = in_netns(&pod_n, || {
-        use std::os::fd::AsRawFd as _;
         let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
         sock.connect("10.245.0.7:5353").unwrap();
-        let fd = sock.as_raw_fd();
-        let set = |opt: libc::c_int, val: libc::c_int| {
-            // SAFETY: setsockopt with an int option on our own socket.
-            unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::IPPROTO_IP,
-                    opt,
-                    (&val as *const libc::c_int).cast(),
-                    4,
-                )
-            }
-        };
-        assert_eq!(set(libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO), 0);
+        set_int_opt(
+            &sock,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        );
         let first = sock.send(&[1u8; 1472]).map(|_| ());
         thread::sleep(Duration::from_millis(300));
         let second = sock.send(&[1u8; 1472]).map_err(|e| e.raw_os_error());
-        let mut mtu: libc::c_int = 0;
-        let mut len: libc::socklen_t = 4;
-        // SAFETY: getsockopt IP_MTU into an int we own.
-        unsafe {
-            libc::getsockopt(
-                fd,
-                libc::IPPROTO_IP,
-                libc::IP_MTU,
-                (&mut mtu as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (first, second, mtu)
+        (first, second, path_mtu(&sock))
     })
     .join()
     .unwrap();
@@ -638,17 +709,82 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         "{transmitted} of {hairpinned} hairpinned packets went out through the uplink's egress"
     );
     for node in [&east_gw, &east_node, &west_gw] {
+        let unexpected: Vec<_> = node
+            .drops()
+            .into_iter()
+            .filter(|(name, _)| *name != "drop_udp_gso_unsplit")
+            .collect();
         assert!(
-            node.drops().is_empty(),
-            "drops on {}: {:?}",
-            node.ns.name,
-            node.drops()
+            unexpected.is_empty(),
+            "drops on {}: {unexpected:?}",
+            node.ns.name
         );
     }
 
     // Between the router and west there is only Geneve between the two gateways.
     assert_only_geneve_between_gateways(&pcap);
+    // The bulk responses' segments, tunnelled, fill the uplink's MTU and never exceed it: their
+    // size was kept (36 + 20 + 32 + 1412), not cut by the tunnel's overhead a second time after
+    // MSS clamping already made room for it (which left them at 1464 bytes).
+    let lengths = ip_lengths(&pcap, [198, 18, 2, 1]);
+    let large: Vec<usize> = lengths.iter().copied().filter(|&l| l > 1400).collect();
+    let full = large.iter().filter(|&&l| l == 1500).count();
+    assert!(
+        lengths.iter().all(|&l| l <= 1500) && large.len() > 1000 && full * 10 >= large.len() * 9,
+        "west's tunnel packets over 1400 bytes: {} in all, {full} of them 1500 bytes, the \
+         largest {:?}",
+        large.len(),
+        lengths.iter().max()
+    );
     let _ = std::fs::remove_file(&pcap);
+}
+
+/// Sends `count` datagrams of `size` bytes from pod-n to pod-w's echo server in one GSO write
+/// (`UDP_SEGMENT`); returns how many came back within a second.
+fn udp_gso_echoes(pod_n: &NetNs, size: usize, count: usize) -> usize {
+    in_netns(pod_n, move || {
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.connect("10.245.0.7:5353").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        set_int_opt(&sock, libc::SOL_UDP, UDP_SEGMENT, size as libc::c_int);
+        let sent = vec![9u8; size * count];
+        sock.send(&sent).expect("a GSO send");
+        let mut buf = [0u8; 2048];
+        let mut echoed = 0;
+        while echoed < count
+            && let Ok(n) = sock.recv(&mut buf)
+        {
+            if buf[..n] == sent[..size] {
+                echoed += 1;
+            }
+        }
+        echoed
+    })
+    .join()
+    .unwrap()
+}
+
+/// The total length of every IPv4 packet from `src` in a capture (Ethernet frames, pcap format
+/// as tcpdump writes it on this host).
+fn ip_lengths(pcap: &Path, src: [u8; 4]) -> Vec<usize> {
+    let data = std::fs::read(pcap).expect("read the capture");
+    assert_eq!(
+        data.get(..4),
+        Some(&0xa1b2_c3d4u32.to_ne_bytes()[..]),
+        "a pcap file in this host's byte order"
+    );
+    let mut lengths = Vec::new();
+    let mut at = 24;
+    while let Some(record) = data.get(at..at + 16) {
+        let caught = u32::from_ne_bytes(record[8..12].try_into().unwrap()) as usize;
+        let frame = &data[at + 16..(at + 16 + caught).min(data.len())];
+        // Ethernet, IPv4: the total length at bytes 2-3 of the IP header, the source at 12-15.
+        if frame.len() >= 34 && frame[12..14] == [0x08, 0x00] && frame[26..30] == src {
+            lengths.push(usize::from(u16::from_be_bytes([frame[16], frame[17]])));
+        }
+        at += 16 + caught;
+    }
+    lengths
 }
 
 fn assert_only_geneve_between_gateways(pcap: &Path) {

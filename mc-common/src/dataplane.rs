@@ -11,6 +11,41 @@ pub const DEFAULT_TUNNEL_PORT: u16 = 6081;
 /// (8). Strait's Geneve carries IPv4 directly (protocol type 0x0800), with no inner Ethernet.
 pub const ENCAP_OVERHEAD: u32 = 36;
 
+/// How the tunnel takes a GSO packet (one that the kernel or the NIC cuts into segments after
+/// Strait's programs; docs/design.md §4), from [`gso_encap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GsoEncap {
+    /// Its segments, each with the tunnel's headers in front, still fit the uplink: they keep
+    /// their size (`BPF_F_ADJ_ROOM_FIXED_GSO`), as full as the path allows.
+    Keep,
+    /// TCP segments that would not fit (a flow whose MSS Strait did not clamp: opened before
+    /// Strait was attached, or through a Pod MTU above the tunnel's): the kernel cuts them
+    /// smaller by the tunnel's overhead.
+    Shrink,
+    /// UDP segments (`UDP_SEGMENT`, as QUIC stacks send) that would not fit: each segment is a
+    /// datagram whose size the sender chose, so it cannot be cut; the sender gets
+    /// fragmentation-needed (with DF) and sends smaller ones.
+    TooBig,
+}
+
+/// [`GsoEncap`] for a GSO packet whose segments carry `gso_size` bytes of payload behind
+/// `inner_headers` bytes of inner IPv4 and TCP or UDP header, tunnelled on an uplink with `mtu`
+/// (0: unknown, when TCP's segments shrink as always and UDP's are sent as they are).
+pub const fn gso_encap(gso_size: u32, inner_headers: u32, mtu: u32, tcp: bool) -> GsoEncap {
+    let segment = ENCAP_OVERHEAD
+        .saturating_add(inner_headers)
+        .saturating_add(gso_size);
+    if mtu != 0 && segment <= mtu {
+        GsoEncap::Keep
+    } else if tcp {
+        GsoEncap::Shrink
+    } else if mtu == 0 {
+        GsoEncap::Keep
+    } else {
+        GsoEncap::TooBig
+    }
+}
+
 /// Geneve VNI for "no label identity" (docs/design.md §4; Antrea's `UnknownLabelIdentity`).
 pub const VNI_UNKNOWN: u32 = 0x00ff_ffff;
 
@@ -462,4 +497,40 @@ mod pod {
     unsafe impl aya::Pod for super::EgressKey {}
     unsafe impl aya::Pod for super::PolicyVerdict {}
     unsafe impl aya::Pod for super::RejectEvent {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GsoEncap, gso_encap};
+
+    /// IPv4 (20) and TCP with timestamps (32), or UDP (8).
+    const TCP_HEADERS: u32 = 52;
+    const UDP_HEADERS: u32 = 28;
+
+    #[test]
+    fn segments_that_fit_the_uplink_keep_their_size() {
+        // A clamped flow on a 1500-byte uplink: MSS 1424, 1412 bytes per segment with
+        // timestamps; 36 + 52 + 1412 = 1500, exactly the uplink's MTU.
+        assert_eq!(gso_encap(1412, TCP_HEADERS, 1500, true), GsoEncap::Keep);
+        assert_eq!(gso_encap(1200, UDP_HEADERS, 1500, false), GsoEncap::Keep);
+        assert_eq!(gso_encap(1436, UDP_HEADERS, 1500, false), GsoEncap::Keep);
+    }
+
+    #[test]
+    fn tcp_segments_too_large_shrink_and_udp_ones_are_refused() {
+        // A flow opened before Strait (MSS 1460 - 12): one byte over is over.
+        assert_eq!(gso_encap(1448, TCP_HEADERS, 1500, true), GsoEncap::Shrink);
+        assert_eq!(gso_encap(1413, TCP_HEADERS, 1500, true), GsoEncap::Shrink);
+        assert_eq!(gso_encap(1437, UDP_HEADERS, 1500, false), GsoEncap::TooBig);
+        assert_eq!(
+            gso_encap(u32::MAX, UDP_HEADERS, 9000, false),
+            GsoEncap::TooBig
+        );
+    }
+
+    #[test]
+    fn an_unknown_mtu_changes_nothing_from_before() {
+        assert_eq!(gso_encap(1412, TCP_HEADERS, 0, true), GsoEncap::Shrink);
+        assert_eq!(gso_encap(1448, UDP_HEADERS, 0, false), GsoEncap::Keep);
+    }
 }

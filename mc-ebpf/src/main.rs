@@ -106,13 +106,22 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     if route.is_none() && peer_kind(&ip.dst) != PEER_REMOTE_GATEWAY {
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
     }
-    if let Some(refused) = fit_tunnel(ctx, &ip, &cfg)? {
-        return Ok(refused);
-    }
+    let gso_flags = match fit_tunnel(ctx, &ip, &cfg)? {
+        Ok(flags) => flags,
+        Err(refused) => return Ok(refused),
+    };
     // The source Pod's label identity rides in the VNI (read before the gateway's SNAT).
     let vni = pod_vni(&ip.src);
     if cfg.role == ROLE_NODE {
-        tunnel::encap(ctx, &ip, cfg.node_ip, cfg.gateway_internal_ip, port, vni)?;
+        tunnel::encap(
+            ctx,
+            &ip,
+            cfg.node_ip,
+            cfg.gateway_internal_ip,
+            port,
+            vni,
+            gso_flags,
+        )?;
         if route.is_some() && cfg.flags & CONFIG_ROUTED_VIA_GATEWAY != 0 {
             // The kernel routed it via the hop toward the gateway: its Ethernet header is right.
             return Ok((Counter::TxToGateway, VERDICT_PASS));
@@ -124,36 +133,45 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
         let now = tunnel::now();
         let _ = nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
-        tunnel::encap(ctx, &ip, cfg.node_ip, route.gateway_ip, port, vni)?;
+        tunnel::encap(
+            ctx,
+            &ip,
+            cfg.node_ip,
+            route.gateway_ip,
+            port,
+            vni,
+            gso_flags,
+        )?;
         let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now);
         return Ok((Counter::TxSnatToRemote, verdict));
     }
     // A reply to a flow a remote gateway opened: the tunnel packet goes to the address the
     // kernel just routed this one to, so the Ethernet header it wrote is already right.
-    tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port, vni)?;
+    tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port, vni, gso_flags)?;
     Ok((Counter::TxReplyToRemote, VERDICT_PASS))
 }
 
 /// Makes a packet bound for the tunnel fit it: clamps the MSS of SYNs and SYN-ACKs, and
-/// answers an oversize DF packet with ICMP fragmentation-needed (`Some`: the packet's outcome).
+/// answers an oversize DF packet with ICMP fragmentation-needed (`Err`: the packet's outcome).
+/// `Ok`: the `bpf_skb_adjust_room` flags for its segments' size (GSO) to encapsulate it with.
 #[inline(always)]
 fn fit_tunnel(
     ctx: &TcContext,
     ip: &packet::Ipv4,
     cfg: &LocalConfig,
-) -> Result<Option<(Counter, i32)>, Counter> {
-    match mtu::check(ctx, ip, cfg.mtu) {
-        mtu::Fit::Fits => {}
+) -> Result<Result<u64, (Counter, i32)>, Counter> {
+    let gso_flags = match mtu::check(ctx, ip, cfg.mtu) {
+        mtu::Fit::Fits(flags) => flags,
         mtu::Fit::TooBig => {
             let verdict = mtu::frag_needed(ctx, ip, cfg.mtu)?;
-            return Ok(Some((Counter::TxFragNeeded, verdict)));
+            return Ok(Err((Counter::TxFragNeeded, verdict)));
         }
         mtu::Fit::TooBigNoDf => return Err(Counter::DropTooBig),
-    }
+    };
     if mtu::clamp_mss(ctx, ip, cfg.mtu)? {
         count(ctx, Counter::TcpMssClamped);
     }
-    Ok(None)
+    Ok(Ok(gso_flags))
 }
 
 fn try_ingress(ctx: &TcContext) -> Outcome {

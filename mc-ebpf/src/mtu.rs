@@ -1,17 +1,25 @@
 //! Nothing black-holes at the tunnel's MTU (docs/design.md §4): TCP MSS is clamped on SYN and
 //! SYN-ACK before encapsulation, and an oversize packet with DF set gets ICMP fragmentation-needed
-//! back at its sender instead of vanishing. GSO packets need neither: growing them with the encap
-//! flags makes the kernel cut smaller segments.
+//! back at its sender instead of vanishing. A GSO packet's segments keep their size when they fit
+//! the tunnel; TCP ones that would not are cut smaller by the kernel (the encap flags without
+//! `BPF_F_ADJ_ROOM_FIXED_GSO`), UDP ones (datagrams of a size the sender chose) get
+//! fragmentation-needed like any other oversize packet.
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{__sk_buff, BPF_F_INGRESS},
+    bindings::{__sk_buff, BPF_F_ADJ_ROOM_FIXED_GSO, BPF_F_INGRESS},
     helpers::generated::bpf_redirect,
     programs::TcContext,
 };
-use mc_common::{Counter, dataplane::ENCAP_OVERHEAD};
+use mc_common::{
+    Counter,
+    dataplane::{ENCAP_OVERHEAD, GsoEncap, gso_encap},
+};
 
-use crate::packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, Ipv4, fold, sum_words};
+use crate::{
+    packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, fold, sum_words},
+    tunnel::UDP_HLEN,
+};
 
 const TCP_SYN: u8 = 0x02;
 const TCP_OPT_END: u8 = 0;
@@ -22,8 +30,9 @@ const MAX_OPTIONS: usize = 40;
 
 /// What a packet about to be encapsulated needs.
 pub enum Fit {
-    /// It fits (or is GSO, which the kernel segments to fit).
-    Fits,
+    /// It fits, or is GSO whose segments will: encapsulate it with these `bpf_skb_adjust_room`
+    /// flags (`BPF_F_ADJ_ROOM_FIXED_GSO` when the segments keep their size, else none).
+    Fits(u64),
     /// Too large, DF set: answer with fragmentation-needed.
     TooBig,
     /// Too large without DF: the tunnel cannot fragment it (the outer packet has DF, and
@@ -39,21 +48,47 @@ pub fn inner_mtu(mtu: u32) -> u32 {
 
 #[inline(always)]
 pub fn check(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Fit {
-    if mtu == 0 {
-        return Fit::Fits;
-    }
     let skb = ctx.as_ptr() as *const __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
     let gso_size = unsafe { (*skb).gso_size };
-    let inner_len = ctx.len().saturating_sub(ip.off() as u32);
-    let df = ip.frag & 0x4000 != 0;
-    if gso_size != 0 || inner_len <= inner_mtu(mtu) {
-        Fit::Fits
-    } else if df {
+    let fits = if gso_size != 0 {
+        match gso(ctx, ip, gso_size, mtu) {
+            GsoEncap::Keep => return Fit::Fits(u64::from(BPF_F_ADJ_ROOM_FIXED_GSO)),
+            GsoEncap::Shrink => return Fit::Fits(0),
+            GsoEncap::TooBig => false,
+        }
+    } else {
+        mtu == 0 || ctx.len().saturating_sub(ip.off() as u32) <= inner_mtu(mtu)
+    };
+    if fits {
+        Fit::Fits(0)
+    } else if ip.frag & 0x4000 != 0 {
         Fit::TooBig
     } else {
         Fit::TooBigNoDf
     }
+}
+
+/// What the tunnel does with the segments of a GSO packet of `gso_size` ([`gso_encap`]). Only
+/// TCP and UDP are cut by the kernel after an encapsulation; anything else is left to
+/// `bpf_skb_adjust_room`, which refuses it (counted as a failed rewrite).
+#[inline(always)]
+fn gso(ctx: &TcContext, ip: &Ipv4, gso_size: u32, mtu: u32) -> GsoEncap {
+    let l4_header = match ip.proto {
+        // The data offset: the high nibble of byte 12, in 32-bit words.
+        IPPROTO_TCP => match ip.read::<u8>(ctx, ip.l4() + 12) {
+            Ok(offset) => u32::from(offset >> 4) * 4,
+            Err(_) => return GsoEncap::Shrink,
+        },
+        IPPROTO_UDP => UDP_HLEN as u32,
+        _ => return GsoEncap::Shrink,
+    };
+    gso_encap(
+        gso_size,
+        ip.hlen() as u32 + l4_header,
+        mtu,
+        ip.proto == IPPROTO_TCP,
+    )
 }
 
 /// Lowers the MSS option of a TCP SYN or SYN-ACK so that full-size segments fit the tunnel.

@@ -94,7 +94,9 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Parsed, Counter
 }
 
 /// Wraps the IPv4 packet `ip` that follows the Ethernet header in outer IPv4/UDP/Geneve headers
-/// from `src` to `dst`.
+/// from `src` to `dst`. `segments`: `BPF_F_ADJ_ROOM_FIXED_GSO` when a GSO packet's segments keep
+/// their size (they fit the tunnel, `mtu::check`), else 0 (TCP's are cut smaller by the
+/// tunnel's overhead).
 #[inline(always)]
 pub fn encap(
     ctx: &TcContext,
@@ -103,15 +105,16 @@ pub fn encap(
     dst: [u8; 4],
     port: u16,
     vni: u32,
+    segments: u64,
 ) -> Result<(), Counter> {
     let inner_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
     let header = outer_headers(src, dst, flow_source_port(ctx, ip), port, inner_len, vni)?;
-    let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64;
+    let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64 | segments;
     if ctx
         .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, gso_flags)
         .is_err()
         && ctx
-            .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, 0)
+            .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, segments)
             .is_err()
     {
         return Err(Counter::DropRewriteFailed);
@@ -194,6 +197,13 @@ fn put_ip_udp<const N: usize>(
 /// Removes the outer headers so the inner packet follows the Ethernet header.
 #[inline(always)]
 pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
+    let skb = ctx.as_ptr() as *const __sk_buff;
+    // SAFETY: the context pointer is valid for the whole program run.
+    if tunnel.inner.proto == IPPROTO_UDP && unsafe { (*skb).gso_size } != 0 {
+        // UDP datagrams still in one GSO packet: the kernel cannot cut them apart once the
+        // tunnel is gone (`Counter::DropUdpGsoUnsplit`).
+        return Err(Counter::DropUdpGsoUnsplit);
+    }
     let len = (tunnel.inner.off() - ETH_HLEN) as i32;
     let flags = (BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_DECAP_L3_IPV4) as u64;
     if ctx.adjust_room(-len, BPF_ADJ_ROOM_MAC, flags).is_err()
