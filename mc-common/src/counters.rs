@@ -151,14 +151,15 @@ counters! {
     /// gateway did not keep (`mc_flow_ids` full, its entry evicted): it cannot be decided
     /// exactly, so it is dropped.
     PolicyDropNoFlowIdentity = 35, "policy_drop_no_flow_identity", true;
-    /// A tunnel packet that arrived still a GSO packet of UDP datagrams (`UDP_SEGMENT`, as QUIC
-    /// stacks send), never cut into wire packets on its way: only on a path of virtual links
-    /// within one host (Nodes as containers or namespaces on a shared bridge). The kernel
-    /// (through 6.18) keeps such a packet marked as encapsulated after
-    /// `bpf_skb_adjust_room` removes the tunnel and then fails to cut it into datagrams, losing
-    /// it uncounted; it is dropped here instead, counted. Over a real link the segments arrive
-    /// one by one and are decapsulated as usual.
-    DropUdpGsoUnsplit = 36, "drop_udp_gso_unsplit", true;
+    /// A tunnel packet that reached decapsulation as one GSO packet the kernel cannot cut
+    /// correctly once the tunnel is gone: UDP datagrams sent as one (`UDP_SEGMENT`, as QUIC
+    /// stacks send) that nothing cut into wire packets on the way (virtual links within one
+    /// host, or a receive offload that merged them again), which Linux (through 6.18) keeps
+    /// marked as encapsulated after `bpf_skb_adjust_room` removes the tunnel and then fails to
+    /// segment, losing them uncounted; or several tunnel packets a receive offload (UDP GRO
+    /// forwarding) merged behind one outer header, of which only the first would be
+    /// decapsulated. Dropped here instead, counted.
+    DropGsoUnsplit = 36, "drop_gso_unsplit", true;
 }
 
 impl Counter {

@@ -24,7 +24,8 @@ pub enum GsoEncap {
     Shrink,
     /// UDP segments (`UDP_SEGMENT`, as QUIC stacks send) that would not fit: each segment is a
     /// datagram whose size the sender chose, so it cannot be cut; the sender gets
-    /// fragmentation-needed (with DF) and sends smaller ones.
+    /// fragmentation-needed (with DF or without: nothing fragments a GSO packet's segments)
+    /// and sends smaller ones.
     TooBig,
 }
 

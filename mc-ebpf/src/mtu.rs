@@ -3,7 +3,7 @@
 //! back at its sender instead of vanishing. A GSO packet's segments keep their size when they fit
 //! the tunnel; TCP ones that would not are cut smaller by the kernel (the encap flags without
 //! `BPF_F_ADJ_ROOM_FIXED_GSO`), UDP ones (datagrams of a size the sender chose) get
-//! fragmentation-needed like any other oversize packet.
+//! fragmentation-needed, with DF or without.
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -51,16 +51,16 @@ pub fn check(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Fit {
     let skb = ctx.as_ptr() as *const __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
     let gso_size = unsafe { (*skb).gso_size };
-    let fits = if gso_size != 0 {
-        match gso(ctx, ip, gso_size, mtu) {
-            GsoEncap::Keep => return Fit::Fits(u64::from(BPF_F_ADJ_ROOM_FIXED_GSO)),
-            GsoEncap::Shrink => return Fit::Fits(0),
-            GsoEncap::TooBig => false,
-        }
-    } else {
-        mtu == 0 || ctx.len().saturating_sub(ip.off() as u32) <= inner_mtu(mtu)
-    };
-    if fits {
+    if gso_size != 0 {
+        return match gso(ctx, ip, gso_size, mtu) {
+            GsoEncap::Keep => Fit::Fits(u64::from(BPF_F_ADJ_ROOM_FIXED_GSO)),
+            GsoEncap::Shrink => Fit::Fits(0),
+            // The tunnel can never carry these datagrams, DF or not (nothing fragments a GSO
+            // packet's segments): the sender learns the MTU either way.
+            GsoEncap::TooBig => Fit::TooBig,
+        };
+    }
+    if mtu == 0 || ctx.len().saturating_sub(ip.off() as u32) <= inner_mtu(mtu) {
         Fit::Fits(0)
     } else if ip.frag & 0x4000 != 0 {
         Fit::TooBig

@@ -110,13 +110,17 @@ pub fn encap(
     let inner_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
     let header = outer_headers(src, dst, flow_source_port(ctx, ip), port, inner_len, vni)?;
     let gso_flags = (BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP) as u64 | segments;
-    if ctx
+    // The fallback, for a packet the kernel already marks as encapsulated (refusing the encap
+    // flags), takes no flags: a TCP GSO packet's segments are cut smaller by the overhead, and
+    // a UDP GSO packet is refused (the kernel, not knowing where Strait's headers end, would
+    // cut its datagrams at the wrong place).
+    let grown = ctx
         .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, gso_flags)
-        .is_err()
-        && ctx
-            .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, segments)
-            .is_err()
-    {
+        .is_ok()
+        || ctx
+            .adjust_room(ENCAP_LEN as i32, BPF_ADJ_ROOM_MAC, 0)
+            .is_ok();
+    if !grown {
         return Err(Counter::DropRewriteFailed);
     }
     ctx.store(ETH_HLEN, &header, 0)
@@ -199,10 +203,12 @@ fn put_ip_udp<const N: usize>(
 pub fn decap(ctx: &TcContext, tunnel: &Tunnel) -> Result<(), Counter> {
     let skb = ctx.as_ptr() as *const __sk_buff;
     // SAFETY: the context pointer is valid for the whole program run.
-    if tunnel.inner.proto == IPPROTO_UDP && unsafe { (*skb).gso_size } != 0 {
-        // UDP datagrams still in one GSO packet: the kernel cannot cut them apart once the
-        // tunnel is gone (`Counter::DropUdpGsoUnsplit`).
-        return Err(Counter::DropUdpGsoUnsplit);
+    if unsafe { (*skb).gso_size } != 0
+        && (tunnel.inner.proto == IPPROTO_UDP || tunnel.inner.end() != tunnel.outer.end())
+    {
+        // UDP datagrams still in one GSO packet, or tunnel packets merged behind one outer
+        // header: the kernel cannot cut them apart once the tunnel is gone.
+        return Err(Counter::DropGsoUnsplit);
     }
     let len = (tunnel.inner.off() - ETH_HLEN) as i32;
     let flags = (BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_DECAP_L3_IPV4) as u64;
