@@ -33,7 +33,7 @@ pub enum Fit {
     /// It fits, or is GSO whose segments will: encapsulate it with these `bpf_skb_adjust_room`
     /// flags (`BPF_F_ADJ_ROOM_FIXED_GSO` when the segments keep their size, else none).
     Fits(u64),
-    /// Too large, DF set: answer with fragmentation-needed.
+    /// Too large, DF set (or a UDP GSO packet, DF or not): answer with fragmentation-needed.
     TooBig,
     /// Too large without DF: the tunnel cannot fragment it (the outer packet has DF, and
     /// outer fragments could not be decapsulated); dropped and counted.
