@@ -5,7 +5,8 @@
 #   - rustup toolchains: pinned stable (user space) and pinned nightly + rust-src (eBPF)
 #   - bpf-linker built against Debian's LLVM
 #   - kube-apiserver, kube-controller-manager, kube-proxy, kubelet, kubectl and etcd built from their
-#     Go modules; containerd, CoreDNS and the Pod sandbox (pause) too (build-node.sh)
+#     Go modules; containerd, CoreDNS and the Pod sandbox (pause) too (build-node.sh); flanneld
+#     and the flannel CNI plugin for the testbed's Flannel member (build-flannel.sh)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
@@ -76,5 +77,6 @@ fi
 # --- Kubernetes and etcd from source -----------------------------------------------------------
 "$here/build-kube.sh"
 "$here/build-node.sh"
+"$here/build-flannel.sh"
 "$here/build-helm.sh"
 log "done"

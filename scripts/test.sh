@@ -53,6 +53,7 @@ crash_down() {
   pgrep -f 'mc-agent run' >/dev/null && left+=" mc-agent"
   pgrep -f 'mc-controller (leader|member)' >/dev/null && left+=" mc-controller"
   pgrep -x kube-proxy >/dev/null && left+=" kube-proxy"
+  pgrep -x flanneld >/dev/null && left+=" flanneld"
   pgrep -f 'kube-apiserver --etcd-servers' >/dev/null && left+=" kube-apiserver"
   pgrep -x etcd >/dev/null && left+=" etcd"
   pgrep -f 'target/testbed/nodes/.*/kubelet.yaml' >/dev/null && left+=" kubelet"

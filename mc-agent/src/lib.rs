@@ -7,6 +7,7 @@ pub mod config;
 pub mod counters;
 pub mod dataplane;
 pub mod host;
+pub mod kube_proxy;
 pub mod netfilter;
 pub mod policy;
 pub mod reject;

@@ -264,8 +264,16 @@ fn attach(layout: PinLayout, uplink: &str, stretched_policy: bool) -> anyhow::Re
     let root = layout.root().to_owned();
     let mut dataplane = Dataplane::load(layout.clone())?;
     if stretched_policy {
-        let link = mc_agent::netfilter::attach(mc_agent::EBPF_OBJECT, &layout)?;
-        tracing::info!(link = %link.display(), "attached the policy program at PREROUTING");
+        for (hook, link) in mc_agent::netfilter::attach(mc_agent::EBPF_OBJECT, &layout)? {
+            match hook {
+                mc_agent::netfilter::Hook::Policy => {
+                    tracing::info!(link = %link.display(), "attached the policy program at PREROUTING")
+                }
+                mc_agent::netfilter::Hook::Masquerade => {
+                    tracing::info!(link = %link.display(), "attached the masquerade program at POSTROUTING")
+                }
+            }
+        }
     }
     for hook in dataplane.attach_uplink(uplink)? {
         tracing::info!(

@@ -29,12 +29,72 @@ use mc_common::dataplane::{ct_tuple, nf_patch};
 
 use crate::bpffs::PinLayout;
 
-/// The program's name in the object.
+/// The policy program's name in the object.
 pub const PROGRAM: &str = "mc_nf_ingress";
-/// Just after the nat table's DNAT (`NF_IP_PRI_NAT_DST`, -100): the destination is the Pod.
-/// Two BPF links may not share a priority: a restart attaches its program at the other one of
-/// these two while the earlier link still holds the first, then detaches the earlier link.
-pub const PRIORITIES: [i32; 2] = [-99, -98];
+
+/// Strait's netfilter programs, loaded and linked the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// `mc_nf_ingress`, stretched NetworkPolicy's decisions at PREROUTING after the DNAT.
+    Policy,
+    /// `mc_nf_masq`, at POSTROUTING after the source NAT: the label identity of the Pods'
+    /// flows a CNI masqueraded (docs/design.md §4b).
+    Masquerade,
+}
+
+impl Hook {
+    pub const BOTH: [Hook; 2] = [Hook::Policy, Hook::Masquerade];
+
+    /// The program's name in the object (and in `bpftool prog`).
+    pub fn program(self) -> &'static str {
+        match self {
+            Hook::Policy => PROGRAM,
+            Hook::Masquerade => "mc_nf_masq",
+        }
+    }
+
+    fn hook_number(self) -> u32 {
+        match self {
+            Hook::Policy => NF_INET_PRE_ROUTING,
+            Hook::Masquerade => NF_INET_POST_ROUTING,
+        }
+    }
+
+    fn hook_name(self) -> &'static str {
+        match self {
+            Hook::Policy => "PREROUTING",
+            Hook::Masquerade => "POSTROUTING",
+        }
+    }
+
+    /// Policy: just after the nat table's DNAT (`NF_IP_PRI_NAT_DST`, -100), the destination
+    /// is the Pod. Masquerade: just after its SNAT (`NF_IP_PRI_NAT_SRC`, 100), the REPLY tuple
+    /// holds the translated source. Two BPF links may not share a priority: a restart attaches
+    /// its program at the other one of the two while the earlier link still holds the first,
+    /// then detaches the earlier link.
+    pub fn priorities(self) -> [i32; 2] {
+        match self {
+            Hook::Policy => [-99, -98],
+            Hook::Masquerade => [101, 102],
+        }
+    }
+
+    /// The pinned link's name under the links directory.
+    fn link_name(self) -> &'static str {
+        match self {
+            Hook::Policy => "netfilter_ingress",
+            Hook::Masquerade => "netfilter_masq",
+        }
+    }
+
+    /// The placeholders (indexes of [`PLACEHOLDERS`]) the program must hold.
+    fn required(self) -> &'static [usize] {
+        match self {
+            Hook::Policy => &[0, 1, 2, 3, 4, 5, 6],
+            Hook::Masquerade => &[0, 3, 4, 5, 6],
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetfilterError {
@@ -59,7 +119,7 @@ pub enum NetfilterError {
         #[source]
         source: io::Error,
     },
-    #[error("the kernel refused the policy program: {source}\n{log}")]
+    #[error("the kernel refused the netfilter program: {source}\n{log}")]
     Verifier {
         #[source]
         source: io::Error,
@@ -291,6 +351,11 @@ const PLACEHOLDERS: [&str; 7] = [
 /// offset is one, the placeholder call (the kfunc) and the type ID its argument names. Each kind
 /// must be there at least once, else the object is not the program this agent was built with.
 pub fn patch_instructions(insns: &mut [u64], p: &Patch) -> Result<(), NetfilterError> {
+    patch_program(insns, p, Hook::Policy)
+}
+
+/// [`patch_instructions`] for either program: the placeholders `hook`'s program must hold.
+pub fn patch_program(insns: &mut [u64], p: &Patch, hook: Hook) -> Result<(), NetfilterError> {
     // (placeholder, how many bytes from it are the field's, the kernel's offset)
     let loads: [(i16, i16, u32); 5] = [
         (nf_patch::SKB_NFCT, 1, p.skb_nfct),
@@ -334,9 +399,10 @@ pub fn patch_instructions(insns: &mut [u64], p: &Patch) -> Result<(), NetfilterE
         }
         *insn = u64::from_le_bytes(b);
     }
-    if let Some(k) = found.iter().position(|&n| n == 0) {
+    if let Some(&k) = hook.required().iter().find(|&&k| found[k] == 0) {
         return Err(NetfilterError::Object(format!(
-            "{PROGRAM} has no placeholder for {} (an object built for another agent?)",
+            "{} has no placeholder for {} (an object built for another agent?)",
+            hook.program(),
             PLACEHOLDERS[k]
         )));
     }
@@ -352,6 +418,7 @@ const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 const BPF_NETFILTER: u32 = 45;
 const NFPROTO_IPV4: u32 = 2;
 const NF_INET_PRE_ROUTING: u32 = 0;
+const NF_INET_POST_ROUTING: u32 = 4;
 
 fn bpf(cmd: libc::c_long, attr: &mut [u8], what: &str) -> Result<i64, NetfilterError> {
     // SAFETY: `attr` is a `union bpf_attr` prefix the kernel reads (and may write) within its
@@ -378,9 +445,13 @@ fn put64(attr: &mut [u8], at: usize, v: u64) {
 /// program is loaded.
 type OpenMaps = Vec<(String, MapData)>;
 
-/// The policy program's instructions from `object`, its maps relocated to the pinned ones, and
+/// A netfilter program's instructions from `object`, its maps relocated to the pinned ones, and
 /// those maps.
-fn instructions(object: &[u8], layout: &PinLayout) -> Result<(Vec<u64>, OpenMaps), NetfilterError> {
+fn instructions(
+    object: &[u8],
+    layout: &PinLayout,
+    program: &str,
+) -> Result<(Vec<u64>, OpenMaps), NetfilterError> {
     let mut obj =
         aya_obj::Object::parse(object).map_err(|e| NetfilterError::Object(e.to_string()))?;
     let objs = obj.maps.clone();
@@ -404,8 +475,8 @@ fn instructions(object: &[u8], layout: &PinLayout) -> Result<(Vec<u64>, OpenMaps
         .map_err(|e| NetfilterError::Object(e.to_string()))?;
     let program = obj
         .programs
-        .get(PROGRAM)
-        .ok_or_else(|| NetfilterError::Object(format!("no program {PROGRAM}")))?;
+        .get(program)
+        .ok_or_else(|| NetfilterError::Object(format!("no program {program}")))?;
     let function = &obj.functions[&program.function_key()];
     let insns = function
         .instructions
@@ -416,7 +487,7 @@ fn instructions(object: &[u8], layout: &PinLayout) -> Result<(Vec<u64>, OpenMaps
     Ok((insns, opened))
 }
 
-fn load_program(insns: &[u64]) -> Result<OwnedFd, NetfilterError> {
+fn load_program(insns: &[u64], program: &str) -> Result<OwnedFd, NetfilterError> {
     let license = CString::from(c"GPL");
     let mut log = vec![0u8; 1 << 20];
     let mut attr = [0u8; 128];
@@ -424,7 +495,8 @@ fn load_program(insns: &[u64]) -> Result<OwnedFd, NetfilterError> {
     put32(&mut attr, 4, insns.len() as u32);
     put64(&mut attr, 8, insns.as_ptr() as u64);
     put64(&mut attr, 16, license.as_ptr() as u64);
-    let name = b"mc_nf_ingress";
+    // The kernel keeps 15 characters and a NUL.
+    let name = &program.as_bytes()[..program.len().min(15)];
     attr[48..48 + name.len()].copy_from_slice(name);
     put32(&mut attr, 68, BPF_NETFILTER);
     match bpf(BPF_PROG_LOAD, &mut attr, "BPF_PROG_LOAD") {
@@ -452,17 +524,17 @@ fn load_program(insns: &[u64]) -> Result<OwnedFd, NetfilterError> {
     }
 }
 
-fn link_create(prog: &OwnedFd, priority: i32) -> Result<OwnedFd, NetfilterError> {
+fn link_create(prog: &OwnedFd, hook: Hook, priority: i32) -> Result<OwnedFd, NetfilterError> {
     let mut attr = [0u8; 64];
     put32(&mut attr, 0, prog.as_raw_fd() as u32);
     put32(&mut attr, 8, BPF_NETFILTER);
     put32(&mut attr, 16, NFPROTO_IPV4);
-    put32(&mut attr, 20, NF_INET_PRE_ROUTING);
+    put32(&mut attr, 20, hook.hook_number());
     attr[24..28].copy_from_slice(&priority.to_ne_bytes());
     let fd = bpf(
         BPF_LINK_CREATE,
         &mut attr,
-        "BPF_LINK_CREATE (netfilter, PREROUTING)",
+        &format!("BPF_LINK_CREATE (netfilter, {})", hook.hook_name()),
     )?;
     // SAFETY: a new file descriptor, now ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -488,24 +560,33 @@ fn pin(fd: &OwnedFd, path: &Path) -> Result<(), NetfilterError> {
     .map(|_| ())
 }
 
-/// The pinned link's path.
+/// The policy program's pinned link's path.
 pub fn link_path(layout: &PinLayout) -> PathBuf {
-    layout.links_dir().join("netfilter_ingress")
+    hook_link_path(layout, Hook::Policy)
+}
+
+/// A netfilter program's pinned link's path.
+pub fn hook_link_path(layout: &PinLayout, hook: Hook) -> PathBuf {
+    layout.links_dir().join(hook.link_name())
 }
 
 /// Where a new link is pinned before it is renamed over the old one (bpffs refuses names with a
 /// dot); a start that stopped between the two leaves it behind.
-fn fresh_link_path(layout: &PinLayout) -> PathBuf {
-    layout.links_dir().join("netfilter_ingress_new")
+fn fresh_link_path(layout: &PinLayout, hook: Hook) -> PathBuf {
+    layout.links_dir().join(format!("{}_new", hook.link_name()))
 }
 
-/// Loads the policy program from `object`, patched for this kernel, and attaches it at
-/// PREROUTING (replacing a pinned one from an earlier start): what `mc-agent attach
-/// --stretched-policy` does.
-pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterError> {
-    let mut hook = PolicyHook::load(object, layout)?;
-    hook.attach()?;
-    Ok(hook.link_path())
+/// Loads both netfilter programs from `object`, patched for this kernel, and attaches them
+/// (replacing pinned ones from an earlier start): what `mc-agent attach --stretched-policy`
+/// does. Each program and its pinned link's path.
+pub fn attach(object: &[u8], layout: &PinLayout) -> Result<Vec<(Hook, PathBuf)>, NetfilterError> {
+    let mut links = Vec::new();
+    for which in Hook::BOTH {
+        let mut hook = PolicyHook::load_hook(object, layout, which)?;
+        hook.attach()?;
+        links.push((which, hook.link_path()));
+    }
+    Ok(links)
 }
 
 /// The policy program, loaded once when the agent starts and linked at PREROUTING only while
@@ -513,6 +594,7 @@ pub fn attach(object: &[u8], layout: &PinLayout) -> Result<PathBuf, NetfilterErr
 /// ingress rule covers; on any Node, an egress `toServices` rule for one of its Pods): on the
 /// other Nodes no packet pays for the hook (docs/design.md §4b).
 pub struct PolicyHook {
+    hook: Hook,
     layout: PinLayout,
     prog: OwnedFd,
     /// Whether the pinned link holds this program (attached or replaced since this start).
@@ -523,19 +605,34 @@ impl PolicyHook {
     /// Loads the program, patched for the running kernel; attaches nothing (a link an earlier
     /// start pinned stays until [`Self::attach`] replaces it or [`Self::detach`] removes it).
     pub fn load(object: &[u8], layout: &PinLayout) -> Result<Self, NetfilterError> {
+        Self::load_hook(object, layout, Hook::Policy)
+    }
+
+    /// [`Self::load`] for either of the two programs.
+    pub fn load_hook(
+        object: &[u8],
+        layout: &PinLayout,
+        hook: Hook,
+    ) -> Result<Self, NetfilterError> {
         let patch = running_kernel_patch()?;
-        let (mut insns, _maps) = instructions(object, layout)?;
-        patch_instructions(&mut insns, &patch)?;
+        let (mut insns, _maps) = instructions(object, layout, hook.program())?;
+        patch_program(&mut insns, &patch, hook)?;
         Ok(Self {
+            hook,
             layout: layout.clone(),
-            prog: load_program(&insns)?,
+            prog: load_program(&insns, hook.program())?,
             linked: false,
         })
     }
 
+    /// Which of the two programs this is.
+    pub fn hook(&self) -> Hook {
+        self.hook
+    }
+
     /// The pinned link's path.
     pub fn link_path(&self) -> PathBuf {
-        link_path(&self.layout)
+        hook_link_path(&self.layout, self.hook)
     }
 
     /// Links the program at PREROUTING unless it already is; `true` when this call linked it.
@@ -547,7 +644,7 @@ impl PolicyHook {
         if self.linked && path.exists() {
             return Ok(false);
         }
-        let fresh = fresh_link_path(&self.layout);
+        let fresh = fresh_link_path(&self.layout, self.hook);
         if fresh.exists() {
             // An earlier start stopped between pinning its link and renaming it: keep one of the two.
             if path.exists() {
@@ -559,11 +656,12 @@ impl PolicyHook {
                 })?;
             }
         }
-        let link = match link_create(&self.prog, PRIORITIES[0]) {
+        let [first, second] = self.hook.priorities();
+        let link = match link_create(&self.prog, self.hook, first) {
             Err(NetfilterError::Syscall { source, .. })
                 if source.raw_os_error() == Some(libc::EBUSY) =>
             {
-                link_create(&self.prog, PRIORITIES[1])?
+                link_create(&self.prog, self.hook, second)?
             }
             other => other?,
         };
@@ -583,16 +681,24 @@ impl PolicyHook {
     /// there was a link. Call it only once the maps say there is nothing to decide.
     pub fn detach(&mut self) -> Result<bool, NetfilterError> {
         self.linked = false;
-        unlink(&self.layout)
+        unlink_hook(&self.layout, self.hook)
     }
 }
 
-/// Takes a pinned policy program off PREROUTING (and a half-renamed one a stopped start left);
-/// `true` when there was one. The agent calls it at start with stretched policy off, so that
-/// an earlier agent's link does not stay.
+/// Takes the pinned netfilter programs off their hooks (and half-renamed ones a stopped start
+/// left); `true` when there was one. The agent calls it at start with stretched policy off, so
+/// that an earlier agent's links do not stay.
 pub fn unlink(layout: &PinLayout) -> Result<bool, NetfilterError> {
     let mut removed = false;
-    for path in [fresh_link_path(layout), link_path(layout)] {
+    for hook in Hook::BOTH {
+        removed |= unlink_hook(layout, hook)?;
+    }
+    Ok(removed)
+}
+
+fn unlink_hook(layout: &PinLayout, hook: Hook) -> Result<bool, NetfilterError> {
+    let mut removed = false;
+    for path in [fresh_link_path(layout, hook), hook_link_path(layout, hook)] {
         if path.exists() {
             detach_and_unpin(&path)?;
             removed = true;

@@ -25,7 +25,7 @@ use mc_common::dataplane::{
 };
 use serde_json::Value;
 
-use crate::state::PodObject;
+use crate::{kube_proxy::ProxyMode, state::PodObject};
 
 /// The rule counter of flows no rule matched (allowed).
 pub const RULE_NO_MATCH: u32 = 0;
@@ -518,6 +518,8 @@ pub struct Cluster<'a> {
     pub label_ids: &'a BTreeMap<String, u32>,
     /// The imported multi-cluster Services: (namespace, name) -> their ServiceImport's IPs.
     pub services: &'a BTreeMap<(String, String), Vec<Ipv4Addr>>,
+    /// kube-proxy's mode on this Node, when it said (`crate::kube_proxy`).
+    pub proxy_mode: Option<&'a ProxyMode>,
 }
 
 /// Compiles `policies`: ingress rules for every Pod of `cluster.pods` against the label
@@ -536,7 +538,32 @@ pub fn compile(policies: &[PolicyObject], cluster: &Cluster) -> Compiled {
     );
     compile_egress(&egress, cluster, &mut out);
     ingress(&rules, cluster, &mut out);
+    if cluster.proxy_mode == Some(&ProxyMode::Ipvs) {
+        ipvs_caveat(&mut out.coverage);
+    }
     out
+}
+
+/// What kube-proxy's IPVS mode takes from the ingress rules Strait enforces: it picks a
+/// ClusterIP's backend at netfilter's LOCAL_IN, after the gateway's policy program at
+/// PREROUTING, which sees the ClusterIP and not the Pod: flows a remote cluster opens to a
+/// `ClusterIP` export pass undecided. Flows to a Pod's address (`PodIP` exports, Pod-to-Pod)
+/// are decided as ever. The condition says so, rule by rule: never `Enforced`.
+fn ipvs_caveat(coverage: &mut BTreeMap<(Option<String>, String), Coverage>) {
+    for cover in coverage.values_mut() {
+        let ingress: Vec<String> = cover
+            .enforced
+            .iter()
+            .filter(|r| r.starts_with("ingress["))
+            .cloned()
+            .collect();
+        for rule in ingress {
+            cover.not_enforced.push(format!(
+                "{rule} on flows to a ClusterIP export (kube-proxy in IPVS mode picks the Pod \
+                 after the gateway's policy hook; endpointIPType PodIP and Pod-to-Pod are enforced)"
+            ));
+        }
+    }
 }
 
 /// This Node's Pods' flows to the imported Services that `toServices` rules name.
@@ -778,6 +805,10 @@ mod tests {
     }
 
     fn compile_in(w: &World, policies: &[PolicyObject]) -> Compiled {
+        compile_under(w, policies, None)
+    }
+
+    fn compile_under(w: &World, policies: &[PolicyObject], mode: Option<&ProxyMode>) -> Compiled {
         compile(
             policies,
             &Cluster {
@@ -787,8 +818,48 @@ mod tests {
                 namespace_labels: &w.namespaces,
                 label_ids: &w.ids,
                 services: &w.services,
+                proxy_mode: mode,
             },
         )
+    }
+
+    /// Under kube-proxy's IPVS mode, which picks a ClusterIP's backend after the gateway's
+    /// policy hook, a ClusterSet-scoped ingress rule is not enforced for ClusterIP exports: the
+    /// condition never says `Enforced` for it, and names the rule and why. The same policy is
+    /// `Enforced` under iptables and nftables (and when kube-proxy did not say); egress rules,
+    /// decided by the Service's address before any DNAT, are enforced in every mode.
+    #[test]
+    fn under_ipvs_clusterset_ingress_rules_are_not_called_enforced() {
+        let w = world();
+        let admin = policy(
+            None,
+            "admin",
+            json!({"priority": 1, "appliedTo": [{"podSelector": {}}],
+                   "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet",
+                       "namespaceSelector": {"matchLabels": {"role": "tenant"}}}]}]}),
+        );
+        let key = (None, "admin".to_owned());
+        for mode in [None, Some(ProxyMode::Iptables), Some(ProxyMode::Nftables)] {
+            let c = compile_under(&w, std::slice::from_ref(&admin), mode.as_ref());
+            assert_eq!(c.coverage[&key].condition().1, "Enforced", "{mode:?}");
+        }
+        let c = compile_under(
+            &w,
+            &[admin.clone(), tenant_policy()],
+            Some(&ProxyMode::Ipvs),
+        );
+        let (status, reason, message) = c.coverage[&key].condition();
+        assert_eq!((status, reason), (false, "PartlyEnforced"));
+        assert!(
+            message.contains("not enforced: ingress[0] on flows to a ClusterIP export")
+                && message.contains("IPVS"),
+            "{message}"
+        );
+        // The rule is still compiled: Pod-to-Pod and PodIP exports are decided as ever.
+        assert!(!c.protected.is_empty());
+        let (status, reason, _) =
+            c.coverage[&(None, "acnp-drop-tenant-to-secured-mc-service".to_owned())].condition();
+        assert_eq!((status, reason), (true, "Enforced"));
     }
 
     fn get(c: &Compiled, ip: [u8; 4], id: u32, proto: u8, port: u16) -> Option<(u32, String)> {

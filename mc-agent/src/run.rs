@@ -9,7 +9,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{Ipv4Addr, SocketAddr},
     time::{Duration, Instant},
 };
 
@@ -30,7 +30,8 @@ use crate::{
     counters,
     dataplane::Dataplane,
     host::HostState,
-    netfilter::PolicyHook,
+    kube_proxy::ProxyMode,
+    netfilter::{Hook, PolicyHook},
     policy::{Coverage, ENFORCED_CONDITION, PolicyObject},
     routes,
     state::{ClusterInfoObject, Desired, GatewayObject, Inputs, PodObject, Routed, desired},
@@ -39,6 +40,8 @@ use crate::{
 
 /// How often counters and map occupancy are read for /metrics.
 const PUBLISH_EVERY: Duration = Duration::from_secs(10);
+/// kube-proxy's metrics port, where it answers `/proxyMode`.
+const KUBE_PROXY_METRICS_PORT: u16 = 10249;
 
 pub struct RunOptions {
     pub node_name: String,
@@ -61,6 +64,9 @@ struct Attached {
     routed: Option<Routed>,
     /// With stretched policy: the policy program, linked while this Node has something to decide.
     policy: Option<PolicyHook>,
+    /// With stretched policy: the masquerade program at POSTROUTING, linked from the start
+    /// (its links outlive the agent like the uplink's).
+    masq: Option<PolicyHook>,
 }
 
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
@@ -152,6 +158,8 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         problems: Vec::new(),
         published: None,
         not_ready: None,
+        proxy_mode: None,
+        proxy_asked: None,
     };
     let driver = Driver {
         domain: "dataplane",
@@ -354,7 +362,14 @@ struct Agent {
     published: Option<Instant>,
     /// Why the last pass left the agent not ready.
     not_ready: Option<String>,
+    /// kube-proxy's mode on this Node, as it last said (stretched NetworkPolicy only).
+    proxy_mode: Option<ProxyMode>,
+    /// When kube-proxy was last asked.
+    proxy_asked: Option<Instant>,
 }
+
+/// How often the agent asks kube-proxy its mode again (it changes only with kube-proxy's config).
+const ASK_PROXY_EVERY: Duration = Duration::from_secs(60);
 
 impl Reconciler for Agent {
     fn watches(&self) -> Vec<(&'static str, &WatchHealth)> {
@@ -379,6 +394,33 @@ impl Reconciler for Agent {
 
     /// Every pass recomputes everything (a handful of objects): `_work` is not read.
     async fn pass(&mut self, _work: Work) -> usize {
+        if self.stretched.is_some()
+            && self
+                .proxy_asked
+                .is_none_or(|at| at.elapsed() >= ASK_PROXY_EVERY)
+        {
+            self.proxy_asked = Some(Instant::now());
+            let node_ip = self
+                .nodes
+                .get(None, &self.opts.node_name)
+                .and_then(|n| internal_ip(&n));
+            let mut addrs = vec![SocketAddr::from(([127, 0, 0, 1], KUBE_PROXY_METRICS_PORT))];
+            addrs.extend(node_ip.map(|ip| SocketAddr::from((ip, KUBE_PROXY_METRICS_PORT))));
+            let mode = crate::kube_proxy::ask(&addrs).await;
+            if mode != self.proxy_mode {
+                match &mode {
+                    Some(ProxyMode::Ipvs) => tracing::warn!(
+                        "kube-proxy runs in IPVS mode: ClusterSet-scoped ingress rules are not enforced for flows to ClusterIP exports (the policies' EnforcedByStrait condition says so)"
+                    ),
+                    Some(m) => tracing::info!(mode = m.as_str(), "kube-proxy's mode"),
+                    None => tracing::info!(
+                        ?addrs,
+                        "kube-proxy did not say its mode (/proxyMode): assumed to choose backends before netfilter's PREROUTING ends, as iptables and nftables modes do"
+                    ),
+                }
+            }
+            self.proxy_mode = mode;
+        }
         let outcome = pass(
             &self.opts,
             &mut self.attached,
@@ -386,6 +428,7 @@ impl Reconciler for Agent {
             &self.infos,
             &self.nodes,
             self.stretched.as_ref(),
+            self.proxy_mode.as_ref(),
         );
         if outcome.problems != self.problems {
             for p in outcome
@@ -442,6 +485,7 @@ fn pass(
     infos: &Watched<ClusterInfoImport>,
     nodes: &Watched<Node>,
     stretched: Option<&Stretched>,
+    proxy_mode: Option<&ProxyMode>,
 ) -> Pass {
     let fail = |why: String| Pass {
         not_ready: Some(why.clone()),
@@ -519,6 +563,7 @@ fn pass(
     };
     if let Some(s) = stretched {
         s.inputs(&mut inputs);
+        inputs.proxy_mode = proxy_mode.cloned();
     }
     let mut want = desired(&inputs);
     let toward = want.routes_toward();
@@ -557,6 +602,14 @@ fn pass(
         && let Err(e) = link_policy(hook, want.decides_policy())
     {
         link_failed = true;
+        problems.push(e.clone());
+        not_ready = Some(e);
+    }
+    // The masquerade program stays linked (again, if something took its link away).
+    if let Some(hook) = a.masq.as_mut()
+        && let Err(e) = hook.attach()
+    {
+        let e = format!("linking the masquerade program: {e}");
         problems.push(e.clone());
         not_ready = Some(e);
     }
@@ -694,6 +747,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
     let layout = PinLayout::new(&opts.config.pin_path);
     let mut dataplane = Dataplane::load(layout.clone()).map_err(|e| e.to_string())?;
     let mut policy = None;
+    let mut masq = None;
     if !opts.config.enable_stretched_network_policy {
         // An earlier agent's policy program, with stretched policy on then, does not stay.
         match crate::netfilter::unlink(&layout) {
@@ -708,6 +762,20 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
             PolicyHook::load(crate::EBPF_OBJECT, &layout)
                 .map_err(|e| format!("the stretched NetworkPolicy program: {e}"))?,
         );
+        // The Pods' label IDs survive a CNI's masquerade only through this program: linked for
+        // as long as stretched policy is on, on every Node.
+        let mut hook = PolicyHook::load_hook(crate::EBPF_OBJECT, &layout, Hook::Masquerade)
+            .map_err(|e| format!("the masquerade program: {e}"))?;
+        if hook
+            .attach()
+            .map_err(|e| format!("linking the masquerade program: {e}"))?
+        {
+            tracing::info!(
+                link = %hook.link_path().display(),
+                "linked the masquerade program at netfilter's POSTROUTING, after the source NAT: a Pod's flow the CNI masquerades keeps its label ID"
+            );
+        }
+        masq = Some(hook);
         let layout = layout.clone();
         tokio::spawn(async move {
             if let Err(e) = crate::reject::serve(layout).await {
@@ -751,6 +819,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         uplink_peer,
         routed: None,
         policy,
+        masq,
     })
 }
 

@@ -14,7 +14,7 @@ pub use mc_api::net::Prefix;
 
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
-    CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
+    CONFIG_MASQ_IDS, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
     CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
     PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
@@ -88,6 +88,8 @@ pub struct Inputs {
     pub tiers: Vec<(String, i32)>,
     /// The imported multi-cluster Services (namespace, name) and their ServiceImports' IPs.
     pub imported_services: BTreeMap<(String, String), Vec<Ipv4Addr>>,
+    /// kube-proxy's mode on this Node, when it said (stretched NetworkPolicy only).
+    pub proxy_mode: Option<crate::kube_proxy::ProxyMode>,
 }
 
 /// A remote cluster as it ended up in the maps.
@@ -278,6 +280,10 @@ pub fn desired(inputs: &Inputs) -> Desired {
             CONFIG_UPLINK_PEER
         } else {
             0
+        } | if inputs.stretched_policy {
+            CONFIG_MASQ_IDS
+        } else {
+            0
         },
         ..Default::default()
     };
@@ -297,6 +303,7 @@ pub fn desired(inputs: &Inputs) -> Desired {
                 namespace_labels: &inputs.namespace_labels,
                 label_ids: &inputs.label_ids,
                 services: &inputs.imported_services,
+                proxy_mode: inputs.proxy_mode.as_ref(),
             },
         );
         out.skipped.extend(
@@ -751,9 +758,10 @@ mod tests {
         let mut gw = inputs("east-gw", "198.18.1.1");
         gw.stretched_policy = true;
         let flags = |i: &Inputs| desired(i).config.flags;
+        // Every Node with stretched policy keeps its Pods' identities through a masquerade.
         assert_eq!(
             flags(&gw),
-            CONFIG_STRETCHED_POLICY,
+            CONFIG_STRETCHED_POLICY | CONFIG_MASQ_IDS,
             "no policy: nothing to decide"
         );
         gw.namespace_labels = [(
@@ -782,7 +790,7 @@ mod tests {
         let d = desired(&gw);
         assert_eq!(
             d.config.flags,
-            CONFIG_STRETCHED_POLICY | CONFIG_POLICY_INGRESS
+            CONFIG_STRETCHED_POLICY | CONFIG_POLICY_INGRESS | CONFIG_MASQ_IDS
         );
         assert_eq!(d.config.policy_generation, d.policy.ingress_generation());
         assert!(d.decides_policy(), "the gateway links the policy program");
@@ -791,7 +799,7 @@ mod tests {
         node.node_name = "east-node".into();
         node.node_ip = Some(ip("198.18.1.2"));
         let d = desired(&node);
-        assert_eq!(d.config.flags, 0);
+        assert_eq!(d.config.flags, CONFIG_MASQ_IDS);
         assert_eq!(d.config.policy_generation, 0);
         assert!(!d.decides_policy(), "no policy program on this Node");
     }

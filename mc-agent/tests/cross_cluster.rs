@@ -1235,6 +1235,54 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
         "hairpinned packets must leave through the uplink's egress without the flag"
     );
 
+    // A CNI that masquerades its Pods' traffic (Flannel's `--ip-masq`, Calico's `natOutgoing`):
+    // east's Node SNATs pod-n to its own address at POSTROUTING, so its egress program no
+    // longer sees the Pod, and the label ID comes from conntrack (`mc_nf_masq`, which `attach
+    // --stretched-policy` links). A masqueraded tenant is refused by its identity, not as
+    // unknown; unlabelled, it is let in (its Pod covered, an unknown identity would not be).
+    sh_in(
+        &east_node.ns,
+        "nft add table ip strait_masq && nft add chain ip strait_masq post '{ type nat hook postrouting priority srcnat; }' && nft add rule ip strait_masq post ip saddr 10.244.1.0/24 oifname eth0 masquerade",
+    );
+    let masqueraded = |ns_labels: &std::collections::BTreeMap<String, String>| {
+        let mut i = east_as(Some(ns_labels));
+        i.stretched_policy = true;
+        i
+    };
+    west_gw.sync(&west_with(vec![policy.clone()]));
+    east_node.sync(&masqueraded(&tenant_ns));
+    let unknown = west_gw.counter("policy_drop_unknown_identity");
+    let dropped = west_gw.counter("policy_drop");
+    let via_conntrack = east_node.counter("tx_identity_via_conntrack");
+    assert!(
+        !connects(&pod_n, service),
+        "a masqueraded tenant reached the admin Pod"
+    );
+    assert!(!echoes(&pod_n, pod_udp), "a masqueraded tenant's datagram");
+    assert!(
+        west_gw.counter("policy_drop") >= dropped + 2,
+        "west's counters: {:?}; east's Node: {:?}",
+        west_gw.nonzero(),
+        east_node.nonzero()
+    );
+    assert_eq!(
+        west_gw.counter("policy_drop_unknown_identity"),
+        unknown,
+        "a masqueraded tenant refused as unknown, not by its identity"
+    );
+    east_node.sync(&masqueraded(&plain_ns));
+    assert!(
+        connects(&pod_n, service),
+        "a masqueraded, unlabelled client must reach the admin Pod"
+    );
+    assert!(echoes(&pod_n, pod_udp));
+    assert!(
+        east_node.counter("tx_identity_via_conntrack") >= via_conntrack + 4,
+        "east's Node: {:?}",
+        east_node.nonzero()
+    );
+    assert_eq!(east_node.counter("tx_identity_unknown"), 0);
+
     stop.store(true, Ordering::Relaxed);
     for s in servers {
         s.join().unwrap();

@@ -222,7 +222,12 @@ fn case(seeds: usize) -> impl Strategy<Value = Case> {
 }
 
 /// Counters that are not verdicts: counted beside the verdict of the frames they concern.
-const BESIDE: [Counter; 2] = [Counter::TcpMssClamped, Counter::IcmpErrorTranslated];
+const BESIDE: [Counter; 4] = [
+    Counter::TcpMssClamped,
+    Counter::IcmpErrorTranslated,
+    Counter::TxIdentityViaConntrack,
+    Counter::TxIdentityUnknown,
+];
 
 /// The verdict counter a run added one packet to (at most one packet more under each counter
 /// of [`BESIDE`]).

@@ -160,6 +160,16 @@ counters! {
     /// forwarding) merged behind one outer header, of which only the first would be
     /// decapsulated. Dropped here instead, counted.
     DropGsoUnsplit = 36, "drop_gso_unsplit", true;
+    /// Not a verdict: with stretched NetworkPolicy, a packet for a remote prefix whose source
+    /// is not one of the Node's Pods but whose flow a Pod opened and the CNI (or kube-proxy)
+    /// masqueraded: its VNI carries that Pod's label ID, found through conntrack
+    /// (`mc_masq_ids`). Each is also counted under its verdict.
+    TxIdentityViaConntrack = 37, "tx_identity_via_conntrack", false;
+    /// Not a verdict: with stretched NetworkPolicy, a packet for a remote prefix with no label
+    /// identity to carry (a host-network process, or a flow source-NATed where Strait cannot
+    /// see it): its VNI says unknown, and ClusterSet-scoped ingress rules of the receiving
+    /// cluster refuse it. Each is also counted under its verdict.
+    TxIdentityUnknown = 38, "tx_identity_unknown", false;
 }
 
 impl Counter {

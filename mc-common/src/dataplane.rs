@@ -80,7 +80,7 @@ pub struct LocalConfig {
     /// MTU of the uplink (for MSS clamping and fragmentation-needed).
     pub mtu: u32,
     /// [`CONFIG_ROUTED_VIA_GATEWAY`], [`CONFIG_STRETCHED_POLICY`], [`CONFIG_POLICY_EGRESS`],
-    /// [`CONFIG_POLICY_INGRESS`], [`CONFIG_UPLINK_PEER`], or zero.
+    /// [`CONFIG_POLICY_INGRESS`], [`CONFIG_UPLINK_PEER`], [`CONFIG_MASQ_IDS`], or zero.
     pub flags: u32,
     /// A digest of the ingress policy the agent last wrote (`mc_ingress_policy`,
     /// `mc_protected_pods`): a verdict remembered in `mc_flow_verdicts` under another
@@ -119,6 +119,13 @@ pub const CONFIG_POLICY_INGRESS: u32 = 8;
 /// to the uplink's egress. The agent sets it from what the kernel says of the uplink (asked at
 /// attach and again in the first reconcile pass at least 10 s after the last answer).
 pub const CONFIG_UPLINK_PEER: u32 = 16;
+
+/// [`LocalConfig::flags`]: stretched NetworkPolicy is on, so this Node's Pods have label IDs and
+/// the masquerade program (`mc_nf_masq`, netfilter's POSTROUTING after the source NAT) records
+/// in `mc_masq_ids` the identity of every new flow a Pod opens to a remote prefix that the CNI
+/// or kube-proxy source-NATed (Flannel's `--ip-masq`, Calico's `natOutgoing`): the egress
+/// program looks a packet up there when its source is not one of the Node's Pods.
+pub const CONFIG_MASQ_IDS: u32 = 32;
 
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).
@@ -465,6 +472,9 @@ pub const MAX_POLICY_ENTRIES: u32 = 262_144;
 pub const MAX_EGRESS_ENTRIES: u32 = 65_536;
 /// Pods of the cluster a ClusterSet-scoped ingress rule covers.
 pub const MAX_PROTECTED_PODS: u32 = 16_384;
+
+/// Masqueraded flows whose label identity a Node remembers (`mc_masq_ids`).
+pub const MAX_MASQ_FLOWS: u32 = 65_536;
 
 /// Ports (and echo identifiers) the gateway allocates for SNAT.
 pub const SNAT_PORT_MIN: u16 = 32768;

@@ -70,6 +70,10 @@ pub mod maps {
     /// Ring buffer of [`crate::dataplane::RejectEvent`]: packets `Reject` rules refused, for
     /// the agent to answer.
     pub const REJECTS: &str = "mc_rejects";
+    /// Flows of this Node's Pods that were source-NATed on their way out (LRU):
+    /// [`crate::dataplane::FlowKey`] as the uplink sees it, after the NAT ->
+    /// [`crate::dataplane::PodIdentity`] of the Pod that opened it.
+    pub const MASQ_IDS: &str = "mc_masq_ids";
     /// Maps an earlier agent pinned that the programs no longer have (the policy program's
     /// kernel offsets, now patched into its instructions): removed when the agent starts and
     /// when it removes its maps.
@@ -92,5 +96,6 @@ pub mod maps {
         PROTECTED_PODS,
         RULE_COUNTERS,
         REJECTS,
+        MASQ_IDS,
     ];
 }

@@ -16,6 +16,7 @@
 
 mod hairpin;
 mod maps;
+mod masq;
 mod mtu;
 mod nat;
 mod packet;
@@ -30,9 +31,9 @@ use aya_ebpf::{
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER,
+        CONFIG_MASQ_IDS, CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER,
         DEFAULT_TUNNEL_PORT, HAIRPIN_SNAT, HAIRPIN_UNSNAT, LocalConfig, PEER_LOCAL_NODE,
-        PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
+        PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE, VNI_UNKNOWN,
     },
 };
 
@@ -110,8 +111,12 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         Ok(flags) => flags,
         Err(refused) => return Ok(refused),
     };
-    // The source Pod's label identity rides in the VNI (read before the gateway's SNAT).
-    let vni = pod_vni(&ip.src);
+    // The source Pod's label identity rides in the VNI (read before the gateway's SNAT); a
+    // flow the CNI masqueraded has it from conntrack (`masq`).
+    let mut vni = pod_vni(&ip.src);
+    if vni == VNI_UNKNOWN && cfg.flags & CONFIG_MASQ_IDS != 0 && route.is_some() {
+        vni = policy::masqueraded_vni(ctx, &ip);
+    }
     if cfg.role == ROLE_NODE {
         tunnel::encap(
             ctx,

@@ -15,10 +15,10 @@ use mc_common::{
     dataplane::{
         EgressKey, FLOW_CACHE_SLOTS, FlowCacheEntry, FlowIdentity, FlowKey, FlowVerdict,
         HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
-        MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES,
-        MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES,
-        MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES,
-        RejectEvent, RemoteRoute, SnatEntry, VNI_UNKNOWN,
+        MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_MASQ_FLOWS, MAX_NEXT_HOPS, MAX_PEERS,
+        MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
+        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
+        PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -44,6 +44,10 @@ pub(crate) static NEXT_HOPS: LruHashMap<[u8; 4], NextHop, { MAX_NEXT_HOPS as usi
 
 #[btf_map(name = "mc_pod_ids")]
 static POD_IDS: HashMap<[u8; 4], PodIdentity, { MAX_POD_IDENTITIES as usize }> = HashMap::new();
+
+#[btf_map(name = "mc_masq_ids")]
+pub(crate) static MASQ_IDS: LruHashMap<FlowKey, PodIdentity, { MAX_MASQ_FLOWS as usize }> =
+    LruHashMap::new();
 
 #[btf_map(name = "mc_flow_ids")]
 pub(crate) static FLOW_IDS: LruHashMap<FlowKey, FlowIdentity, { MAX_FLOW_IDENTITIES as usize }> =
@@ -153,6 +157,13 @@ pub(crate) fn routed_via(addr: [u8; 4], gateway: [u8; 4]) -> bool {
 pub(crate) fn pod_vni(addr: &[u8; 4]) -> u32 {
     // SAFETY: the value is copied out at once.
     unsafe { POD_IDS.get(addr) }.map_or(VNI_UNKNOWN, |p| p.id & VNI_UNKNOWN)
+}
+
+/// The label ID of the Pod of this Node that has `addr`.
+#[inline(always)]
+pub(crate) fn pod_id(addr: &[u8; 4]) -> Option<PodIdentity> {
+    // SAFETY: the value is copied out at once.
+    unsafe { POD_IDS.get(addr) }.copied()
 }
 
 #[inline(always)]

@@ -32,8 +32,8 @@ use mc_common::{
 
 use crate::{
     maps::{
-        EGRESS_POLICY, FLOW_IDS, FLOW_VERDICTS, INGRESS_POLICY, PROTECTED_PODS, REJECTS, config,
-        count_len, count_rule, flow_cache_slot, peer_kind, same_flow,
+        EGRESS_POLICY, FLOW_IDS, FLOW_VERDICTS, INGRESS_POLICY, MASQ_IDS, PROTECTED_PODS, REJECTS,
+        config, count, count_len, count_rule, flow_cache_slot, peer_kind, same_flow,
     },
     nat::key,
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
@@ -42,14 +42,14 @@ use crate::{
 
 /// `struct bpf_nf_ctx`: the netfilter program's context.
 #[repr(C)]
-pub struct NfCtx {
+pub(crate) struct NfCtx {
     state: *const c_void,
-    skb: *const u8,
+    pub(crate) skb: *const u8,
 }
 
 const NF_DROP: i32 = 0;
-const NF_ACCEPT: i32 = 1;
-const AF_INET: u16 = 2;
+pub(crate) const NF_ACCEPT: i32 = 1;
+pub(crate) const AF_INET: u16 = 2;
 const ICMP_ECHO: u8 = 8;
 
 /// Remembers the label identity a remote-opened flow's packet carried, unless already known.
@@ -116,7 +116,7 @@ fn remember_identity(key: &FlowKey, id: &FlowIdentity) {
 
 /// The flow of the inner packet as conntrack's ORIGINAL tuple will hold it.
 #[inline(always)]
-fn flow_key(ctx: &TcContext, ip: &Ipv4) -> Option<FlowKey> {
+pub(crate) fn flow_key(ctx: &TcContext, ip: &Ipv4) -> Option<FlowKey> {
     let (src_port, dst_port) = match ip.proto {
         IPPROTO_TCP | IPPROTO_UDP => {
             if ip.is_later_fragment() {
@@ -159,7 +159,7 @@ pub extern "C" fn mc_nf_ingress(ctx: *const NfCtx) -> i32 {
 /// checks the patched load against the kernel's BTF (a read through the cast pointer that
 /// faults reads 0).
 #[inline(always)]
-unsafe fn patched<T: Copy>(base: *const u8, off: i16) -> T {
+pub(crate) unsafe fn patched<T: Copy>(base: *const u8, off: i16) -> T {
     // SAFETY: as the function says; volatile, so that each field is one load of its own at an
     // offset the agent can find.
     unsafe { core::ptr::read_volatile(base.wrapping_offset(off as isize) as *const T) }
@@ -169,7 +169,7 @@ unsafe fn patched<T: Copy>(base: *const u8, off: i16) -> T {
 /// helper call becomes the `bpf_rdonly_cast` kfunc, which the verifier turns into a register
 /// move.
 #[inline(always)]
-fn rdonly_cast(ct: u64) -> *const u8 {
+pub(crate) fn rdonly_cast(ct: u64) -> *const u8 {
     // SAFETY: the agent replaces this call before loading the program (an unpatched one is
     // refused by the verifier: no helper has this ID).
     let cast: unsafe extern "C" fn(u64, u32) -> *const u8 =
@@ -183,7 +183,7 @@ fn rdonly_cast(ct: u64) -> *const u8 {
 /// # Safety
 /// `ct` comes from [`rdonly_cast`].
 #[inline(always)]
-unsafe fn tuple_field<T: Copy>(ct: *const u8, tuple: i16, at: u32) -> T {
+pub(crate) unsafe fn tuple_field<T: Copy>(ct: *const u8, tuple: i16, at: u32) -> T {
     // SAFETY: as the function says; the offset is a placeholder the agent patches.
     unsafe { patched(ct, tuple + at as i16) }
 }
@@ -449,4 +449,23 @@ fn hand_over(skb: *const u8, flow: &FlowKey, rule: u32, len: u32) -> bool {
     }
     entry.submit(0);
     true
+}
+
+/// The VNI of a packet for a remote prefix whose source is not one of the Node's Pods: the
+/// label ID `mc_nf_masq` found for its flow through conntrack (a Pod's flow the CNI
+/// masqueraded), else unknown. Each packet is counted under which of the two it got.
+#[inline(never)]
+pub fn masqueraded_vni(ctx: &TcContext, ip: &Ipv4) -> u32 {
+    // SAFETY: the value is copied out at once.
+    let id = flow_key(ctx, ip).and_then(|k| unsafe { MASQ_IDS.get(&k) }.copied());
+    match id {
+        Some(id) => {
+            count(ctx, Counter::TxIdentityViaConntrack);
+            id.id & VNI_UNKNOWN
+        }
+        None => {
+            count(ctx, Counter::TxIdentityUnknown);
+            VNI_UNKNOWN
+        }
+    }
 }

@@ -10,6 +10,7 @@ use std::{
 
 use serde_json::Value;
 
+pub mod agent;
 pub mod net;
 pub mod pods;
 pub mod services;

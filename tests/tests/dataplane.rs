@@ -17,7 +17,9 @@ use std::{
 };
 
 use mc_integration::{
-    Testbed, join, kubelet_nodes,
+    Testbed,
+    agent::{agent_bin, build_agent, counters, packets, xtask},
+    join, kubelet_nodes,
     net::{RouterCapture, http_get, in_netns},
     procs, repo_root,
     services::{cluster_ip, endpoint_ips},
@@ -26,24 +28,6 @@ use mc_integration::{
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
-
-fn xtask(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO"))
-        .arg("xtask")
-        .args(args)
-        .current_dir(repo_root())
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("running cargo xtask");
-    assert!(
-        out.status.success(),
-        "cargo xtask {}: {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Runs `f` on a thread inside the Pod's network namespace (`testbed pod add` names it
 /// `strait-<cluster>-pod-<pod>`, on kubelet Nodes as on process Nodes).
@@ -169,61 +153,6 @@ fn pod_ip(tb: &Testbed, cluster: &str, pod: &str) -> String {
         .as_str()
         .expect("podIP")
         .to_owned()
-}
-
-/// This checkout's mc-agent (debug), built once: the tests read a Node's pinned maps with it in
-/// the Node's namespaces, as an operator runs it on a Node. (Not through `kubectl exec`: a Node
-/// whose kubelet is stopped still has its dataplane.)
-fn agent_bin() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| build_agent(None)).clone()
-}
-
-/// Builds mc-agent (debug) and returns its path: this checkout's build, or with `build_id` a
-/// different build (`STRAIT_BUILD_ID`: its own version tag) in a target directory of its own.
-fn build_agent(build_id: Option<&str>) -> std::path::PathBuf {
-    let mut dir = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join("target"));
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--quiet", "-p", "mc-agent", "--bin", "mc-agent"])
-        .current_dir(repo_root());
-    if let Some(id) = build_id {
-        dir = std::path::PathBuf::from(format!("{}-upgrade", dir.display()));
-        cmd.env("CARGO_TARGET_DIR", &dir).env("STRAIT_BUILD_ID", id);
-    }
-    let out = cmd.output().expect("cargo build");
-    assert!(
-        out.status.success(),
-        "building mc-agent {build_id:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir.join("debug/mc-agent")
-}
-
-/// Counters of a Node's agent (from its own pinned map, through `testbed exec`).
-fn counters(cluster: &str, node: &str) -> Value {
-    let out = xtask(&[
-        "testbed",
-        "exec",
-        &format!("{cluster}/{node}"),
-        "--",
-        agent_bin().to_str().unwrap(),
-        "counters",
-        "--json",
-    ]);
-    serde_json::from_str(&out).expect("counters JSON")
-}
-
-fn packets(counters: &Value, name: &str) -> u64 {
-    counters
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no counter {name}"))["packets"]
-        .as_u64()
-        .unwrap()
 }
 
 /// The four testbed Nodes of the dataplane tests, by name.

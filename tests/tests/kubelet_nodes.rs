@@ -6,7 +6,7 @@
 
 use std::{process::Command, time::Duration};
 
-use mc_integration::{Testbed, join, pods, services::endpoint_ips, wait_for};
+use mc_integration::{Testbed, agent::xtask, join, pods, services::endpoint_ips, wait_for};
 
 const SYSTEM: &str = "kube-system";
 
@@ -678,23 +678,6 @@ fn delete_within(tb: &Testbed, what: &str, pod: &str, limit: Duration) {
         took < limit,
         "{what} ({pod}) took {took:?} to stop: it must stop on SIGTERM"
     );
-}
-
-/// `cargo xtask <args>` from the repository (its output).
-fn xtask(args: &[&str]) -> String {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .arg("xtask")
-        .args(args)
-        .current_dir(mc_integration::repo_root())
-        .output()
-        .expect("cargo xtask");
-    assert!(
-        out.status.success(),
-        "cargo xtask {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What a Node holds of Strait, read in the Node's own namespaces (not through the agent).

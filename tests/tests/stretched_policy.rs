@@ -12,6 +12,7 @@ use std::{
 
 use mc_integration::{
     Reconfigured, Testbed,
+    agent::{counters, packets},
     join::{self},
     label_hash, pods, repo_root,
     services::endpoint_ips,
@@ -231,14 +232,15 @@ fn wait_policy_link(cluster: &str, node: &str, linked: bool) {
     });
 }
 
-/// East's `<prefix>admin-<pid>` Namespace (`role=admin`) with an `app=admin-web` Pod serving on
-/// each Node, west's `<prefix>tenant-<pid>` Namespace (unlabelled) with a client Pod on the
-/// regular Node; `acnp` (in east) goes with them at the end. Returns the cleanup, the tenant
-/// Namespace and the servers (name, IP).
+/// `servers_in`'s `<prefix>admin-<pid>` Namespace (`role=admin`) with an `app=admin-web` Pod
+/// serving on each Node, `client_in`'s `<prefix>tenant-<pid>` Namespace (unlabelled) with a
+/// client Pod on the regular Node; `acnp` (in `servers_in`) goes with them at the end. Returns
+/// the cleanup, the tenant Namespace and the servers (name, IP).
 fn admin_and_tenant<'a>(
     tb: &'a Testbed,
     prefix: &str,
     acnp: &str,
+    (servers_in, client_in): (&'static str, &'static str),
 ) -> (Cleanup<'a>, String, Vec<(String, String)>) {
     join::ensure_joined(tb);
     let pid = std::process::id();
@@ -248,25 +250,45 @@ fn admin_and_tenant<'a>(
     );
     let cleanup = Cleanup {
         tb,
-        namespaces: vec![("east", admin.clone()), ("west", tenant.clone())],
-        acnps: vec![("east", acnp.to_owned())],
+        namespaces: vec![(servers_in, admin.clone()), (client_in, tenant.clone())],
+        acnps: vec![(servers_in, acnp.to_owned())],
         leader_exports: vec![],
     };
-    tb.ensure_namespace("east", &admin);
-    label_namespace(tb, "east", &admin, "role=admin");
-    tb.ensure_namespace("west", &tenant);
+    tb.ensure_namespace(servers_in, &admin);
+    label_namespace(tb, servers_in, &admin, "role=admin");
+    tb.ensure_namespace(client_in, &tenant);
     let servers = ["node-a", "node-b"]
         .iter()
         .map(|node| {
             let name = format!("admin-web-{}", &node[5..]);
             let labels = json!({"app": "admin-web"});
-            let ip = pod(tb, "east", &admin, &name, node, labels, true);
+            let ip = pod(tb, servers_in, &admin, &name, node, labels, true);
             (name, ip)
         })
         .collect();
     let labels = json!({"app": "client"});
-    pod(tb, "west", &tenant, "client", "node-b", labels, false);
+    pod(tb, client_in, &tenant, "client", "node-b", labels, false);
     (cleanup, tenant, servers)
+}
+
+/// Whether `client` (cluster, Namespace, Pod) opens TCP and UDP to every one of `servers`
+/// exactly when `want`; else which did not.
+fn all_reach(
+    tb: &Testbed,
+    (cluster, ns, client): (&str, &str, &str),
+    servers: &[(String, String)],
+    want: bool,
+) -> Result<(), String> {
+    for (name, ip) in servers {
+        let tcp = http(tb, cluster, ns, client, ip);
+        if tcp.is_ok() != want {
+            return Err(format!("TCP to {name} ({ip}): {tcp:?}"));
+        }
+        if udp(tb, cluster, ns, client, ip) != want {
+            return Err(format!("UDP to {name} ({ip}): reached {}", !want));
+        }
+    }
+    Ok(())
 }
 
 /// The guide's `drop-tenant-access-to-admin-namespace` ACNP with `action` for its rule.
@@ -285,21 +307,10 @@ fn admin_acnp(name: &str, action: &str) -> String {
 fn the_guides_admin_namespace_policy_stops_tenants_of_other_clusters() {
     let tb = Testbed::from_env();
     let acnp = "drop-tenant-access-to-admin-namespace";
-    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "", acnp);
+    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "", acnp, ("east", "west"));
     let pid = std::process::id();
     tb.apply("east", "default", &admin_acnp(acnp, "Drop"));
-    let all_reach = |want: bool| -> Result<(), String> {
-        for (name, ip) in &servers {
-            let tcp = http(&tb, "west", &tenant, "client", ip);
-            if tcp.is_ok() != want {
-                return Err(format!("TCP to {name} ({ip}): {tcp:?}"));
-            }
-            if udp(&tb, "west", &tenant, "client", ip) != want {
-                return Err(format!("UDP to {name} ({ip}): reached {}", !want));
-            }
-        }
-        Ok(())
-    };
+    let all_reach = |want: bool| all_reach(&tb, ("west", &tenant, "client"), &servers, want);
     // Unlabelled: the client's identity matches no rule (the Pods are covered, so until its
     // identity is known everywhere its flows are dropped as unknown: wait for it).
     wait_for("the unlabelled client to reach both admin Pods", T, || {
@@ -317,6 +328,14 @@ fn the_guides_admin_namespace_policy_stops_tenants_of_other_clusters() {
     wait_for("a tenant to be refused by both admin Pods", T, || {
         all_reach(false)
     });
+    // West is the Flannel member (docs/design.md §5): its Pods' flows to another cluster leave
+    // masqueraded to the Node's address, and the client's label ID reached east's gateway
+    // through conntrack (the masquerade program), not from the packet's source.
+    let west_b = counters("west", "node-b");
+    assert!(
+        packets(&west_b, "tx_identity_via_conntrack") > 0,
+        "west's client was refused, but not by the identity its masqueraded flows carry: {west_b}"
+    );
     // bpftool shows the compiled verdicts with named fields: Drop (2) for the tenant's ID.
     let map = gateway_policy_map("east");
     let drops = map
@@ -372,6 +391,38 @@ fn the_guides_admin_namespace_policy_stops_tenants_of_other_clusters() {
         identity_in_east.as_secs_f64(),
         fresh_open.as_secs_f64(),
     );
+}
+
+/// The other direction across the mixed ClusterSet: the guide's admin policy in west (Flannel,
+/// kube-proxy in iptables mode) for a client in east (`ptp`, nftables). A tenant of east is
+/// refused by both of west's admin Pods (on its gateway Node and its regular Node, through
+/// Flannel's VXLAN) over TCP and UDP; unlabelled, it is let in.
+#[test]
+fn the_admin_policy_in_the_flannel_member_stops_tenants_of_the_other() {
+    let tb = Testbed::from_env();
+    let acnp = "drop-tenant-access-to-admin-namespace-w";
+    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "w", acnp, ("west", "east"));
+    tb.apply("west", "default", &admin_acnp(acnp, "Drop"));
+    let client = ("east", tenant.as_str(), "client");
+    wait_for(
+        "east's unlabelled client to reach both of west's admin Pods",
+        T,
+        || all_reach(&tb, client, &servers, true),
+    );
+    assert_eq!(
+        http(&tb, "east", &tenant, "client", &servers[1].1).unwrap(),
+        "hello from west/admin-web-b"
+    );
+    label_namespace(&tb, "east", &tenant, "role=tenant");
+    wait_for(
+        "east's tenant to be refused by both of west's admin Pods",
+        T,
+        || all_reach(&tb, client, &servers, false),
+    );
+    tb.ok("east", &["label", "namespace", &tenant, "role-"]);
+    wait_for("east's unlabelled client to be let in again", T, || {
+        all_reach(&tb, client, &servers, true)
+    });
 }
 
 /// The guide's `db-svc-allow-ingress-from-client-only` (an Antrea NetworkPolicy in
@@ -739,7 +790,7 @@ fn secured_service_policy(replicated: bool) {
 fn a_reject_rule_answers_and_kubectl_says_strait_enforces_it() {
     let tb = Testbed::from_env();
     let acnp = "reject-tenants";
-    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "r", acnp);
+    let (_cleanup, tenant, servers) = admin_and_tenant(&tb, "r", acnp, ("east", "west"));
     label_namespace(&tb, "west", &tenant, "role=tenant");
     wait_for("the tenant client to reach both admin Pods", T, || {
         servers

@@ -67,6 +67,16 @@ pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
     )))
 }
 
+/// Directory of flanneld and the flannel CNI plugin built by scripts/build-flannel.sh.
+pub fn flannel_bin_dir() -> anyhow::Result<PathBuf> {
+    let cache = cache_dir();
+    Ok(cache.join(format!(
+        "flannel/{}-cni-{}/bin",
+        pinned("FLANNEL_VERSION")?,
+        pinned("FLANNEL_CNI_VERSION")?
+    )))
+}
+
 /// helm, built by scripts/build-helm.sh.
 pub fn helm_bin() -> anyhow::Result<PathBuf> {
     let cache = cache_dir();

@@ -23,7 +23,7 @@ use super::{
     admin_kubeconfig, cluster_dir, controllers, ip, kubectl_for, netns_exists, pods,
     proc::{self, Procs, run as exec},
     runtime, say,
-    topology::{CLUSTERS, CORE_NETNS, Cluster, TestNode},
+    topology::{CLUSTERS, CORE_NETNS, Cluster, PodNetwork, TestNode},
 };
 use crate::paths::testbed_dir;
 
@@ -146,14 +146,21 @@ fn ensure_node_network(node: &TestNode) -> anyhow::Result<()> {
     // Service CIDR (so that the Node's own connections to ClusterIPs, the `kubernetes` Service
     // first, find a route before kube-proxy translates them) via the router; never a default
     // route. Forwarding for the Pods. Reverse-path filtering stays the kernel's default: the agent
-    // loosens it on the uplink itself (and `mc-agent uninstall` puts it back).
+    // loosens it on the uplink itself (and `mc-agent uninstall` puts it back). A bridge CNI
+    // (Flannel's `cni0`) needs bridged Pod-to-Pod traffic to pass iptables, as kube-proxy's
+    // iptables mode requires (br_netfilter, per namespace).
+    let bridge_nf = if node.cluster.network == PodNetwork::Flannel {
+        " && sysctl -qw net.bridge.bridge-nf-call-iptables=1"
+    } else {
+        ""
+    };
     sh(
         &ns,
         &format!(
             "ip link set lo up && ip addr add {ip}/24 dev eth0 && ip link set eth0 mtu {UPLINK_MTU} up && \
              ip route add 198.18.0.0/15 via {router} dev eth0 && \
              ip route add {services} via {router} dev eth0 && \
-             sysctl -qw net.ipv4.ip_forward=1",
+             sysctl -qw net.ipv4.ip_forward=1{bridge_nf}",
             ip = node.ip(),
             router = node.cluster.router_ip(),
             services = node.cluster.service_cidr,
@@ -162,8 +169,12 @@ fn ensure_node_network(node: &TestNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The testbed as CNI: each Node routes the other Nodes' Pod CIDRs to them.
-fn ensure_pod_routes(node: &TestNode) -> anyhow::Result<()> {
+/// The testbed as CNI: each Node routes the other Nodes' Pod CIDRs to them (Flannel routes its
+/// own, through its VXLAN device, on kubelet Nodes).
+fn ensure_pod_routes(node: &TestNode, kubelets: bool) -> anyhow::Result<()> {
+    if kubelets && node.cluster.network == PodNetwork::Flannel {
+        return Ok(());
+    }
     for other in
         TestNode::all().filter(|o| o.cluster.name == node.cluster.name && o.index != node.index)
     {
@@ -253,11 +264,20 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
     }
     if kubelets {
         for node in TestNode::all() {
-            ensure_pod_routes(&node)?;
+            ensure_pod_routes(&node, kubelets)?;
             runtime_up(procs, &node)?;
         }
         for node in TestNode::all() {
             adopt(&node)?;
+        }
+        // Flannel leases each Node its `podCIDR`, which `adopt` has just set.
+        for node in TestNode::all().filter(|n| n.cluster.network == PodNetwork::Flannel) {
+            runtime::flannel_up(
+                procs,
+                &node,
+                &mount_ns(&node),
+                &admin_kubeconfig(&node.cluster),
+            )?;
         }
     }
     let agent = if kubelets {
@@ -266,7 +286,7 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
         Some(controllers::build_bin("mc-agent", release)?)
     };
     for node in TestNode::all() {
-        ensure_pod_routes(&node)?;
+        ensure_pod_routes(&node, kubelets)?;
         let cdir = cluster_dir(&node.cluster);
         let proxy = format!("{}-{}-kube-proxy", node.cluster.name, node.name);
         if procs.ensure(
@@ -279,7 +299,7 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
                     cdir.join("kube-proxy.kubeconfig").display()
                 ),
                 format!("--hostname-override={}", node.name),
-                "--proxy-mode=nftables".into(),
+                format!("--proxy-mode={}", node.cluster.proxy_mode),
                 format!("--cluster-cidr={}", node.cluster.pod_cidr()),
                 // Conntrack limits are the host's business, not a test Node's.
                 "--conntrack-max-per-core=0".into(),

@@ -25,15 +25,15 @@ use super::{
     cluster_dir,
     proc::{Procs, run as exec},
     say,
-    topology::TestNode,
+    topology::{PodNetwork, TestNode},
 };
 use crate::{
     image,
-    paths::{kube_bin_dir, node_bin_dir, testbed_dir},
+    paths::{flannel_bin_dir, kube_bin_dir, node_bin_dir, testbed_dir},
 };
 
 /// The standard paths each Node has for itself.
-const NODE_PATHS: [&str; 8] = [
+const NODE_PATHS: [&str; 9] = [
     "/var/lib/containerd",
     "/run/containerd",
     "/var/lib/kubelet",
@@ -43,6 +43,8 @@ const NODE_PATHS: [&str; 8] = [
     "/var/log/containers",
     // The agent's record of the Node's sysctls (hostPath in deploy/agent).
     "/run/strait",
+    // flanneld's lease (`subnet.env`), which the flannel CNI plugin reads.
+    "/run/flannel",
 ];
 
 /// Where Debian's containernetworking-plugins are.
@@ -220,8 +222,12 @@ fn remove_cgroup_tree(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
-fn containerd_config(node: &TestNode) -> String {
-    format!(
+fn containerd_config(node: &TestNode) -> anyhow::Result<String> {
+    let mut bin_dirs = vec![CNI_BIN_DIR.to_owned()];
+    if node.cluster.network == PodNetwork::Flannel {
+        bin_dirs.push(flannel_bin_dir()?.display().to_string());
+    }
+    Ok(format!(
         r#"# Written by `cargo xtask testbed up` for {cluster}/{name}.
 version = 3
 root = "/var/lib/containerd"
@@ -251,22 +257,37 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
         BinaryName = "{RUNC}"
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{CNI_BIN_DIR}"]
+    bin_dirs = {bin_dirs:?}
     conf_dir = "/etc/cni/net.d"
 "#,
         cluster = node.cluster.name,
         name = node.name,
         sandbox = sandbox_image().unwrap_or_default(),
-    )
+    ))
 }
 
 fn sandbox_image() -> anyhow::Result<String> {
     image::reference("test-pause")
 }
 
-/// The Pods' network: a veth per Pod (ptp) with an address of the Node's Pod CIDR, routes to the
-/// testbed's ranges only (never a default route), the MTU lowered by the tunnel's overhead.
+/// The Pods' network. `ptp`: a veth per Pod with an address of the Node's Pod CIDR, routes to
+/// the testbed's ranges only (never a default route), the MTU lowered by the tunnel's overhead.
+/// Flannel: its CNI plugin, which delegates to `bridge` (`cni0`, the Pods' gateway) and
+/// `host-local` with the subnet and MTU flanneld leased (`/run/flannel/subnet.env`), and the
+/// same routes to the testbed's ranges (no default route).
 fn cni_config(node: &TestNode, mtu: u32) -> String {
+    if node.cluster.network == PodNetwork::Flannel {
+        return serde_json::json!({
+            "cniVersion": "0.3.1",
+            "name": CNI_NETWORK,
+            "plugins": [{
+                "type": "flannel",
+                "ipam": {"routes": [{"dst": "10.0.0.0/8"}, {"dst": "198.18.0.0/15"}]},
+                "delegate": {"hairpinMode": true, "isDefaultGateway": false},
+            }],
+        })
+        .to_string();
+    }
     serde_json::json!({
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
@@ -349,7 +370,7 @@ pub fn up(procs: &Procs, node: &TestNode, mount_ns: &Path, mtu: u32) -> anyhow::
     let label = format!("{}/{}", node.cluster.name, node.name);
 
     let config = dir.join("containerd.toml");
-    std::fs::write(&config, containerd_config(node))?;
+    std::fs::write(&config, containerd_config(node)?)?;
     std::fs::write(
         backing(node, "/etc/cni/net.d").join("10-strait-testbed.conflist"),
         cni_config(node, mtu),
@@ -477,6 +498,73 @@ fn load_images(node: &TestNode, mount_ns: &Path) -> anyhow::Result<()> {
         }
         import(node, mount_ns, &archive)?;
         std::fs::write(&stamp, b"")?;
+    }
+    Ok(())
+}
+
+/// flanneld on a Node of a Flannel cluster (unless it runs), in the Node's network and mount
+/// namespaces, as a DaemonSet's Pod would run it: the Kubernetes subnet manager (the Node's
+/// `podCIDR` is its lease), the VXLAN backend on the uplink and its masquerade on. Waits until
+/// it has written its lease (`/run/flannel/subnet.env`), which the CNI plugin needs for every Pod.
+pub fn flannel_up(
+    procs: &Procs,
+    node: &TestNode,
+    mount_ns: &Path,
+    kubeconfig: &Path,
+) -> anyhow::Result<()> {
+    let dir = node_dir(node);
+    std::fs::create_dir_all(&dir)?;
+    let net_conf = dir.join("flannel-net-conf.json");
+    std::fs::write(
+        &net_conf,
+        serde_json::json!({
+            "Network": node.cluster.pod_cidr(),
+            "Backend": {"Type": "vxlan"},
+        })
+        .to_string(),
+    )?;
+    let name = format!("{}-{}-flanneld", node.cluster.name, node.name);
+    if procs.ensure_in(
+        &name,
+        &node.netns(),
+        Some(mount_ns),
+        Path::new("/usr/bin/env"),
+        &[
+            format!("NODE_NAME={}", node.name),
+            flannel_bin_dir()?.join("flanneld").display().to_string(),
+            "--kube-subnet-mgr".into(),
+            format!("--kubeconfig-file={}", kubeconfig.display()),
+            "--iface=eth0".into(),
+            "--ip-masq".into(),
+            format!("--net-config-path={}", net_conf.display()),
+        ],
+    )? {
+        say(format!(
+            "started flanneld on {}/{}",
+            node.cluster.name, node.name
+        ));
+    }
+    let lease = backing(node, "/run/flannel").join("subnet.env");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !lease.exists() {
+        if procs.running(&name).is_none() {
+            bail!(
+                "flanneld of {}/{} exited; see {}",
+                node.cluster.name,
+                node.name,
+                procs.log_path(&name).display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "flanneld of {}/{} wrote no lease ({}) in 60 s; see {}",
+                node.cluster.name,
+                node.name,
+                lease.display(),
+                procs.log_path(&name).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
     Ok(())
 }

@@ -12,6 +12,28 @@ pub const HOST_MGMT_ADDR: &str = "198.18.0.1/24";
 pub const CORE_MGMT_ADDR: &str = "198.18.0.2/24";
 pub const ETCD_URL: &str = "http://127.0.0.1:2379";
 
+/// The network a cluster's Pods are on (with kubelet Nodes; `up --processes` makes bare Pod
+/// namespaces of its own for every cluster). The default ClusterSet is mixed, as real ones are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodNetwork {
+    /// Debian's `ptp` CNI plugin: a veth per Pod, the Pod CIDRs routed between the Nodes by the
+    /// testbed, no masquerade.
+    Ptp,
+    /// Flannel: flanneld on every Node (VXLAN backend, `--ip-masq`: the Pods' traffic to
+    /// anything outside the cluster's Pod CIDR leaves with the Node's address) and the flannel
+    /// CNI plugin over a `cni0` bridge.
+    Flannel,
+}
+
+impl PodNetwork {
+    pub fn name(self) -> &'static str {
+        match self {
+            PodNetwork::Ptp => "ptp",
+            PodNetwork::Flannel => "flannel (VXLAN, masquerade)",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Cluster {
     pub name: &'static str,
@@ -25,6 +47,9 @@ pub struct Cluster {
     pub underlay: u8,
     /// Second octet of the cluster's Pod CIDR `10.<n>.0.0/16` (Node k gets `10.<n>.k.0/24`).
     pub pod_octet: u8,
+    pub network: PodNetwork,
+    /// kube-proxy's `--proxy-mode` on the cluster's Nodes.
+    pub proxy_mode: &'static str,
 }
 
 impl Cluster {
@@ -109,6 +134,8 @@ pub const CLUSTERS: [Cluster; 3] = [
         api_ip: "198.18.0.10",
         service_cidr: "10.96.0.0/16",
         kubernetes_service_ip: "10.96.0.1",
+        network: PodNetwork::Ptp,
+        proxy_mode: "nftables",
     },
     Cluster {
         name: "east",
@@ -118,6 +145,8 @@ pub const CLUSTERS: [Cluster; 3] = [
         api_ip: "198.18.0.11",
         service_cidr: "10.97.0.0/16",
         kubernetes_service_ip: "10.97.0.1",
+        network: PodNetwork::Ptp,
+        proxy_mode: "nftables",
     },
     Cluster {
         name: "west",
@@ -127,5 +156,7 @@ pub const CLUSTERS: [Cluster; 3] = [
         api_ip: "198.18.0.12",
         service_cidr: "10.98.0.0/16",
         kubernetes_service_ip: "10.98.0.1",
+        network: PodNetwork::Flannel,
+        proxy_mode: "iptables",
     },
 ];
