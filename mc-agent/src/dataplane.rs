@@ -152,6 +152,50 @@ impl Dataplane {
             .collect()
     }
 
+    /// Programs that run before Strait's at a hook of `interface` (attached later with
+    /// "before", or an earlier agent's link at the tail), each as `<direction>: <name> (id
+    /// <id>)`: what they end with `TC_ACT_OK` or `TC_ACT_SHOT` never reaches Strait's. Empty
+    /// when Strait's programs come first, or when the chain cannot be read (said in the log).
+    pub fn programs_ahead(&mut self, interface: &str) -> Vec<String> {
+        let mut ahead = Vec::new();
+        for direction in Direction::BOTH {
+            let ours = match program_of(&mut self.ebpf, direction).and_then(|p| {
+                p.info().map_err(|source| DataplaneError::Program {
+                    name: direction.program(),
+                    source,
+                })
+            }) {
+                Ok(info) => info.id(),
+                Err(e) => {
+                    tracing::debug!("cannot read Strait's program: {e}");
+                    continue;
+                }
+            };
+            let Some(index) = if_index(interface) else {
+                continue;
+            };
+            let chain = match SchedClassifier::query_tcx(index, direction.attach_type()) {
+                Ok((_, chain)) => chain,
+                Err(e) => {
+                    tracing::debug!(interface, "cannot read the TCX chain: {e}");
+                    continue;
+                }
+            };
+            let Some(at) = chain.iter().position(|p| p.id() == ours) else {
+                continue;
+            };
+            ahead.extend(chain[..at].iter().map(|p| {
+                format!(
+                    "{}: {} (id {})",
+                    direction.as_str(),
+                    p.name_as_str().unwrap_or("?"),
+                    p.id()
+                )
+            }));
+        }
+        ahead
+    }
+
     /// The loaded program of one hook, for `BPF_PROG_TEST_RUN`.
     pub fn program(
         &mut self,
@@ -323,12 +367,16 @@ fn attach_one(
         Err(LinkError::SyscallError(SyscallError { io_error, .. }))
             if io_error.kind() == io::ErrorKind::NotFound =>
         {
+            // At the head of the hook's chain: a program attached after Strait's (a CNI
+            // DaemonSet that starts later, such as Cilium's, which attaches at the tail and
+            // ends the chain with TC_ACT_OK) still runs after Strait's, which hand on whatever
+            // is not theirs (TCX_NEXT). Whichever starts first, Strait's programs run.
             let id = program
                 .attach(
                     if_index,
                     TcAttach::Tcx {
                         attach_type: direction.attach_type(),
-                        order: LinkOrder::default(),
+                        order: LinkOrder::first(),
                     },
                 )
                 .map_err(program_err)?;

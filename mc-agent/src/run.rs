@@ -658,6 +658,18 @@ fn pass(
             not_ready = Some(e);
         }
     }
+    // Strait's programs first in the uplink's TCX chains (they attach there): a program that
+    // came before them since may end the chain before they run.
+    let ahead = a.dataplane.programs_ahead(&a.uplink);
+    if !ahead.is_empty() {
+        let e = format!(
+            "programs run before Strait's on the uplink {} ({}): traffic they end with TC_ACT_OK or TC_ACT_SHOT never reaches Strait's programs; detach them or have them attach after Strait's",
+            a.uplink,
+            ahead.join(", ")
+        );
+        problems.push(e.clone());
+        not_ready = Some(e);
+    }
     // The active gateway says on each policy what Strait enforces of it (nothing new while its
     // policy program could not be linked: the conditions stay as they were until a pass links it).
     let coverage = (want.config.role == mc_common::dataplane::ROLE_GATEWAY

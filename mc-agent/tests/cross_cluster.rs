@@ -322,9 +322,68 @@ struct World {
     west_gw_inputs: Inputs,
     pod_n: NetNs,
     pod_w: NetNs,
+    /// Links of the foreign programs `world_with` attached first (they go with the World).
+    _foreign: Vec<std::os::fd::OwnedFd>,
 }
 
 fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
+    world_with(tag, attach_args, to_peer, false)
+}
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_TCX_INGRESS: u32 = 46;
+const BPF_TCX_EGRESS: u32 = 47;
+/// `BPF_F_BEFORE`: attach ahead of the program `relative_fd` names (none: the head).
+const BPF_F_BEFORE: u32 = 1 << 3;
+
+fn bpf(cmd: libc::c_long, attr: &[u8]) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: `attr` outlives the call; the kernel reads at most its size.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_ptr(), attr.len()) };
+    assert!(fd >= 0, "bpf({cmd}): {}", std::io::Error::last_os_error());
+    // SAFETY: a new file descriptor, now ours.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }
+}
+
+/// Someone else's TC program on `eth0` of `ns` (as Cilium's are: attached with TCX at the tail,
+/// or with `flags` BPF_F_BEFORE at the head), at ingress and egress: `foreign_ok`, which returns
+/// `TC_ACT_OK` for every packet and so ends the chain. Its links (closing them detaches it).
+fn foreign_tcx(ns: &NetNs, flags: u32) -> Vec<std::os::fd::OwnedFd> {
+    in_netns(ns, move || {
+        use std::os::fd::AsRawFd as _;
+        // r0 = 0 (TC_ACT_OK); exit
+        let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+        let license = c"GPL";
+        let mut attr = [0u8; 128];
+        attr[0..4].copy_from_slice(&BPF_PROG_TYPE_SCHED_CLS.to_ne_bytes());
+        attr[4..8].copy_from_slice(&2u32.to_ne_bytes());
+        attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+        attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+        attr[48..58].copy_from_slice(b"foreign_ok");
+        let prog = bpf(BPF_PROG_LOAD, &attr);
+        // SAFETY: a NUL-terminated name.
+        let ifindex = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) };
+        assert_ne!(ifindex, 0, "no eth0");
+        let mut links = vec![];
+        for attach_type in [BPF_TCX_INGRESS, BPF_TCX_EGRESS] {
+            let mut attr = [0u8; 64];
+            attr[0..4].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
+            attr[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+            attr[8..12].copy_from_slice(&attach_type.to_ne_bytes());
+            attr[12..16].copy_from_slice(&flags.to_ne_bytes());
+            links.push(bpf(BPF_LINK_CREATE, &attr));
+        }
+        links
+    })
+    .join()
+    .unwrap()
+}
+
+/// [`world`], with `foreign_first`: a foreign program that ends the chain attached to east's
+/// gateway and regular Node before their agents attach (a CNI's DaemonSet that started first).
+fn world_with(tag: &str, attach_args: &[&str], to_peer: bool, foreign_first: bool) -> World {
     let router = NetNs::new(&format!("mc-{tag}-router"));
     let east_gw = Node {
         ns: NetNs::new(&format!("mc-{tag}-egw")),
@@ -407,6 +466,12 @@ fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
         ),
     );
 
+    let mut foreign = Vec::new();
+    if foreign_first {
+        for node in [&east_gw, &east_node] {
+            foreign.extend(foreign_tcx(&node.ns, 0));
+        }
+    }
     // The dataplane: attached by the agent, maps written by its sync.
     for node in [&east_gw, &east_node, &west_gw] {
         let log = node.attach(attach_args);
@@ -467,7 +532,73 @@ fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
         west_gw_inputs,
         pod_n,
         pod_w,
+        _foreign: foreign,
     }
+}
+
+/// A foreign TC program that ends the chain with `TC_ACT_OK` (as Cilium's do), attached with
+/// TCX to the uplinks of east's Nodes before their agents start: Strait's programs attach at the
+/// head of the chain, so east's Pod still reaches west's Service through both gateways, and the
+/// agent sees no program ahead of its own. A program attached ahead of Strait's afterwards
+/// (`BPF_F_BEFORE`) is named by the agent (its readiness says so) and, ending the chain, keeps
+/// the traffic from the tunnel: the reason it is named.
+#[test]
+fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
+    require_root();
+    // (Every part is bound: a namespace goes when its handle is dropped, a link when its fd is.)
+    let World {
+        router: _router,
+        east_gw: _east_gw,
+        west_gw: _west_gw,
+        east_node,
+        pod_n,
+        pod_w,
+        _foreign,
+        ..
+    } = world_with("f", &[], false, true);
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = {
+        let stop = stop.clone();
+        in_netns(&pod_w, move || {
+            serve_http(
+                TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http"),
+                stop,
+            )
+        })
+    };
+    let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
+    assert!(
+        connects(&pod_n, service),
+        "a foreign program attached first kept east's Pod from west's Service: {:?}",
+        east_node.nonzero()
+    );
+    assert!(east_node.counter("tx_to_gateway") > 0);
+    let layout = PinLayout::new(east_node.pin_root());
+    let ahead = |layout: PinLayout| {
+        in_netns(&east_node.ns, move || {
+            let mut d = mc_agent::dataplane::Dataplane::load(layout).expect("load");
+            d.attach_uplink("eth0").expect("attach");
+            d.programs_ahead("eth0")
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(ahead(layout.clone()), Vec::<String>::new());
+
+    let _before = foreign_tcx(&east_node.ns, BPF_F_BEFORE);
+    let named = ahead(layout);
+    assert_eq!(named.len(), 2, "{named:?}");
+    assert!(
+        named[0].starts_with("ingress: foreign_ok (id ")
+            && named[1].starts_with("egress: foreign_ok (id "),
+        "{named:?}"
+    );
+    assert!(
+        !connects(&pod_n, service),
+        "a program ahead of Strait's that ends the chain keeps the flow from the tunnel"
+    );
+    stop.store(true, Ordering::Relaxed);
+    http.join().unwrap();
 }
 
 #[test]
@@ -856,6 +987,7 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
         pod_w,
         east_node_inputs,
         west_gw_inputs,
+        ..
     } = world("p", &["--stretched-policy"], false);
     // A second Pod in west, in a Namespace the policy does not cover, and a Service whose two
     // endpoints are pod-w (covered) and it, chosen in turn.

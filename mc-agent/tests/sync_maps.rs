@@ -239,6 +239,9 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
     pinned_hash(&layout, maps::FLOW_IDS)
         .insert(&flow, &mc_common::dataplane::FlowIdentity { id: 7 }, 0)
         .expect("flow identity");
+    pinned_hash(&layout, maps::MASQ_IDS)
+        .insert(&flow, &mc_common::dataplane::PodIdentity { id: 7 }, 0)
+        .expect("masqueraded flow's identity");
     pinned_hash(&layout, maps::FLOW_VERDICTS)
         .insert(
             &flow,
@@ -272,7 +275,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::SNAT => &["addr", "port", "checked", "node", "flags"],
             maps::NEXT_HOPS => &["macs", "ifindex", "expires_ns"],
             maps::COUNTERS => &["packets", "bytes"],
-            maps::POD_IDS => &["id"],
+            maps::POD_IDS | maps::MASQ_IDS => &["id"],
             maps::FLOW_IDS => &["id"],
             maps::FLOW_VERDICTS => &["generation", "pod", "port", "action", "rule"],
             maps::FLOW_CACHE => &[

@@ -254,6 +254,15 @@ fn agent_config(cluster: &Cluster) -> anyhow::Result<PathBuf> {
 pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::Result<()> {
     for cluster in &CLUSTERS {
         ensure_router(cluster)?;
+        let network = if kubelets {
+            cluster.network.name()
+        } else {
+            "the testbed's own veths"
+        };
+        say(format!(
+            "{}: Pods on {network}, kube-proxy in {} mode",
+            cluster.name, cluster.proxy_mode
+        ));
     }
     for node in TestNode::all() {
         ensure_node_network(&node)?;
