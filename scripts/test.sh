@@ -30,6 +30,9 @@ step "unit tests" cargo test --workspace --exclude mc-ebpf --exclude mc-integrat
 step "CRD drift" cargo xtask crdgen --check
 # Kernel tests share one kernel: one at a time.
 step "eBPF tests (root, netns)" cargo test -p mc-agent -- --test-threads=1
+# The traffic between namespaces again with the programs attached as legacy TC filters (what
+# kernels without TCX, before 6.6, get).
+step "eBPF traffic tests, legacy TC attach" env STRAIT_TEST_TC_ATTACH=tc cargo test -p mc-agent --test cross_cluster -- --test-threads=1
 
 # The images first: the testbed's Nodes run them (nothing is pulled from a registry).
 step "images" cargo xtask image build

@@ -51,6 +51,15 @@ pub struct Multicluster {
     /// Strait: where maps and links are pinned.
     #[serde(default = "default_pin_path")]
     pub pin_path: PathBuf,
+    /// Strait's own: how the programs attach to the uplink, `tcx` (Linux 6.6 and later),
+    /// `tc` (a legacy `clsact` filter) or empty / `auto` (TCX where the kernel has it).
+    #[serde(default, rename = "tcAttach")]
+    pub tc_attach: String,
+    /// Strait's own: the largest IPv4 packet the path between Nodes and gateways carries (0:
+    /// the uplink's MTU). Set it where that path is narrower than the uplink (an AWS uplink of
+    /// 9001 with 1500 between VPCs): MSS clamping and fragmentation-needed follow it.
+    #[serde(default, rename = "tunnelMTU")]
+    pub tunnel_mtu: u32,
 }
 
 fn default_tunnel_port() -> u16 {
@@ -72,6 +81,8 @@ impl Default for Multicluster {
             uplink: String::new(),
             tunnel_port: DEFAULT_TUNNEL_PORT,
             pin_path: default_pin_path(),
+            tc_attach: String::new(),
+            tunnel_mtu: 0,
         }
     }
 }
@@ -104,6 +115,21 @@ impl Multicluster {
             return Err(ConfigError::Invalid {
                 key: "trafficEncryptionMode",
                 message: format!("{mode:?} is not supported by Strait (only \"none\")"),
+            });
+        }
+        if let Err(message) = crate::dataplane::AttachMode::parse(&mc.tc_attach) {
+            return Err(ConfigError::Invalid {
+                key: "tcAttach",
+                message,
+            });
+        }
+        if mc.tunnel_mtu != 0 && !(576..=65535).contains(&mc.tunnel_mtu) {
+            return Err(ConfigError::Invalid {
+                key: "tunnelMTU",
+                message: format!(
+                    "{} is not an IPv4 MTU (576-65535; 0: the uplink's)",
+                    mc.tunnel_mtu
+                ),
             });
         }
         if !mc.pin_path.is_absolute() {

@@ -14,9 +14,10 @@ use aya::{
     programs::{
         LinkOrder, ProgramError, SchedClassifier, TcAttachType,
         links::{FdLink, LinkError, PinnedLink},
-        tc::{SchedClassifierLink, TcAttach},
+        tc::{self, NlOptions, SchedClassifierLink, TcAttach, TcHandle},
     },
     sys::SyscallError,
+    util::KernelVersion,
 };
 use mc_common::{
     CounterValue,
@@ -85,13 +86,76 @@ impl Direction {
     }
 }
 
+/// How the programs are attached to the uplink: TCX links (Linux 6.6 and later), or legacy TC
+/// filters on a `clsact` qdisc (older kernels: Debian 12, Ubuntu 22.04, Amazon Linux 2023's
+/// 6.1). Both run the same programs at the same two hooks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    Tcx,
+    Tc,
+}
+
+impl AttachMode {
+    /// The agent config's `tcAttach`: `tcx`, `tc`, or empty / `auto` for [`Self::for_kernel`].
+    pub fn parse(value: &str) -> Result<Option<Self>, String> {
+        match value {
+            "" | "auto" => Ok(None),
+            "tcx" => Ok(Some(AttachMode::Tcx)),
+            "tc" => Ok(Some(AttachMode::Tc)),
+            other => Err(format!("{other:?}: expected tcx, tc or auto")),
+        }
+    }
+
+    /// TCX where the running kernel has it (6.6 and later), else legacy TC.
+    pub fn for_kernel() -> Self {
+        match KernelVersion::current() {
+            Ok(v) if v < KernelVersion::new(6, 6, 0) => AttachMode::Tc,
+            _ => AttachMode::Tcx,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::Tcx => "tcx",
+            AttachMode::Tc => "tc",
+        }
+    }
+}
+
+/// Legacy TC: Strait's filter at each hook has this priority (the lowest number runs first, as
+/// Strait's TCX links come first) and handle, so that a restart replaces it in place.
+const TC_PRIORITY: u16 = 1;
+const TC_HANDLE: u32 = 0x5175;
+
 /// What happened to one hook.
 #[derive(Clone, Debug, Serialize)]
 pub struct HookState {
     pub direction: Direction,
-    /// `true` when an existing pinned link was kept and its program replaced.
+    /// `true` when an existing pinned link (or TC filter) was kept and its program replaced.
     pub reused: bool,
+    /// The pinned link; with legacy TC, the directory under the pin root that records the
+    /// interface's filters (bpffs holds no other files).
     pub link_pin: PathBuf,
+    pub mode: AttachMode,
+}
+
+impl HookState {
+    /// What attaching did, for the log.
+    pub fn what(&self) -> &'static str {
+        match (self.mode, self.reused) {
+            (AttachMode::Tcx, true) => {
+                "replaced the program in the pinned link (no detach, maps kept)"
+            }
+            (AttachMode::Tcx, false) => "attached with TCX and pinned the link",
+            (AttachMode::Tc, true) => {
+                "replaced the program in Strait's TC filter (legacy TC, clsact; no detach, maps kept)"
+            }
+            (AttachMode::Tc, false) => {
+                "attached as a TC filter on the clsact qdisc (legacy TC: this kernel has no TCX, or tcAttach says tc)"
+            }
+        }
+    }
 }
 
 /// The loaded object; maps are pinned (or reused) as soon as it exists.
@@ -127,8 +191,18 @@ impl Dataplane {
         Ok(Self { ebpf, layout })
     }
 
-    /// Attaches (or re-attaches) the ingress and egress programs to `interface`.
+    /// Attaches (or re-attaches) the ingress and egress programs to `interface`, with TCX.
     pub fn attach_uplink(&mut self, interface: &str) -> Result<Vec<HookState>, DataplaneError> {
+        self.attach_uplink_with(interface, AttachMode::Tcx)
+    }
+
+    /// Attaches (or re-attaches) the ingress and egress programs to `interface` the way `mode`
+    /// says; what the other way left there (a TCX link, a TC filter of Strait's) is taken off.
+    pub fn attach_uplink_with(
+        &mut self,
+        interface: &str,
+        mode: AttachMode,
+    ) -> Result<Vec<HookState>, DataplaneError> {
         let if_index = if_index(interface)
             .ok_or_else(|| DataplaneError::UnknownInterface(interface.to_owned()))?;
         if let Ok((Some(kind), _)) = crate::routes::link_kind(interface)
@@ -147,7 +221,33 @@ impl Dataplane {
             .iter()
             .map(|&direction| {
                 let program = program_of(&mut self.ebpf, direction)?;
-                attach_one(program, &layout, interface, if_index, direction)
+                match mode {
+                    AttachMode::Tcx => {
+                        detach_tc(&layout, interface, direction).map_err(|e| {
+                            DataplaneError::Link {
+                                path: tc_record(&layout, interface),
+                                message: format!("taking Strait's TC filter off: {e}"),
+                            }
+                        })?;
+                        attach_one(program, &layout, interface, if_index, direction)
+                    }
+                    AttachMode::Tc => {
+                        let link = layout.link(interface, direction.as_str());
+                        match detach_pinned_link(&link) {
+                            Ok(()) => {
+                                let _ = std::fs::remove_file(&link);
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                            Err(e) => {
+                                return Err(DataplaneError::Link {
+                                    path: link,
+                                    message: format!("detaching the TCX link: {e}"),
+                                });
+                            }
+                        }
+                        attach_tc(program, &layout, interface, if_index, direction)
+                    }
+                }
             })
             .collect()
     }
@@ -362,6 +462,7 @@ fn attach_one(
                 direction,
                 reused: true,
                 link_pin: path,
+                mode: AttachMode::Tcx,
             })
         }
         Err(LinkError::SyscallError(SyscallError { io_error, .. }))
@@ -390,16 +491,132 @@ fn attach_one(
                 direction,
                 reused: false,
                 link_pin: path,
+                mode: AttachMode::Tcx,
             })
         }
         Err(e) => Err(link_err(format!("opening the pinned link: {e}"))),
     }
 }
 
+/// Where the pin root records that Strait's TC filters are on `interface`: a directory (bpffs
+/// holds no plain files), which `uninstall` finds.
+pub fn tc_record(layout: &PinLayout, interface: &str) -> PathBuf {
+    layout.root().join("tc").join(interface)
+}
+
+/// Legacy TC: the program as a filter on the interface's `clsact` qdisc (added if missing), at
+/// Strait's priority and handle: an earlier start's filter is replaced in place (the hook
+/// never runs without Strait's program), else the filter is added. It stays when the agent
+/// stops, as a pinned TCX link does.
+fn attach_tc(
+    program: &mut SchedClassifier,
+    layout: &PinLayout,
+    interface: &str,
+    if_index: u32,
+    direction: Direction,
+) -> Result<HookState, DataplaneError> {
+    let record = tc_record(layout, interface);
+    let link_err = |message: String| DataplaneError::Link {
+        path: record.clone(),
+        message,
+    };
+    let program_err = |source| DataplaneError::Program {
+        name: direction.program(),
+        source,
+    };
+    // Already there (an earlier start, or the CNI's) is fine; anything else shows below.
+    let clsact = tc::qdisc_add_clsact(if_index);
+    let parent = TcHandle::from(direction.attach_type());
+    let handle = TcHandle::from(TC_HANDLE);
+    let ours = SchedClassifierLink::attached(if_index, parent, TC_PRIORITY, handle, None)
+        .map_err(|e| link_err(format!("the interface: {e}")))?;
+    let (id, reused) = match program.attach_to_link(ours) {
+        Ok(id) => (id, true),
+        Err(_) => {
+            let options = NlOptions {
+                priority: TC_PRIORITY,
+                handle,
+                classid: None,
+            };
+            let id = program
+                .attach(if_index, TcAttach::Netlink { parent, options })
+                .map_err(|e| {
+                    link_err(format!(
+                        "adding the TC filter: {e} (adding the clsact qdisc: {clsact:?})"
+                    ))
+                })?;
+            (id, false)
+        }
+    };
+    // The filter outlives this process; dropping the link would take it off.
+    std::mem::forget(program.take_link(id).map_err(program_err)?);
+    std::fs::create_dir_all(&record).map_err(|e| link_err(format!("recording it: {e}")))?;
+    Ok(HookState {
+        direction,
+        reused,
+        link_pin: record,
+        mode: AttachMode::Tc,
+    })
+}
+
+/// Takes Strait's TC filter of `direction` off `interface` (by its program's name, as
+/// `tc filter` lists it) and, when neither direction's is left, the record; nothing there is
+/// not an error.
+fn detach_tc(layout: &PinLayout, interface: &str, direction: Direction) -> io::Result<()> {
+    let record = tc_record(layout, interface);
+    let Some(index) = if_index(interface) else {
+        // No such interface: nothing of Strait's can be on it.
+        let _ = std::fs::remove_dir(&record);
+        return Ok(());
+    };
+    match tc::qdisc_detach_program(index, direction.attach_type().into(), direction.program()) {
+        Ok(()) => {}
+        // No filter of that name, or no clsact qdisc at all.
+        Err(tc::TcError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(_) if !record.exists() => {}
+        Err(e) => return Err(io::Error::other(e.to_string())),
+    }
+    if direction == Direction::Egress {
+        match std::fs::remove_dir(&record) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Takes Strait's TC filters off every interface the pin root records (`uninstall`); the
+/// interfaces it found.
+pub fn detach_all_tc(layout: &PinLayout) -> io::Result<Vec<String>> {
+    let dir = layout.root().join("tc");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut done = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if if_index(&name).is_some() {
+            for direction in Direction::BOTH {
+                detach_tc(layout, &name, direction)?;
+            }
+        }
+        let _ = std::fs::remove_dir(dir.join(&name));
+        done.push(name);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    Ok(done)
+}
+
 /// Detaches the programs from `interface` and removes their pinned links and, with `maps`, the
 /// pinned maps too. Missing pins are not an error: detaching twice is a no-op.
 pub fn detach(layout: &PinLayout, interface: &str, remove_maps: bool) -> io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
+    for direction in Direction::BOTH {
+        detach_tc(layout, interface, direction)?;
+    }
     let links: Vec<PathBuf> = Direction::BOTH
         .iter()
         .map(|d| layout.link(interface, d.as_str()))

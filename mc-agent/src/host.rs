@@ -129,6 +129,9 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("reading {}", links_dir.display())),
     }
+    for interface in dataplane::detach_all_tc(layout).context("taking Strait's TC filters off")? {
+        done.links.push(dataplane::tc_record(layout, &interface));
+    }
     let root = layout.root();
     if root.exists() {
         std::fs::remove_dir_all(root).with_context(|| format!("removing {}", root.display()))?;

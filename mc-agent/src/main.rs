@@ -8,7 +8,7 @@ use mc_agent::{
     bpffs::PinLayout,
     config::Multicluster,
     counters,
-    dataplane::{self, Dataplane, DataplaneMaps},
+    dataplane::{self, AttachMode, Dataplane, DataplaneMaps},
     host::{self, DEFAULT_STATE_DIR, HostState},
     run::{RunOptions, run},
 };
@@ -59,9 +59,13 @@ enum Command {
     Attach {
         #[arg(long)]
         uplink: String,
-        /// Also attach the stretched NetworkPolicy program at netfilter's PREROUTING.
+        /// Also attach the stretched NetworkPolicy program at netfilter's PREROUTING (and the
+        /// masquerade program at POSTROUTING).
         #[arg(long)]
         stretched_policy: bool,
+        /// How to attach: tcx, tc (a legacy clsact filter) or auto (TCX where the kernel has it).
+        #[arg(long, default_value = "auto")]
+        tc_attach: String,
     },
     /// Take Strait off this Node: detach and unpin every program, remove the maps, the routes
     /// (proto 167) and restore the sysctls the agent changed. Stop the agent first (delete its
@@ -173,7 +177,13 @@ fn main() -> anyhow::Result<()> {
         Command::Attach {
             uplink,
             stretched_policy,
-        } => attach(layout, &uplink, stretched_policy),
+            tc_attach,
+        } => {
+            let mode = AttachMode::parse(&tc_attach)
+                .map_err(|e| anyhow::anyhow!("--tc-attach {e}"))?
+                .unwrap_or_else(AttachMode::for_kernel);
+            attach(layout, &uplink, stretched_policy, mode)
+        }
         Command::Uninstall { check, stay } => {
             let state = HostState::new(&cli.state_dir);
             if check {
@@ -260,7 +270,12 @@ fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn attach(layout: PinLayout, uplink: &str, stretched_policy: bool) -> anyhow::Result<()> {
+fn attach(
+    layout: PinLayout,
+    uplink: &str,
+    stretched_policy: bool,
+    mode: AttachMode,
+) -> anyhow::Result<()> {
     let root = layout.root().to_owned();
     let mut dataplane = Dataplane::load(layout.clone())?;
     if stretched_policy {
@@ -275,19 +290,16 @@ fn attach(layout: PinLayout, uplink: &str, stretched_policy: bool) -> anyhow::Re
             }
         }
     }
-    for hook in dataplane.attach_uplink(uplink)? {
+    for hook in dataplane.attach_uplink_with(uplink, mode)? {
         tracing::info!(
             uplink,
             direction = hook.direction.as_str(),
             reused = hook.reused,
+            mode = hook.mode.as_str(),
             link = %hook.link_pin.display(),
             pin_root = %root.display(),
             "{}",
-            if hook.reused {
-                "replaced the program in the pinned link (no detach, maps kept)"
-            } else {
-                "attached with TCX and pinned the link"
-            }
+            hook.what()
         );
     }
     Ok(())

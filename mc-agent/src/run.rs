@@ -557,7 +557,7 @@ fn pass(
             .collect(),
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
-        mtu: uplink_mtu(&a.uplink),
+        mtu: tunnel_mtu(uplink_mtu(&a.uplink), opts.config.tunnel_mtu),
         uplink_peer: a.uplink_peer.current(&a.uplink),
         ..Default::default()
     };
@@ -795,8 +795,12 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
             }
         });
     }
+    let mode = match crate::dataplane::AttachMode::parse(&opts.config.tc_attach) {
+        Ok(Some(mode)) => mode,
+        _ => crate::dataplane::AttachMode::for_kernel(),
+    };
     let hooks = dataplane
-        .attach_uplink(&uplink)
+        .attach_uplink_with(&uplink, mode)
         .map_err(|e| e.to_string())?;
     for hook in hooks {
         tracing::info!(
@@ -804,12 +808,9 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
             direction = hook.direction.as_str(),
             program = hook.direction.program(),
             reused = hook.reused,
+            mode = hook.mode.as_str(),
             "{}",
-            if hook.reused {
-                "replaced the program in the pinned link (no detach, maps kept)"
-            } else {
-                "attached with TCX and pinned the link"
-            }
+            hook.what()
         );
     }
     match opts
@@ -976,6 +977,16 @@ impl UplinkPeer {
 
 /// The uplink's MTU, asked of the kernel in this network namespace (not from /sys, which can
 /// belong to another namespace, as in a container with the host's sysfs).
+/// The MTU the programs fit tunnel packets to: the uplink's, or the configured `tunnelMTU` where
+/// that is smaller (a path narrower than the uplink).
+fn tunnel_mtu(uplink: u32, configured: u32) -> u32 {
+    if configured == 0 {
+        uplink
+    } else {
+        uplink.min(configured)
+    }
+}
+
 fn uplink_mtu(uplink: &str) -> u32 {
     routes::interface_mtu(uplink).unwrap_or_else(|e| {
         tracing::warn!(uplink, error = %e, "cannot read the uplink's MTU; assuming 1500");

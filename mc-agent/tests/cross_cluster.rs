@@ -475,7 +475,7 @@ fn world_with(tag: &str, attach_args: &[&str], to_peer: bool, foreign_first: boo
     // The dataplane: attached by the agent, maps written by its sync.
     for node in [&east_gw, &east_node, &west_gw] {
         let log = node.attach(attach_args);
-        assert!(log.contains("attached with TCX"), "{log}");
+        assert!(log.contains(support::attached_log()), "{log}");
     }
     let uplink_peer = |node: &Node| {
         to_peer && {
@@ -545,6 +545,11 @@ fn world_with(tag: &str, attach_args: &[&str], to_peer: bool, foreign_first: boo
 #[test]
 fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
     require_root();
+    if support::tc_attach() == "tc" {
+        // TCX programs run before every legacy TC filter: nothing to order against.
+        eprintln!("legacy TC attach: the TCX chain's order does not apply");
+        return;
+    }
     // (Every part is bound: a namespace goes when its handle is dropped, a link when its fd is.)
     let World {
         router: _router,

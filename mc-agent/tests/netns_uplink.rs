@@ -183,3 +183,89 @@ fn a_bridge_uplink_is_attached_with_a_warning_of_its_cost() {
     assert!(!log.contains(warning), "a veth is not a bridge: {log}");
     agent(&b, &pin_root, &["detach", "--uplink", "pb"]);
 }
+
+/// Strait's filters of one hook in `tc filter show` of `dev`: (priority, handle, name) of each.
+fn tc_filters(ns: &NetNs, dev: &str, hook: &str) -> Vec<String> {
+    let out = run(ns.cmd("tc").args(["filter", "show", "dev", dev, hook]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" handle "))
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+/// Legacy TC (kernels without TCX, or `tcAttach: tc`): each program is one filter on the
+/// uplink's clsact qdisc, first in its chain (priority 1); the programs count traffic; a
+/// restart replaces each filter's program in place (still one filter, counters kept); and
+/// `uninstall` takes the filters off.
+#[test]
+fn legacy_tc_filters_are_replaced_in_place_and_uninstalled() {
+    require_root();
+    let a = NetNs::new("mc-tc-a");
+    let b = NetNs::new("mc-tc-b");
+    veth_pair(&a, "va", &b, "vb");
+    ip_in(&a, &["addr add 198.18.250.9/30 dev va", "link set va up"]);
+    ip_in(&b, &["addr add 198.18.250.10/30 dev vb", "link set vb up"]);
+    let fs = Bpffs::new("legacy-tc");
+    let pin_root = fs.pin_root();
+    let attach = || {
+        let mut cmd = a.cmd(agent_bin());
+        cmd.arg("--pin-root").arg(&pin_root).args([
+            "attach",
+            "--uplink",
+            "va",
+            "--tc-attach",
+            "tc",
+        ]);
+        String::from_utf8_lossy(&run(&mut cmd).stderr).into_owned()
+    };
+    let log = attach();
+    assert!(log.contains("attached as a TC filter"), "{log}");
+    let first = (
+        tc_filters(&a, "va", "ingress"),
+        tc_filters(&a, "va", "egress"),
+    );
+    for (hook, filters, name) in [
+        ("ingress", &first.0, "mc_ingress"),
+        ("egress", &first.1, "mc_egress"),
+    ] {
+        assert_eq!(filters.len(), 1, "{hook}: {filters:?}");
+        assert!(
+            filters[0].contains("pref 1 ") && filters[0].contains(&format!("name {name}")),
+            "{hook}: {filters:?}"
+        );
+    }
+    ping(&a, "198.18.250.10", 3);
+    let counted = agent_packets(&pin_root, "pass_ipv4");
+    assert!(counted >= 6, "{counted} IPv4 packets counted");
+
+    let log = attach();
+    assert!(
+        log.contains("replaced the program in Strait's TC filter"),
+        "{log}"
+    );
+    let second = (
+        tc_filters(&a, "va", "ingress"),
+        tc_filters(&a, "va", "egress"),
+    );
+    assert_eq!(second.0.len(), 1, "{second:?}");
+    assert_eq!(second.1.len(), 1, "{second:?}");
+    assert_ne!(
+        second, first,
+        "the filters' programs (their ids) must be new"
+    );
+    ping(&a, "198.18.250.10", 3);
+    assert!(agent_packets(&pin_root, "pass_ipv4") >= counted + 6);
+
+    let state = std::env::temp_dir().join(format!("strait-tc-state-{}", std::process::id()));
+    let mut cmd = a.cmd(agent_bin());
+    cmd.arg("--pin-root")
+        .arg(&pin_root)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("uninstall");
+    run(&mut cmd);
+    assert!(tc_filters(&a, "va", "ingress").is_empty());
+    assert!(tc_filters(&a, "va", "egress").is_empty());
+    assert!(!pin_root.exists());
+}

@@ -172,11 +172,30 @@ pub fn agent_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mc-agent"))
 }
 
-/// Runs the agent binary in `ns` with `--pin-root <pin_root> args...`; returns its stderr (its
-/// log). Panics when it fails.
+/// How `attach` attaches in these tests: `STRAIT_TEST_TC_ATTACH` (`tc` for legacy TC filters;
+/// the test command runs the traffic tests both ways), else TCX.
+pub fn tc_attach() -> String {
+    std::env::var("STRAIT_TEST_TC_ATTACH").unwrap_or_else(|_| "tcx".into())
+}
+
+/// What the agent logs when it attached a program the way [`tc_attach`] says.
+#[allow(dead_code)] // Not every test binary that includes `support` attaches.
+pub fn attached_log() -> &'static str {
+    if tc_attach() == "tc" {
+        "attached as a TC filter"
+    } else {
+        "attached with TCX"
+    }
+}
+
+/// Runs the agent binary in `ns` with `--pin-root <pin_root> args...` (`attach` the way
+/// [`tc_attach`] says); returns its stderr (its log). Panics when it fails.
 pub fn agent(ns: &NetNs, pin_root: &Path, args: &[&str]) -> String {
     let mut cmd = ns.cmd(agent_bin());
     cmd.arg("--pin-root").arg(pin_root).args(args);
+    if args.first() == Some(&"attach") {
+        cmd.arg("--tc-attach").arg(tc_attach());
+    }
     String::from_utf8_lossy(&run(&mut cmd).stderr).into_owned()
 }
 
