@@ -13,8 +13,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, PodStatus};
-use kube::{Api, Client, ResourceExt as _};
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod, PodSpec, PodStatus};
+use kube::{
+    Api, Client, ResourceExt as _,
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
 use mc_api::{
     antrea::{ClusterNetworkPolicy, NetworkPolicy as AntreaNetworkPolicy, PolicyCondition, Tier},
     clusterinfo::ClusterInfoImport,
@@ -145,7 +148,15 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         trigger.clone(),
         "Node",
     );
+    let events = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "strait-agent".into(),
+            instance: Some(opts.node_name.clone()),
+        },
+    );
     let mut agent = Agent {
+        events,
         opts,
         client: client.clone(),
         writer: Writer::new(metrics.clone()),
@@ -346,6 +357,9 @@ fn trim_pod(pod: &mut Pod) {
 
 /// The agent's loop: its watches and what it has attached.
 struct Agent {
+    /// Events on this Node when the dataplane stops or starts being ready (`kubectl describe
+    /// node`, `kubectl get events`), with the reason.
+    events: Recorder,
     opts: RunOptions,
     client: Client,
     /// Writes the policies' conditions (counted in the write metrics).
@@ -444,6 +458,9 @@ impl Reconciler for Agent {
             self.problems = outcome.problems;
         }
         let mut failures = usize::from(outcome.not_ready.is_some());
+        if outcome.not_ready != self.not_ready {
+            self.node_event(outcome.not_ready.as_deref()).await;
+        }
         self.not_ready = outcome.not_ready;
         if let (Some(coverage), Some(s)) = (&outcome.coverage, &self.stretched) {
             failures += s
@@ -467,6 +484,47 @@ impl Reconciler for Agent {
 
     fn not_ready(&self) -> Option<String> {
         self.not_ready.clone()
+    }
+}
+
+impl Agent {
+    /// An Event on this Node: Warning `StraitDataplaneNotReady` with the reason when the
+    /// dataplane is not ready (or the reason changed), Normal `StraitDataplaneReady` when it is
+    /// again. A failed write is logged; the readiness endpoint says the same.
+    async fn node_event(&self, not_ready: Option<&str>) {
+        let (type_, reason, note) = match not_ready {
+            Some(why) => (
+                EventType::Warning,
+                "StraitDataplaneNotReady",
+                // An Event's note holds at most 1 kB.
+                why.chars().take(1000).collect::<String>(),
+            ),
+            None if self.not_ready.is_some() => (
+                EventType::Normal,
+                "StraitDataplaneReady",
+                "Strait's dataplane on this Node is ready".to_owned(),
+            ),
+            None => return,
+        };
+        let node = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(self.opts.node_name.clone()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Attach".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.events.publish(&event, &node).await {
+            tracing::warn!(
+                "cannot write the Event {reason} on Node {}: {e}",
+                self.opts.node_name
+            );
+        }
     }
 }
 

@@ -627,6 +627,40 @@ fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
         why.contains("\"nosuch0\" does not exist") && why.contains("uplink"),
         "{why}"
     );
+    // The operator sees it on the Node too: `kubectl describe node` / `kubectl get events`.
+    wait_for(
+        "a StraitDataplaneNotReady Event on east's node-b",
+        T,
+        || {
+            let events = tb
+                .try_json(
+                    "east",
+                    &[
+                        "get",
+                        "events",
+                        "-n",
+                        "default",
+                        "--field-selector",
+                        "reason=StraitDataplaneNotReady,involvedObject.name=node-b",
+                        "-o",
+                        "json",
+                    ],
+                )
+                .ok_or("no events")?;
+            events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| {
+                    e["type"] == "Warning"
+                        && e["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("\"nosuch0\" does not exist"))
+                })
+                .cloned()
+                .ok_or_else(|| format!("{events}"))
+        },
+    );
     let why = agent_readiness(&tb, "eth0", "/tmp/strait-not-bpffs/v1", 9192);
     assert!(why.contains("not on a BPF filesystem"), "{why}");
 }
