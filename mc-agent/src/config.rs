@@ -177,6 +177,20 @@ mod tests {
         assert_eq!(Multicluster::parse("").unwrap(), Multicluster::default());
     }
 
+    /// Strait's own keys for the networks clusters run: how to attach, the path's MTU.
+    #[test]
+    fn tc_attach_and_tunnel_mtu_parse() {
+        let mc = Multicluster::parse("multicluster:\n  tcAttach: tc\n  tunnelMTU: 1400\n").unwrap();
+        assert_eq!(
+            crate::dataplane::AttachMode::parse(&mc.tc_attach),
+            Ok(Some(crate::dataplane::AttachMode::Tc))
+        );
+        assert_eq!(mc.tunnel_mtu, 1400);
+        let mc = Multicluster::parse("multicluster:\n  enableGateway: true\n").unwrap();
+        assert_eq!(crate::dataplane::AttachMode::parse(&mc.tc_attach), Ok(None));
+        assert_eq!(mc.tunnel_mtu, 0);
+    }
+
     #[test]
     fn bad_values_name_the_key() {
         for (text, key) in [
@@ -193,6 +207,14 @@ mod tests {
                 "trafficEncryptionMode",
             ),
             ("multicluster:\n  pinPath: relative/dir\n", "pinPath"),
+            (
+                "multicluster:\n  tcAttach: clsact\n",
+                "multicluster.tcAttach",
+            ),
+            (
+                "multicluster:\n  tunnelMTU: 100\n",
+                "multicluster.tunnelMTU",
+            ),
             ("multicluster:\n  enableGatway: true\n", "enableGatway"),
         ] {
             let err = Multicluster::parse(text).unwrap_err().to_string();

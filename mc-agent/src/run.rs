@@ -1056,6 +1056,14 @@ fn uplink_mtu(uplink: &str) -> u32 {
 mod tests {
     use super::*;
 
+    /// The programs fit tunnel packets to the narrower of the uplink and `tunnelMTU`.
+    #[test]
+    fn the_tunnel_mtu_is_the_uplinks_unless_the_path_is_narrower() {
+        assert_eq!(tunnel_mtu(1500, 0), 1500);
+        assert_eq!(tunnel_mtu(9001, 1500), 1500);
+        assert_eq!(tunnel_mtu(1500, 9001), 1500);
+    }
+
     #[test]
     fn a_policy_condition_is_written_when_it_changes_and_keeps_its_transition_time() {
         let key = (None, "p".to_owned());
