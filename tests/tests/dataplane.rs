@@ -219,6 +219,7 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
     xtask(&["testbed", "pod", "add", "east", "node-b", "client-eb"]);
     xtask(&["testbed", "pod", "add", "east", "node-a", "client-ea"]);
     xtask(&["testbed", "pod", "add", "west", "node-b", "client-wb"]);
+    xtask(&["testbed", "pod", "add", "west", "node-a", "client-wa"]);
     let west_svc = imported_ip(&tb, "east", "web-w");
     let east_svc = imported_ip(&tb, "west", "web-e");
 
@@ -234,16 +235,21 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
         let echo = in_pod("east", client, move || udp_echo(addr, "ping over udp")).expect("UDP");
         assert_eq!(echo, "hello from west/web-w: ping over udp");
     }
-    // west -> east.
+    // west -> east (Flannel, its masquerade on, and kube-proxy in iptables mode, to `ptp` and
+    // nftables), from the regular Node and from the gateway Node.
     let addr: SocketAddr = format!("{east_svc}:80").parse().unwrap();
-    let body = wait_for("HTTP from west/client-wb to antrea-mc-web-e", T, || {
-        in_pod("west", "client-wb", move || http_body(addr))
-    });
-    assert_eq!(body, "hello from east/web-e");
-    assert_eq!(
-        in_pod("west", "client-wb", move || udp_echo(addr, "x")).expect("UDP"),
-        "hello from east/web-e: x"
-    );
+    for client in ["client-wb", "client-wa"] {
+        let body = wait_for(
+            &format!("HTTP from west/{client} to antrea-mc-web-e"),
+            T,
+            || in_pod("west", client, move || http_body(addr)),
+        );
+        assert_eq!(body, "hello from east/web-e");
+        assert_eq!(
+            in_pod("west", client, move || udp_echo(addr, "x")).expect("UDP"),
+            "hello from east/web-e: x"
+        );
+    }
     // Pod to Pod (enablePodToPodConnectivity in the testbed's agent config).
     let web_w = pod_ip(&tb, "west", "web-w");
     let web_e = pod_ip(&tb, "east", "web-e");
@@ -254,11 +260,13 @@ fn pods_reach_services_and_pods_of_the_other_cluster_through_the_gateways() {
             || ping("east", client, &web_w),
         );
     }
-    wait_for(
-        &format!("ping west/client-wb -> east/web-e {web_e}"),
-        T,
-        || ping("west", "client-wb", &web_e),
-    );
+    for client in ["client-wb", "client-wa"] {
+        wait_for(
+            &format!("ping west/{client} -> east/web-e {web_e}"),
+            T,
+            || ping("west", client, &web_e),
+        );
+    }
     // An ICMP error about a translated flow is translated back with it: a closed UDP port in
     // west answers east's Pods (through the hairpin, and on the gateway Node) with port
     // unreachable, and the sockets see "connection refused".
