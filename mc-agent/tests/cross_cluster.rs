@@ -108,6 +108,16 @@ fn pattern(i: usize) -> u8 {
 
 /// A minimal HTTP/1.0 server: `GET /<bytes>` answers that many pattern bytes; `/slow/<bytes>`
 /// spreads them over about two seconds.
+/// pod-w's HTTP server (10.245.0.7), until `stop`.
+fn pod_w_http(pod_w: &NetNs, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    in_netns(pod_w, move || {
+        serve_http(
+            TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http"),
+            stop,
+        )
+    })
+}
+
 fn serve_http(listener: TcpListener, stop: Arc<AtomicBool>) {
     listener.set_nonblocking(true).unwrap();
     while !stop.load(Ordering::Relaxed) {
@@ -562,15 +572,7 @@ fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
         ..
     } = world_with("f", &[], false, true);
     let stop = Arc::new(AtomicBool::new(false));
-    let http = {
-        let stop = stop.clone();
-        in_netns(&pod_w, move || {
-            serve_http(
-                TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http"),
-                stop,
-            )
-        })
-    };
+    let http = pod_w_http(&pod_w, stop.clone());
     let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
     assert!(
         connects(&pod_n, service),
@@ -620,15 +622,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     } = world("x", &[], true);
     // Servers in pod-w: HTTP and a UDP echo.
     let stop = Arc::new(AtomicBool::new(false));
-    let http = {
-        let stop = stop.clone();
-        in_netns(&pod_w, move || {
-            serve_http(
-                TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http"),
-                stop,
-            )
-        })
-    };
+    let http = pod_w_http(&pod_w, stop.clone());
     let udp = {
         let stop = stop.clone();
         in_netns(&pod_w, move || {
