@@ -21,7 +21,8 @@ use kube::{
 use mc_api::{
     antrea::{ClusterNetworkPolicy, NetworkPolicy as AntreaNetworkPolicy, PolicyCondition, Tier},
     clusterinfo::ClusterInfoImport,
-    gateway::Gateway,
+    conditions::{Condition, condition, keep_transition_time, same},
+    gateway::{DATAPLANE_READY, Gateway},
     labelidentity::LabelIdentity,
     mcs::ServiceImport,
 };
@@ -462,6 +463,7 @@ impl Reconciler for Agent {
             self.node_event(outcome.not_ready.as_deref()).await;
         }
         self.not_ready = outcome.not_ready;
+        failures += self.gateway_condition().await;
         if let (Some(coverage), Some(s)) = (&outcome.coverage, &self.stretched) {
             failures += s
                 .write_conditions(&self.client, &self.writer, coverage)
@@ -488,6 +490,38 @@ impl Reconciler for Agent {
 }
 
 impl Agent {
+    /// On the gateway Node: the Gateway's `DataplaneReady` condition, written where it changed
+    /// (the member's controller shows it in the ClusterSet's status, `mcctl get clusterset`).
+    /// The agent is its only writer: a merge patch of the whole list.
+    async fn gateway_condition(&self) -> usize {
+        let (ns, node) = (&self.opts.namespace, &self.opts.node_name);
+        let Some(gateway) = self.gateways.get(Some(ns), node) else {
+            return 0;
+        };
+        let Some(c) = dataplane_condition(self.not_ready.as_deref(), gateway.dataplane_ready())
+        else {
+            return 0;
+        };
+        let api = Api::<Gateway>::namespaced(self.client.clone(), ns);
+        let status = serde_json::json!({"conditions": [c]});
+        match self.writer.patch_status(&api, node, status).await {
+            Ok(()) => {
+                tracing::info!(
+                    status = c.status,
+                    reason = c.reason,
+                    "Gateway condition {DATAPLANE_READY} written"
+                );
+                0
+            }
+            // Another Node was elected meanwhile.
+            Err(kube::Error::Api(e)) if e.code == 404 => 0,
+            Err(e) => {
+                tracing::warn!("writing the Gateway's {DATAPLANE_READY} condition: {e}");
+                1
+            }
+        }
+    }
+
     /// An Event on this Node: Warning `StraitDataplaneNotReady` with the reason when the
     /// dataplane is not ready (or the reason changed), Normal `StraitDataplaneReady` when it is
     /// again. A failed write is logged; the readiness endpoint says the same.
@@ -765,6 +799,32 @@ fn link_policy(hook: &mut PolicyHook, decide: bool) -> Result<(), String> {
 
 /// The `EnforcedByStrait` condition of every policy whose stored one differs from what
 /// `coverage` says, as (namespace, name, condition).
+/// The Gateway's `DataplaneReady` condition for this pass's readiness, or None when the stored
+/// one already says it (its transition time kept while the status stays).
+fn dataplane_condition(not_ready: Option<&str>, stored: Option<&Condition>) -> Option<Condition> {
+    let mut c = match not_ready {
+        None => condition(
+            DATAPLANE_READY,
+            "True",
+            "Attached",
+            "Strait's programs are attached on the gateway Node and follow the ClusterSet",
+        ),
+        // A condition's message is for people: the reason as the agent's readiness gives it,
+        // bounded like the Node Event's note.
+        Some(why) => condition(
+            DATAPLANE_READY,
+            "False",
+            "NotReady",
+            &why.chars().take(1000).collect::<String>(),
+        ),
+    };
+    if stored.is_some_and(|s| same(s, &c)) {
+        return None;
+    }
+    keep_transition_time(&mut c, stored.map(std::slice::from_ref));
+    Some(c)
+}
+
 fn policy_conditions(
     coverage: &BTreeMap<(Option<String>, String), Coverage>,
     stored: &BTreeMap<(Option<String>, String), Vec<PolicyCondition>>,
@@ -1062,6 +1122,30 @@ mod tests {
         assert_eq!(tunnel_mtu(1500, 0), 1500);
         assert_eq!(tunnel_mtu(9001, 1500), 1500);
         assert_eq!(tunnel_mtu(1500, 9001), 1500);
+    }
+
+    #[test]
+    fn the_gateway_condition_says_why_and_is_written_only_when_it_changes() {
+        let ready = dataplane_condition(None, None).expect("first write");
+        assert_eq!(ready.status.as_deref(), Some("True"));
+        assert_eq!(dataplane_condition(None, Some(&ready)), None);
+        let why = "programs ahead of Strait's on eth0 (ingress): cil_from_netdev";
+        let down = dataplane_condition(Some(why), Some(&ready)).expect("a change");
+        assert_eq!(
+            (
+                down.status.as_deref(),
+                down.reason.as_deref(),
+                down.message.as_deref()
+            ),
+            (Some("False"), Some("NotReady"), Some(why))
+        );
+        // Another reason is another message; the status did not change, so neither does the
+        // transition time.
+        let mut old = down.clone();
+        old.last_transition_time = None;
+        let other = dataplane_condition(Some("no uplink"), Some(&old)).expect("a change");
+        assert_eq!(other.last_transition_time, None);
+        assert_eq!(other.message.as_deref(), Some("no uplink"));
     }
 
     #[test]

@@ -340,55 +340,11 @@ fn world(tag: &str, attach_args: &[&str], to_peer: bool) -> World {
     world_with(tag, attach_args, to_peer, false)
 }
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
-const BPF_TCX_INGRESS: u32 = 46;
-const BPF_TCX_EGRESS: u32 = 47;
-/// `BPF_F_BEFORE`: attach ahead of the program `relative_fd` names (none: the head).
-const BPF_F_BEFORE: u32 = 1 << 3;
-
-fn bpf(cmd: libc::c_long, attr: &[u8]) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd as _;
-    // SAFETY: `attr` outlives the call; the kernel reads at most its size.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_ptr(), attr.len()) };
-    assert!(fd >= 0, "bpf({cmd}): {}", std::io::Error::last_os_error());
-    // SAFETY: a new file descriptor, now ours.
-    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }
-}
-
-/// Someone else's TC program on `eth0` of `ns` (as Cilium's are: attached with TCX at the tail,
-/// or with `flags` BPF_F_BEFORE at the head), at ingress and egress: `foreign_ok`, which returns
-/// `TC_ACT_OK` for every packet and so ends the chain. Its links (closing them detaches it).
+/// Someone else's TC program on `eth0` of `ns` (see [`mc_integration::bpf::foreign_tcx`]).
 fn foreign_tcx(ns: &NetNs, flags: u32) -> Vec<std::os::fd::OwnedFd> {
-    in_netns(ns, move || {
-        use std::os::fd::AsRawFd as _;
-        // r0 = 0 (TC_ACT_OK); exit
-        let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
-        let license = c"GPL";
-        let mut attr = [0u8; 128];
-        attr[0..4].copy_from_slice(&BPF_PROG_TYPE_SCHED_CLS.to_ne_bytes());
-        attr[4..8].copy_from_slice(&2u32.to_ne_bytes());
-        attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
-        attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-        attr[48..58].copy_from_slice(b"foreign_ok");
-        let prog = bpf(BPF_PROG_LOAD, &attr);
-        // SAFETY: a NUL-terminated name.
-        let ifindex = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) };
-        assert_ne!(ifindex, 0, "no eth0");
-        let mut links = vec![];
-        for attach_type in [BPF_TCX_INGRESS, BPF_TCX_EGRESS] {
-            let mut attr = [0u8; 64];
-            attr[0..4].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
-            attr[4..8].copy_from_slice(&ifindex.to_ne_bytes());
-            attr[8..12].copy_from_slice(&attach_type.to_ne_bytes());
-            attr[12..16].copy_from_slice(&flags.to_ne_bytes());
-            links.push(bpf(BPF_LINK_CREATE, &attr));
-        }
-        links
-    })
-    .join()
-    .unwrap()
+    in_netns(ns, move || mc_integration::bpf::foreign_tcx(flags))
+        .join()
+        .unwrap()
 }
 
 /// [`world`], with `foreign_first`: a foreign program that ends the chain attached to east's
@@ -592,7 +548,7 @@ fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
     };
     assert_eq!(ahead(layout.clone()), Vec::<String>::new());
 
-    let _before = foreign_tcx(&east_node.ns, BPF_F_BEFORE);
+    let _before = foreign_tcx(&east_node.ns, mc_integration::bpf::BPF_F_BEFORE);
     let named = ahead(layout);
     assert_eq!(named.len(), 2, "{named:?}");
     assert!(

@@ -1,9 +1,17 @@
-//! Gateway: the elected gateway Node of a member (name = Node name), top-level fields.
+//! Gateway: the elected gateway Node of a member (name = Node name), top-level fields as in
+//! Antrea, plus a status Strait adds: the gateway Node's agent reports there whether its
+//! dataplane carries traffic (`DataplaneReady`).
 
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::clusterinfo::WireGuardInfo;
+use crate::conditions::Condition;
+
+/// The condition the gateway Node's agent writes: `True` when its programs are attached and
+/// current, `False` with the reason (the agent's not-ready reason) when they are not.
+pub const DATAPLANE_READY: &str = "DataplaneReady";
 
 #[derive(
     CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize,
@@ -15,8 +23,14 @@ use crate::clusterinfo::WireGuardInfo;
     plural = "gateways",
     namespaced,
     no_spec,
+    status = "GatewayStatus",
     printcolumn(name = "Gateway IP", type_ = "string", json_path = ".gatewayIP"),
     printcolumn(name = "Internal IP", type_ = "string", json_path = ".internalIP"),
+    printcolumn(
+        name = "Dataplane",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"DataplaneReady\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -47,4 +61,23 @@ pub struct GatewayFields {
     pub service_cidr: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire_guard: Option<WireGuardInfo>,
+}
+
+/// Written by the gateway Node's agent (the `status` subresource; the controller writes the
+/// top-level fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GatewayStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl Gateway {
+    /// The gateway's `DataplaneReady` condition, if its agent wrote one.
+    pub fn dataplane_ready(&self) -> Option<&Condition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_.as_deref() == Some(DATAPLANE_READY))
+    }
 }

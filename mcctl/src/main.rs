@@ -24,7 +24,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use mc_api::{
-    clusterset::v1alpha2::ClusterSet,
+    clusterset::{ClusterStatus, v1alpha2::ClusterSet},
     exports::ResourceExport,
     imports::ResourceImport,
     names::{annotations, labels},
@@ -435,7 +435,14 @@ pub fn clusterset_rows(sets: &[ClusterSet]) -> Vec<Vec<String>> {
                 String::new(),
             ]);
         }
-        for cs in statuses {
+        // The ClusterSet's own conditions (a member's Ready and DataplaneReady), under its own
+        // cluster ID, then one row per cluster it knows and condition.
+        let own = s.status.as_ref().map(|st| st.conditions.as_slice());
+        let own = ClusterStatus {
+            cluster_id: s.spec.cluster_id.clone(),
+            conditions: own.unwrap_or_default().to_vec(),
+        };
+        for cs in std::iter::once(&own).chain(statuses) {
             for c in &cs.conditions {
                 rows.push(vec![
                     cs.cluster_id.clone().unwrap_or_default(),
@@ -1262,15 +1269,41 @@ mod tests {
         let set: ClusterSet = serde_json::from_value(json!({
             "metadata": {"name": "set", "namespace": "kube-system"},
             "spec": {"clusterID": "east", "leaders": [{"clusterID": "north"}]},
-            "status": {"clusterStatuses": [{"clusterID": "north", "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Connected"},
-                {"type": "IsLeader", "status": "True"}]}]}
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "DataplaneNotReady"},
+                    {"type": "DataplaneReady", "status": "False", "reason": "NotReady"}],
+                "clusterStatuses": [{"clusterID": "north", "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Connected"},
+                    {"type": "IsLeader", "status": "True"}]}]}
         }))
         .unwrap();
         let rows = clusterset_rows(std::slice::from_ref(&set));
-        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.len(), 4);
         assert_eq!(
             rows[0],
+            [
+                "east",
+                "kube-system",
+                "set",
+                "Ready",
+                "False",
+                "DataplaneNotReady"
+            ]
+        );
+        assert_eq!(
+            rows[1],
+            [
+                "east",
+                "kube-system",
+                "set",
+                "DataplaneReady",
+                "False",
+                "NotReady"
+            ]
+        );
+        assert_eq!(
+            rows[2],
             ["north", "kube-system", "set", "Ready", "True", "Connected"]
         );
         let mut bare = set;

@@ -11,6 +11,7 @@ use std::{
 use serde_json::Value;
 
 pub mod agent;
+pub mod bpf;
 pub mod net;
 pub mod pods;
 pub mod services;
@@ -549,6 +550,14 @@ pub fn helm_bin() -> PathBuf {
 
 /// Whether the testbed runs kubelet Nodes with Strait in Pods (the default shape), not the
 /// development shape of host processes (`testbed up --processes`).
+/// The object's `status.conditions` entry of that type.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
 pub fn kubelet_nodes() -> bool {
     std::fs::read_to_string(repo_root().join("target/testbed/mode"))
         .is_ok_and(|m| m.trim() == "kubelets")

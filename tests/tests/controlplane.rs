@@ -5,21 +5,13 @@
 use std::time::Duration;
 
 use mc_integration::{
-    SameNamespace, Testbed, fixture, header_columns,
+    SameNamespace, Testbed, condition, fixture, header_columns,
     join::{self, CLUSTERSET, LEADER_NS, MEMBER_NS, MEMBERS, id},
     services::{cluster_ip, endpoint_ips, export, service},
     wait_for,
 };
-use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
-
-fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
 
 #[test]
 fn join_with_the_oldest_guides_v1alpha1_forms_then_the_newer_v1alpha2_forms() {

@@ -19,7 +19,8 @@ use std::{
 use mc_integration::{
     Testbed,
     agent::{agent_bin, build_agent, counters, packets, xtask},
-    join, kubelet_nodes,
+    bpf::{BPF_F_BEFORE, foreign_tcx},
+    condition, join, kubelet_nodes,
     net::{RouterCapture, http_get, in_netns},
     procs, repo_root,
     services::{cluster_ip, endpoint_ips},
@@ -671,6 +672,105 @@ fn an_agent_with_a_bad_uplink_or_no_bpffs_is_not_ready_and_says_why() {
     );
     let why = agent_readiness(&tb, "eth0", "/tmp/strait-not-bpffs/v1", 9192);
     assert!(why.contains("not on a BPF filesystem"), "{why}");
+}
+
+/// What east says of its gateway's dataplane.
+#[derive(Debug)]
+struct EastDataplane {
+    /// The elected Gateway (its Node's name).
+    gateway: String,
+    /// The Gateway's `DataplaneReady`: status and message.
+    dataplane: (String, String),
+    /// East's ClusterSet `Ready`: status and reason.
+    ready: (String, String),
+}
+
+impl EastDataplane {
+    fn read(tb: &Testbed) -> Result<Self, String> {
+        let gateways = tb.get_json("east", &["get", "gateways", "-n", join::MEMBER_NS]);
+        let gw = &gateways["items"][0];
+        let name = gw["metadata"]["name"].as_str().ok_or("no Gateway")?;
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let dp = condition(gw, "DataplaneReady").ok_or(format!("{gw}"))?;
+        let set = tb.get_json(
+            "east",
+            &["get", "clusterset", "-n", join::MEMBER_NS, join::CLUSTERSET],
+        );
+        let ready = condition(&set, "Ready").ok_or(format!("{set}"))?;
+        Ok(Self {
+            gateway: name.to_owned(),
+            dataplane: (text(&dp["status"]), text(&dp["message"])),
+            ready: (text(&ready["status"]), text(&ready["reason"])),
+        })
+    }
+
+    /// Waits until the Gateway's `DataplaneReady` and the ClusterSet's `Ready` are both `want`.
+    fn wait(tb: &Testbed, what: &str, want: &str) -> Self {
+        wait_for(what, Duration::from_secs(120), || {
+            let s = Self::read(tb)?;
+            if s.dataplane.0 == want && s.ready.0 == want {
+                Ok(s)
+            } else {
+                Err(format!("{s:?}"))
+            }
+        })
+    }
+}
+
+/// A program attached ahead of Strait's on east's gateway uplink (another CNI's, say) ends the
+/// chain before Strait's programs see a packet. The operator finds why where they look: the
+/// Gateway's `DataplaneReady` (written by the gateway Node's agent), east's ClusterSet not
+/// `Ready` and `mcctl get clusterset` in east. Detached, everything is Ready again.
+#[test]
+fn a_gateway_whose_programs_cannot_run_makes_its_member_not_ready_and_says_why() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let gw =
+        EastDataplane::wait(&tb, "east's gateway dataplane and ClusterSet Ready", "True").gateway;
+    let links = in_netns(&format!("strait-east-{gw}"), || foreign_tcx(BPF_F_BEFORE));
+    // The agent reads its uplink's chains every pass (at least every 30 s).
+    let down = EastDataplane::wait(
+        &tb,
+        "the Gateway and the ClusterSet to say the gateway's programs do not run",
+        "False",
+    );
+    let named = "programs run before Strait's on the uplink eth0 (ingress: foreign_ok";
+    assert!(down.dataplane.1.contains(named), "{down:?}");
+    assert_eq!(down.ready.1, "DataplaneNotReady");
+    let table = mc_integration::ok(
+        "mcctl get clusterset in east",
+        tb.mcctl("east", &["get", "clusterset"]),
+    );
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let own = join::id("east");
+    for row in [
+        [
+            own.as_str(),
+            join::MEMBER_NS,
+            join::CLUSTERSET,
+            "Ready",
+            "False",
+            "DataplaneNotReady",
+        ],
+        [
+            own.as_str(),
+            join::MEMBER_NS,
+            join::CLUSTERSET,
+            "DataplaneReady",
+            "False",
+            "NotReady",
+        ],
+    ] {
+        assert!(
+            rows.iter().any(|r| r[..] == row[..]),
+            "no row {row:?}:\n{table}"
+        );
+    }
+    drop(links);
+    EastDataplane::wait(&tb, "east Ready again once the program is gone", "True");
 }
 
 /// The tag of the second build the upgrade test runs.
