@@ -27,11 +27,6 @@ pub const DATAPLANE_READY: &str = "DataplaneReady";
     printcolumn(name = "Gateway IP", type_ = "string", json_path = ".gatewayIP"),
     printcolumn(name = "Internal IP", type_ = "string", json_path = ".internalIP"),
     printcolumn(
-        name = "Dataplane",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"DataplaneReady\")].status"
-    ),
-    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -64,7 +59,7 @@ pub struct GatewayFields {
 }
 
 /// Written by the gateway Node's agent (the `status` subresource; the controller writes the
-/// top-level fields).
+/// top-level fields). No column for it: `kubectl get gateway` prints what the guides show.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GatewayStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

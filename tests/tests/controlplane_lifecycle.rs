@@ -1212,3 +1212,119 @@ fn idle_watches_on_the_leader_keep_working_and_a_late_export_is_imported() {
         }
     });
 }
+
+/// A CRD as a CNI installs it, schema left open: the test needs only its objects' fields.
+fn open_crd(group: &str, kind: &str, plural: &str, version: &str) -> String {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Cluster",
+            "names": {"kind": kind, "plural": plural, "listKind": format!("{kind}List"),
+                      "singular": kind.to_lowercase()},
+            "versions": [{"name": version, "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {
+                              "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+    .to_string()
+}
+
+/// Deletes the CNIs' CRDs (and so their objects) when the test ends, passed or not.
+struct CniCrds;
+
+impl Drop for CniCrds {
+    fn drop(&mut self) {
+        Testbed::from_env().delete(
+            "east",
+            &[
+                "crd",
+                "ippools.crd.projectcalico.org",
+                "ciliumnodes.cilium.io",
+            ],
+        );
+    }
+}
+
+/// The Pod CIDRs east announces (west's ClusterInfoImport of east).
+fn east_pod_cidrs(tb: &Testbed) -> Result<Vec<String>, String> {
+    let name = format!("{}-clusterinfo", id("east"));
+    let c = tb
+        .try_json(
+            "west",
+            &["get", "clusterinfoimport", "-n", MEMBER_NS, &name],
+        )
+        .ok_or("no ClusterInfoImport of east in west")?;
+    Ok(c["spec"]["podCIDRs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(str::to_owned))
+        .collect())
+}
+
+/// Calico and Cilium keep Pod CIDRs in their own objects and leave `Node.spec.podCIDRs` empty:
+/// with the config's `podCIDRs` empty, a member announces the Calico IPPools Pods draw from and
+/// the CiliumNodes' CIDRs as soon as their CRDs exist, and stops once they are gone.
+#[test]
+fn pod_cidrs_come_from_calico_ippools_and_cilium_nodes_where_their_crds_exist() {
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let _crds = CniCrds;
+    tb.apply(
+        "east",
+        "default",
+        &open_crd("crd.projectcalico.org", "IPPool", "ippools", "v1"),
+    );
+    tb.apply(
+        "east",
+        "default",
+        &open_crd("cilium.io", "CiliumNode", "ciliumnodes", "v2"),
+    );
+    let objects = |kind: &str| {
+        wait_for(&format!("the {kind} CRD served"), T, || {
+            tb.try_json("east", &["get", kind])
+                .ok_or_else(|| "not yet".to_owned())
+        })
+    };
+    objects("ippools.crd.projectcalico.org");
+    objects("ciliumnodes.cilium.io");
+    let pools = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+         "metadata": {"name": "strait-test-pods"},
+         "spec": {"cidr": "10.231.0.0/16", "ipipMode": "Always", "natOutgoing": true}},
+        {"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+         "metadata": {"name": "strait-test-lb"},
+         "spec": {"cidr": "10.233.0.0/24", "allowedUses": ["LoadBalancer"]}},
+        {"apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+         "metadata": {"name": "strait-test-node"},
+         "spec": {"ipam": {"podCIDRs": ["10.232.1.0/24"]}}},
+    ]});
+    tb.apply("east", "default", &pools.to_string());
+    // The controller lists them every 30 s.
+    let cidrs = wait_for("east to announce the pools' CIDRs", 3 * T, || {
+        let c = east_pod_cidrs(&tb)?;
+        if c.iter().any(|c| c == "10.231.0.0/16") && c.iter().any(|c| c == "10.232.1.0/24") {
+            Ok(c)
+        } else {
+            Err(format!("{c:?}"))
+        }
+    });
+    assert!(
+        !cidrs.iter().any(|c| c == "10.233.0.0/24"),
+        "a pool for LoadBalancer addresses is no Pod CIDR: {cidrs:?}"
+    );
+    // The Nodes' own still count.
+    assert!(cidrs.iter().any(|c| c.starts_with("10.244.")), "{cidrs:?}");
+    drop(_crds);
+    wait_for("east to withdraw them", 3 * T, || {
+        let c = east_pod_cidrs(&tb)?;
+        if c.iter().any(|c| c.starts_with("10.23")) {
+            Err(format!("{c:?}"))
+        } else {
+            Ok(())
+        }
+    });
+}

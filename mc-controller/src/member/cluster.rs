@@ -2,6 +2,10 @@
 //! Gateway it elects among the annotated Nodes, and Antrea's default Tiers.
 
 use super::*;
+use kube::{
+    api::{ApiResource, DynamicObject, ListParams},
+    core::GroupVersionKind,
+};
 
 /// This cluster's Service CIDR: from the ServiceCIDR object `kubernetes`, or, on an older API
 /// server, from the error a dry-run Service with an impossible ClusterIP gets.
@@ -110,6 +114,9 @@ impl Member {
         run_all("Gateway", ops).await
     }
 
+    /// The Pod CIDRs this cluster announces: the config's `podCIDRs`, or, when it leaves them
+    /// empty, the union of the Nodes' `spec.podCIDRs` (kube-controller-manager's IPAM, Flannel
+    /// with `--kube-subnet-mgr`) and of what Calico's IPPools and Cilium's CiliumNodes hold.
     pub(super) fn pod_cidrs(&self) -> Vec<String> {
         if !self.config.pod_cidrs.is_empty() {
             return self.config.pod_cidrs.clone();
@@ -126,8 +133,55 @@ impl Member {
                     .unwrap_or_default()
             })
             .filter(|c| c.contains('.'))
+            .chain(self.cni_cidrs.values().flatten().cloned())
             .collect();
         cidrs.into_iter().collect()
+    }
+
+    /// Lists the CNIs' Pod CIDR objects ([`CNI_SOURCES`]) at most every [`FULL_RESYNC`], when
+    /// the config leaves `podCIDRs` empty. A CRD that does not exist gives nothing; a list that
+    /// fails otherwise keeps what the last one gave, logged.
+    pub(super) async fn refresh_cni_cidrs(&mut self) {
+        if !self.config.pod_cidrs.is_empty()
+            || self.cni_listed.is_some_and(|at| at.elapsed() < FULL_RESYNC)
+        {
+            return;
+        }
+        self.cni_listed = Some(Instant::now());
+        for source in &CNI_SOURCES {
+            let gvk = GroupVersionKind::gvk(source.group, source.version, source.kind);
+            let resource = ApiResource::from_gvk_with_plural(&gvk, source.plural);
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            let cidrs = match api.list(&ListParams::default()).await {
+                Ok(list) => {
+                    let mut cidrs: Vec<String> = list
+                        .items
+                        .iter()
+                        .flat_map(|o| (source.cidrs)(&o.data))
+                        .collect();
+                    cidrs.sort();
+                    cidrs.dedup();
+                    cidrs
+                }
+                // No such CRD: that CNI does not run here.
+                Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+                Err(e) => {
+                    self.log_once(format!(
+                        "cannot list {} for this cluster's Pod CIDRs (set podCIDRs in the controller config if this CNI's IPAM keeps them): {e}",
+                        source.name
+                    ));
+                    continue;
+                }
+            };
+            if self.cni_cidrs.get(source.name) != Some(&cidrs) {
+                if cidrs.is_empty() {
+                    self.cni_cidrs.remove(source.name);
+                } else {
+                    tracing::info!(source = source.name, ?cidrs, "Pod CIDRs found");
+                    self.cni_cidrs.insert(source.name, cidrs);
+                }
+            }
+        }
     }
 
     /// This cluster's Service CIDR and Pod CIDRs, those that parse.
@@ -176,3 +230,93 @@ impl Member {
 
 /// How often the default Tiers are looked at.
 const DEFAULT_TIERS_RETRY: Duration = Duration::from_secs(30);
+
+/// Where a CNI keeps its Pod CIDRs in the API when it leaves `Node.spec.podCIDRs` empty: Calico's
+/// IPPools and Cilium's CiliumNodes (cluster-pool IPAM). Read only when their CRDs exist.
+pub(super) struct CniSource {
+    pub name: &'static str,
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    /// The IPv4 CIDRs one object gives.
+    cidrs: fn(&serde_json::Value) -> Vec<String>,
+}
+
+pub(super) const CNI_SOURCES: [CniSource; 2] = [
+    CniSource {
+        name: "Calico IPPools",
+        group: "crd.projectcalico.org",
+        version: "v1",
+        kind: "IPPool",
+        plural: "ippools",
+        cidrs: calico_pool_cidrs,
+    },
+    CniSource {
+        name: "CiliumNodes",
+        group: "cilium.io",
+        version: "v2",
+        kind: "CiliumNode",
+        plural: "ciliumnodes",
+        cidrs: cilium_node_cidrs,
+    },
+];
+
+fn ipv4_cidr(c: &str) -> bool {
+    c.contains('.') && Prefix::parse(c).is_ok()
+}
+
+/// An IPPool's `spec.cidr` when Pods take addresses from it (`allowedUses` absent or naming
+/// `Workload`; a pool only for LoadBalancer addresses is not a Pod CIDR). A disabled pool still
+/// counts: its Pods keep their addresses until they go.
+fn calico_pool_cidrs(pool: &serde_json::Value) -> Vec<String> {
+    let spec = &pool["spec"];
+    let workload = match spec["allowedUses"].as_array() {
+        None => true,
+        Some(uses) => uses.iter().any(|u| u == "Workload"),
+    };
+    spec["cidr"]
+        .as_str()
+        .filter(|c| workload && ipv4_cidr(c))
+        .map(|c| vec![c.to_owned()])
+        .unwrap_or_default()
+}
+
+/// A CiliumNode's `spec.ipam.podCIDRs` (cluster-pool IPAM).
+fn cilium_node_cidrs(node: &serde_json::Value) -> Vec<String> {
+    node["spec"]["ipam"]["podCIDRs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str())
+        .filter(|c| ipv4_cidr(c))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn calico_pools_for_pods_and_cilium_nodes_give_their_ipv4_cidrs() {
+        let pool = |spec| calico_pool_cidrs(&json!({ "spec": spec }));
+        assert_eq!(pool(json!({"cidr": "192.168.0.0/16"})), ["192.168.0.0/16"]);
+        // Disabled pools still hold Pods' addresses.
+        assert_eq!(
+            pool(
+                json!({"cidr": "10.48.0.0/16", "disabled": true, "allowedUses": ["Workload", "Tunnel"]})
+            ),
+            ["10.48.0.0/16"]
+        );
+        // Not for Pods, IPv6, or not a CIDR: nothing.
+        assert!(pool(json!({"cidr": "10.50.0.0/24", "allowedUses": ["LoadBalancer"]})).is_empty());
+        assert!(pool(json!({"cidr": "fd00:10::/64"})).is_empty());
+        assert!(pool(json!({"cidr": "10.0.0.0/33"})).is_empty());
+        assert!(pool(json!({})).is_empty());
+        let node = json!({"spec": {"ipam": {"podCIDRs": ["10.0.1.0/24", "fd00::/120", 7]}}});
+        assert_eq!(cilium_node_cidrs(&node), ["10.0.1.0/24"]);
+        assert!(cilium_node_cidrs(&json!({"spec": {}})).is_empty());
+    }
+}

@@ -101,6 +101,10 @@ struct Member {
     prefixes_seen: Vec<Prefix>,
     /// When the default Tiers were last looked at.
     tiers_tried: Option<Instant>,
+    /// Pod CIDRs the CNI keeps in its own objects, by source (`cluster::CNI_SOURCES`).
+    cni_cidrs: BTreeMap<&'static str, Vec<String>>,
+    /// When those were last listed.
+    cni_listed: Option<Instant>,
 }
 
 /// Everything is recomputed at least this often, whatever the watches said.
@@ -142,6 +146,8 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         pending: Work::default(),
         prefixes_seen: Vec::new(),
         tiers_tried: None,
+        cni_cidrs: BTreeMap::new(),
+        cni_listed: None,
     };
     tracing::info!(namespace = member.ns, "member controller started");
     let driver = Driver {
@@ -315,6 +321,7 @@ impl Member {
         );
         failures += self.clusterset_status(&set, beat.as_ref(), problem).await;
         failures += self.elect_gateway().await;
+        self.refresh_cni_cidrs().await;
         let prefixes = self.own_prefixes();
         if prefixes != self.prefixes_seen {
             work = Work::All;
