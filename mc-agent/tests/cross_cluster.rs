@@ -564,6 +564,83 @@ fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
     http.join().unwrap();
 }
 
+/// A path between the gateways narrower than their uplinks (1400 bytes between sites whose
+/// uplinks carry 1500), told to the agents as the tunnel MTU (`tunnelMTU`): TCP is clamped to
+/// it and an oversize DF datagram gets fragmentation-needed for it, so a full-size transfer
+/// crosses a link that drops anything larger without a word (a veth drops what exceeds the
+/// receiving end's MTU).
+#[test]
+fn a_tunnel_mtu_below_the_uplinks_is_what_pods_are_held_to() {
+    require_root();
+    let World {
+        router,
+        east_gw: _east_gw,
+        west_gw,
+        east_node,
+        east_node_inputs,
+        west_gw_inputs,
+        pod_n,
+        pod_w,
+        ..
+    } = world("m", &[], false);
+    // The narrow link: west's gateway keeps its 1500-byte uplink, the router's end takes 1400.
+    sh_in(&router, "ip link set gw-w mtu 1400");
+    east_node.sync(&Inputs {
+        mtu: 1400,
+        ..east_node_inputs
+    });
+    west_gw.sync(&Inputs {
+        mtu: 1400,
+        ..west_gw_inputs
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = pod_w_http(&pod_w, stop.clone());
+    let clamped = (
+        east_node.counter("tcp_mss_clamped"),
+        west_gw.counter("tcp_mss_clamped"),
+    );
+    let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
+    let body = in_netns(&pod_n, move || http_get(service, "/2000000"))
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| {
+            panic!(
+                "a full-size transfer through the narrow path: {e}; east node {:?}, west gateway {:?}",
+                east_node.nonzero(),
+                west_gw.nonzero()
+            )
+        });
+    assert_body(&body, 2_000_000, "GET through the narrow path");
+    assert!(
+        east_node.counter("tcp_mss_clamped") > clamped.0,
+        "the SYN is clamped"
+    );
+    assert!(
+        west_gw.counter("tcp_mss_clamped") > clamped.1,
+        "the SYN-ACK is clamped"
+    );
+    // 1372 + 28 + 36 > 1400: fragmentation-needed for 1364, the tunnel MTU less the tunnel.
+    let (first, learned) = in_netns(&pod_n, || {
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.connect("10.245.0.7:5353").unwrap();
+        set_int_opt(
+            &sock,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        );
+        let first = sock.send(&[1u8; 1372]).map(|_| ());
+        thread::sleep(Duration::from_millis(300));
+        (first, path_mtu(&sock))
+    })
+    .join()
+    .unwrap();
+    assert!(first.is_ok(), "{first:?}");
+    assert_eq!(learned, 1364, "the path MTU fragmentation-needed taught");
+    stop.store(true, Ordering::Relaxed);
+    http.join().unwrap();
+}
+
 #[test]
 fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     require_root();
