@@ -129,6 +129,24 @@ pub fn sync(
     Ok(report)
 }
 
+/// The IPv4 subnets of `dev`'s addresses (address and netmask), as the kernel has them now.
+pub fn subnets_of(dev: &str) -> Vec<Prefix> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out: Vec<Prefix> = addrs
+        .filter(|ifa| ifa.interface_name == dev)
+        .filter_map(|ifa| {
+            let addr = ifa.address?.as_sockaddr_in()?.ip();
+            let mask = ifa.netmask?.as_sockaddr_in()?.ip();
+            Some(Prefix::new(addr, u32::from(mask).count_ones() as u8))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The interface that holds `addr` (the Node's InternalIP): the default uplink.
 pub fn interface_with_address(addr: Ipv4Addr) -> Option<String> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;

@@ -649,6 +649,7 @@ fn pass(
             .collect(),
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
+        uplink_subnets: routes::subnets_of(&a.uplink),
         mtu: tunnel_mtu(uplink_mtu(&a.uplink), opts.config.tunnel_mtu),
         uplink_peer: a.uplink_peer.current(&a.uplink),
         ..Default::default()

@@ -65,6 +65,9 @@ pub struct Inputs {
     pub local_nodes: Vec<Ipv4Addr>,
     /// Local Pod CIDRs (remote prefixes must not overlap them).
     pub local_pod_cidrs: Vec<String>,
+    /// The subnets of the uplink's addresses (remote prefixes must not overlap them: the
+    /// Node would lose its own link).
+    pub uplink_subnets: Vec<Prefix>,
     pub pod_to_pod: bool,
     pub tunnel_port: u16,
     pub mtu: u32,
@@ -337,6 +340,29 @@ pub fn desired(inputs: &Inputs) -> Desired {
             taken.push((p, "a local Pod CIDR".to_owned()));
         }
     }
+    for p in &inputs.uplink_subnets {
+        taken.push((*p, "the uplink's subnet".to_owned()));
+    }
+    // Addresses no remote prefix may hold (the second line of defence behind the leader's
+    // checks): routed toward a gateway, this Node's own traffic to them would be captured.
+    let mut held: Vec<(Ipv4Addr, String)> = vec![
+        (node_ip, "this Node's".to_owned()),
+        (gateway_ip, "the local gateway's".to_owned()),
+        (internal_ip, "the local gateway's".to_owned()),
+    ];
+    held.extend(
+        inputs
+            .local_nodes
+            .iter()
+            .map(|ip| (*ip, "a Node of this cluster's".to_owned())),
+    );
+    held.extend(inputs.cluster_infos.iter().flat_map(|c| {
+        let cluster = c.cluster_id.clone().unwrap_or_default();
+        c.gateway_ips
+            .iter()
+            .filter_map(|g| g.parse().ok())
+            .map(move |ip| (ip, format!("cluster {cluster}'s gateway")))
+    }));
 
     // Remote clusters in cluster-ID order, so indexes and overlap decisions are the same on every
     // Node and after every restart.
@@ -399,6 +425,19 @@ pub fn desired(inputs: &Inputs) -> Desired {
                     continue;
                 }
             };
+            if let Some(why) = prefix.special() {
+                out.skipped.push(format!("{object}: {why}; not routed"));
+                continue;
+            }
+            if let Some((ip, what)) = held
+                .iter()
+                .find(|(ip, _)| prefix.contains(&Prefix::new(*ip, 32)))
+            {
+                out.skipped.push(format!(
+                    "{object}: {prefix} holds {ip}, {what} address; not routed (the route would capture traffic to it)"
+                ));
+                continue;
+            }
             if let Some((_, owner)) = taken.iter().find(|(t, _)| t.overlaps(&prefix)) {
                 out.skipped.push(format!(
                     "{object}: {prefix} overlaps {owner}; not routed (CIDRs in a ClusterSet must not overlap)"
@@ -508,6 +547,53 @@ mod tests {
             mtu: 1500,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_remote_prefix_that_would_capture_the_nodes_own_traffic_is_not_routed() {
+        let mut i = inputs("east-node", "198.18.1.2");
+        i.pod_to_pod = true;
+        i.uplink_subnets = vec![Prefix::parse("198.18.1.0/24").unwrap()];
+        i.cluster_infos.push(ClusterInfoObject {
+            name: "evil-clusterinfo".into(),
+            cluster_id: Some("evil".into()),
+            service_cidr: Some("169.254.169.254/32".into()),
+            gateway_ips: vec!["198.18.3.1".into()],
+            pod_cidrs: vec![
+                "128.0.0.0/1".into(),
+                "198.18.1.0/25".into(),
+                "198.18.2.0/24".into(),
+                "10.99.0.0/16".into(),
+            ],
+        });
+        let d = desired(&i);
+        let routed: Vec<String> = d.routes.keys().map(ToString::to_string).collect();
+        assert_eq!(
+            routed,
+            ["10.98.0.0/16", "10.99.0.0/16", "10.245.0.0/16"],
+            "{:?}",
+            d.skipped
+        );
+        let said = d.skipped.join("\n");
+        for why in [
+            "169.254.169.254/32 overlaps 169.254.0.0/16 (link-local",
+            "128.0.0.0/1 overlaps 169.254.0.0/16",
+            "198.18.1.0/25 holds 198.18.1.2, this Node's address",
+            "198.18.2.0/24 holds 198.18.2.1, cluster west's gateway address",
+        ] {
+            assert!(said.contains(why), "{why:?} missing from:\n{said}");
+        }
+        // A subnet of the uplink that holds no Node yet is not routed either.
+        i.uplink_subnets = vec![Prefix::parse("10.99.0.0/24").unwrap()];
+        let d = desired(&i);
+        assert!(!d.routes.keys().any(|p| p.to_string() == "10.99.0.0/16"));
+        assert!(
+            d.skipped
+                .join("\n")
+                .contains("overlaps the uplink's subnet"),
+            "{:?}",
+            d.skipped
+        );
     }
 
     #[test]

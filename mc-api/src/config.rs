@@ -41,6 +41,10 @@ pub struct MultiClusterConfig {
     pub endpoint_ip_type: EndpointIpType,
     #[serde(default)]
     pub enable_stretched_network_policy: bool,
+    /// Leader: the floor on the length of the prefixes members announce (Strait's addition;
+    /// absent: [`DEFAULT_MIN_ANNOUNCED_PREFIX_LENGTH`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_announced_prefix_length: Option<u8>,
     #[serde(default)]
     pub health: HealthConfig,
     #[serde(default)]
@@ -96,9 +100,20 @@ pub enum ConfigError {
     Kind(String),
     #[error("{CONFIGMAP_KEY}: {field} {value:?} is not an IPv4 CIDR (like 10.96.0.0/12)")]
     Cidr { field: &'static str, value: String },
+    #[error("{CONFIGMAP_KEY}: minAnnouncedPrefixLength {0} is not a prefix length (1 to 32)")]
+    PrefixLength(u8),
 }
 
+/// Nothing wider than a /8 is a cluster's Service or Pod CIDR.
+pub const DEFAULT_MIN_ANNOUNCED_PREFIX_LENGTH: u8 = 8;
+
 impl MultiClusterConfig {
+    /// `minAnnouncedPrefixLength`, or its default.
+    pub fn min_announced_prefix_length(&self) -> u8 {
+        self.min_announced_prefix_length
+            .unwrap_or(DEFAULT_MIN_ANNOUNCED_PREFIX_LENGTH)
+    }
+
     /// Parses and checks the file. Unknown `gatewayIPPrecedence` or `endpointIPType` values are
     /// refused by the parser with the list of accepted ones.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
@@ -113,6 +128,12 @@ impl MultiClusterConfig {
                 field: "serviceCIDR",
                 value: config.service_cidr,
             });
+        }
+        if let Some(len) = config
+            .min_announced_prefix_length
+            .filter(|l| !(1..=32).contains(l))
+        {
+            return Err(ConfigError::PrefixLength(len));
         }
         if let Some(bad) = config.pod_cidrs.iter().find(|c| !is_ipv4_cidr(c)) {
             return Err(ConfigError::Cidr {

@@ -49,6 +49,31 @@ impl Prefix {
     }
 }
 
+/// Ranges that are no cluster's Pods or Services: no member may announce them, and no Node
+/// routes them toward a gateway (a route there would capture a Node's own traffic).
+pub const SPECIAL: [(&str, &str); 5] = [
+    ("0.0.0.0/8", "this network"),
+    ("127.0.0.0/8", "loopback"),
+    (
+        "169.254.0.0/16",
+        "link-local (cloud metadata services live there)",
+    ),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved, and broadcast"),
+];
+
+impl Prefix {
+    /// Why this prefix touches a [`SPECIAL`] range, if it does.
+    pub fn special(&self) -> Option<String> {
+        SPECIAL.iter().find_map(|(range, what)| {
+            let range = Prefix::parse(range).expect("a valid special range");
+            range
+                .overlaps(self)
+                .then(|| format!("{self} overlaps {range} ({what})"))
+        })
+    }
+}
+
 impl fmt::Display for Prefix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.len)

@@ -200,6 +200,7 @@ async fn run() -> anyhow::Result<()> {
                     trigger,
                     accounts,
                     stretched: config.enable_stretched_network_policy,
+                    min_prefix_len: config.min_announced_prefix_length(),
                 },
                 metrics,
             )

@@ -28,7 +28,10 @@ use mc_api::{
     },
     imports::{ResourceImport, kinds},
 };
-use mc_controller::leader::merge::merge;
+use mc_controller::leader::{
+    announce::{self, Accepted},
+    merge::{Merged, announcements},
+};
 use proptest::{
     collection::vec,
     option,
@@ -392,6 +395,41 @@ fn config() -> Config {
 /// A spec field as the merge reads it (the exports made here carry no source labels).
 fn field(v: &Option<String>) -> String {
     v.clone().unwrap_or_default()
+}
+
+/// The leader's merge as its loop runs it: every ClusterInfo among `exports` weighed first. A
+/// cluster that announces none gets a fixed part of the generator's addresses (east
+/// 10.0.0.0/15, west 10.2.0.0/16, north 10.3.0.0/16), so that its endpoints are judged too.
+fn merge(
+    ns: &str,
+    exports: &[Arc<ResourceExport>],
+    existing: &[Arc<ResourceImport>],
+    withdrawn: &BTreeSet<String>,
+) -> Merged {
+    let imported = existing
+        .iter()
+        .filter(|ri| ri.spec.kind.as_deref() == Some(kinds::CLUSTER_INFO))
+        .filter_map(|ri| ri.metadata.name.clone())
+        .collect();
+    let infos = announcements(exports, &imported);
+    let mut announced = announce::weigh(&infos, 8);
+    for (cluster, service) in [
+        ("east", "10.0.0.0/15"),
+        ("west", "10.2.0.0/16"),
+        ("north", "10.3.0.0/16"),
+    ] {
+        if !infos.iter().any(|a| a.cluster == cluster) {
+            announced.accepted.insert(
+                cluster.to_owned(),
+                Accepted {
+                    service: mc_api::net::Prefix::parse(service).unwrap(),
+                    pods: vec![],
+                    gateways: vec![],
+                },
+            );
+        }
+    }
+    mc_controller::leader::merge::merge(ns, exports, existing, withdrawn, &announced)
 }
 
 /// The imports a merge gives, as ResourceImport objects (what the members read next).

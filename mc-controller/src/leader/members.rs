@@ -84,13 +84,15 @@ impl Tracker {
 }
 
 /// The leader's ClusterSet status. `problem`: why the ClusterSet itself is not usable (for
-/// example, this cluster is not its leader).
+/// example, this cluster is not its leader). `refused`: members whose ClusterInfo the leader
+/// refused, with why: connected, but nothing can be routed to them, so not Ready.
 pub fn leader_status(
     tracker: &Tracker,
     liveness: Liveness,
     now: Timestamp,
     generation: Option<i64>,
     problem: Option<(&str, String)>,
+    refused: &BTreeMap<String, String>,
     old: Option<&ClusterSetStatus>,
 ) -> ClusterSetStatus {
     let old_member = |id: &str| {
@@ -104,7 +106,9 @@ pub fn leader_status(
     let mut ready = 0;
     for (cluster, at) in tracker.last_seen() {
         let connected = now.duration_since(at) <= liveness.timeout;
-        let mut c = if connected {
+        let mut c = if let Some(why) = refused.get(cluster).filter(|_| connected) {
+            condition("Ready", "False", "ClusterInfoRefused", why)
+        } else if connected {
             ready += 1;
             condition("Ready", "True", "Connected", "Member Connected")
         } else {
@@ -154,12 +158,33 @@ mod tests {
     }
 
     #[test]
+    fn a_member_whose_cluster_info_was_refused_is_connected_but_not_ready() {
+        let mut tr = Tracker::default();
+        tr.observe([("east", "1", None), ("west", "1", None)], t(0));
+        let why = "10.97.0.0/16 overlaps 10.97.0.0/16 of cluster east, accepted first".to_owned();
+        let refused = BTreeMap::from([("west".to_owned(), why.clone())]);
+        let s = leader_status(&tr, Liveness::default(), t(1), None, None, &refused, None);
+        assert_eq!(s.ready_clusters, Some(1));
+        let west = &s.cluster_statuses[1].conditions[0];
+        assert_eq!(
+            (
+                west.status.as_deref(),
+                west.reason.as_deref(),
+                west.message.as_ref()
+            ),
+            (Some("False"), Some("ClusterInfoRefused"), Some(&why))
+        );
+        assert_eq!(s.conditions[0].reason.as_deref(), Some("NoReadyCluster"));
+    }
+
+    #[test]
     fn heartbeats_keep_members_connected_and_silence_disconnects_them() {
+        let none = BTreeMap::new();
         let l = Liveness::default();
         let mut tr = Tracker::default();
         tr.observe([("east", "1", None), ("west", "1", None)], t(0));
         tr.observe([("east", "2", None), ("west", "1", None)], t(20));
-        let s = leader_status(&tr, l, t(30), Some(1), None, None);
+        let s = leader_status(&tr, l, t(30), Some(1), None, &none, None);
         assert_eq!((s.total_clusters, s.ready_clusters), (Some(2), Some(1)));
         let west = &s.cluster_statuses[1];
         assert_eq!(west.cluster_id.as_deref(), Some("west"));
@@ -169,7 +194,7 @@ mod tests {
         assert_eq!(tr.withdrawn(l, t(86)), BTreeSet::from(["west".to_owned()]));
         // A returning member is connected again and no longer withdrawn.
         tr.observe([("east", "3", None), ("west", "2", None)], t(90));
-        let s = leader_status(&tr, l, t(91), Some(1), None, Some(&s));
+        let s = leader_status(&tr, l, t(91), Some(1), None, &none, Some(&s));
         assert_eq!(s.ready_clusters, Some(2));
         assert_eq!(s.conditions[0].status.as_deref(), Some("True"));
         assert!(tr.withdrawn(l, t(91)).is_empty());
@@ -180,7 +205,15 @@ mod tests {
         let mut tr = Tracker::default();
         let stale = t(0).to_string();
         tr.observe([("east", "7", Some(stale.as_str()))], t(100));
-        let s = leader_status(&tr, Liveness::default(), t(100), None, None, None);
+        let s = leader_status(
+            &tr,
+            Liveness::default(),
+            t(100),
+            None,
+            None,
+            &BTreeMap::new(),
+            None,
+        );
         assert_eq!(s.ready_clusters, Some(0));
         // Gone announces are forgotten.
         tr.observe([], t(101));
@@ -212,8 +245,24 @@ mod tests {
     fn transition_times_survive_unchanged_conditions() {
         let mut tr = Tracker::default();
         tr.observe([("east", "1", None)], t(0));
-        let first = leader_status(&tr, Liveness::default(), t(1), None, None, None);
-        let second = leader_status(&tr, Liveness::default(), t(9), None, None, Some(&first));
+        let first = leader_status(
+            &tr,
+            Liveness::default(),
+            t(1),
+            None,
+            None,
+            &BTreeMap::new(),
+            None,
+        );
+        let second = leader_status(
+            &tr,
+            Liveness::default(),
+            t(9),
+            None,
+            None,
+            &BTreeMap::new(),
+            Some(&first),
+        );
         assert_eq!(
             first.cluster_statuses[0].conditions[0].last_transition_time,
             second.cluster_statuses[0].conditions[0].last_transition_time

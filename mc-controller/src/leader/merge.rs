@@ -26,6 +26,8 @@ use mc_api::{
 };
 use serde_json::{Value, json};
 
+use super::announce::{self, Announcement};
+
 /// What the leader says about one export (the leader–member contract, in mc-api).
 pub use mc_api::exports::Verdict;
 
@@ -111,11 +113,42 @@ type GroupKey = (Kind, String, String);
 /// names of the ports it serves.
 type Accepted = BTreeMap<(String, String, String), BTreeSet<String>>;
 
+/// The live ClusterInfo exports among `exports`, oldest first, as [`announce::weigh`] takes them
+/// (`imported`: the names of the ClusterInfo imports that exist).
+pub fn announcements<'a>(
+    exports: &'a [Arc<ResourceExport>],
+    imported: &BTreeSet<String>,
+) -> Vec<Announcement<'a>> {
+    let mut infos: Vec<&ResourceExport> = exports
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|re| re.metadata.deletion_timestamp.is_none())
+        .filter(|re| re.spec.kind() == Kind::ClusterInfo)
+        .collect();
+    infos.sort_by(by_age);
+    infos
+        .into_iter()
+        .filter_map(|re| {
+            let info = re.spec.cluster_info.as_ref()?;
+            Some(Announcement {
+                export: re.name_any(),
+                cluster: cluster_of(re),
+                info,
+                imported: imported.contains(&re.name_any()),
+            })
+        })
+        .collect()
+}
+
+/// `announced`: the verdicts on every ClusterInfo ([`announce::weigh`] over [`announcements`]);
+/// the ClusterInfo exports among `exports` are imported or refused by them, and an exporter's
+/// endpoints are imported only inside its accepted CIDRs.
 pub fn merge(
     leader_namespace: &str,
     exports: &[Arc<ResourceExport>],
     existing: &[Arc<ResourceImport>],
     withdrawn: &BTreeSet<String>,
+    announced: &announce::Verdicts,
 ) -> Merged {
     let mut out = Merged::default();
     let live: Vec<&ResourceExport> = exports
@@ -127,7 +160,7 @@ pub fn merge(
         .iter()
         .map(|ri| (ri.name_any(), ri.as_ref()))
         .collect();
-    let mut groups = group(leader_namespace, &live, &mut out);
+    let mut groups = group(leader_namespace, &live, announced, &mut out);
 
     // Which tuple claimed which import name: `-` joins are ambiguous (ns `a-b`/name `c` and
     // ns `a`/name `b-c` give the same name); the first tuple keeps it.
@@ -175,7 +208,14 @@ pub fn merge(
         if *kind == Kind::Endpoints
             && claimed.get(&ri_name) == Some(&(tuple.namespace.clone(), tuple.name.clone()))
         {
-            endpoints(tuple, ri_name, &service_ok, &serviced, withdrawn, &mut out);
+            endpoints(
+                tuple,
+                ri_name,
+                (&service_ok, &serviced),
+                withdrawn,
+                &announced.accepted,
+                &mut out,
+            );
         }
     }
     out
@@ -186,6 +226,7 @@ pub fn merge(
 fn group<'a>(
     leader_namespace: &str,
     live: &[&'a ResourceExport],
+    announced: &announce::Verdicts,
     out: &mut Merged,
 ) -> BTreeMap<GroupKey, Tuple<'a>> {
     let mut groups: BTreeMap<GroupKey, Tuple> = BTreeMap::new();
@@ -195,7 +236,7 @@ fn group<'a>(
         match &kind {
             Kind::Service | Kind::Endpoints | Kind::Acnp => {}
             Kind::ClusterInfo => {
-                clusterinfo(leader_namespace, re, out);
+                clusterinfo(leader_namespace, re, announced, out);
                 continue;
             }
             Kind::LabelIdentity => {
@@ -553,9 +594,9 @@ fn acnp(tuple: &Tuple, out: &mut Merged) -> Option<Value> {
 fn endpoints(
     tuple: &Tuple,
     ri_name: String,
-    service_ok: &Accepted,
-    serviced: &BTreeSet<(String, String)>,
+    (service_ok, serviced): (&Accepted, &BTreeSet<(String, String)>),
     withdrawn: &BTreeSet<String>,
+    clusters: &BTreeMap<String, announce::Accepted>,
     out: &mut Merged,
 ) {
     let mut subsets = BTreeMap::new();
@@ -570,6 +611,16 @@ fn endpoints(
                 tuple.namespace, tuple.name
             )),
             (Some(eps), Some(served)) => {
+                let ips = eps.subsets.iter().flat_map(|s| {
+                    let ready = s.addresses.iter().flatten();
+                    ready.chain(s.not_ready_addresses.iter().flatten())
+                });
+                if let Some(why) =
+                    announce::outside(&cluster, clusters.get(&cluster), ips.map(|a| a.ip.as_str()))
+                {
+                    out.verdicts.insert(re.name_any(), Verdict::Failure(why));
+                    continue;
+                }
                 if !withdrawn.contains(&cluster) {
                     subsets
                         .entry(cluster)
@@ -655,7 +706,12 @@ fn label_identity(re: &ResourceExport, out: &mut Merged) {
     }
 }
 
-fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
+fn clusterinfo(
+    leader_namespace: &str,
+    re: &ResourceExport,
+    announced: &announce::Verdicts,
+    out: &mut Merged,
+) {
     let name = re.name_any();
     let Some(info) = &re.spec.cluster_info else {
         out.verdicts.insert(
@@ -664,6 +720,18 @@ fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
         );
         return;
     };
+    if let Some(why) = announced.refused.get(&name) {
+        out.verdicts.insert(name, Verdict::Failure(why.clone()));
+        return;
+    }
+    if !announced.accepted.contains_key(&cluster_of(re)) {
+        // Not among the announcements weighed (the leader weighs every live ClusterInfo).
+        out.verdicts.insert(
+            name,
+            Verdict::Failure("this ClusterInfo was not weighed yet".into()),
+        );
+        return;
+    }
     out.imports.insert(
         name.clone(),
         ResourceImportSpec {
@@ -680,6 +748,32 @@ fn clusterinfo(leader_namespace: &str, re: &ResourceExport, out: &mut Merged) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::merge`] with the ClusterInfos among `exports` weighed, and east (10.97.0.0/16,
+    /// 10.244.0.0/16) and west (10.98.0.0/16, 10.245.0.0/16) accepted when they announce none.
+    fn merge(
+        ns: &str,
+        exports: &[Arc<ResourceExport>],
+        existing: &[Arc<ResourceImport>],
+        withdrawn: &BTreeSet<String>,
+    ) -> Merged {
+        let imported = existing.iter().map(|ri| ri.name_any()).collect();
+        let mut announced = announce::weigh(&announcements(exports, &imported), 8);
+        for (cluster, service, pods, gw) in [
+            ("east", "10.97.0.0/16", "10.244.0.0/16", [198, 18, 1, 1]),
+            ("west", "10.98.0.0/16", "10.245.0.0/16", [198, 18, 2, 1]),
+        ] {
+            announced
+                .accepted
+                .entry(cluster.into())
+                .or_insert(announce::Accepted {
+                    service: mc_api::net::Prefix::parse(service).unwrap(),
+                    pods: vec![mc_api::net::Prefix::parse(pods).unwrap()],
+                    gateways: vec![gw.into()],
+                });
+        }
+        super::merge(ns, exports, existing, withdrawn, &announced)
+    }
     use k8s_openapi::{
         api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, ServiceSpec},
         apimachinery::pkg::apis::meta::v1::Time,
@@ -1199,7 +1293,11 @@ mod tests {
             ResourceExportSpec {
                 cluster_id: Some("east".into()),
                 kind: Some("ClusterInfo".into()),
-                cluster_info: Some(ClusterInfo::default()),
+                cluster_info: Some(ClusterInfo {
+                    cluster_id: Some("east".into()),
+                    service_cidr: Some("10.97.0.0/16".into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         );
@@ -1238,6 +1336,64 @@ mod tests {
             group_of_export(&exports[1]),
             "a Service and its Endpoints are merged together"
         );
+    }
+
+    #[test]
+    fn a_refused_cluster_info_is_not_imported_and_endpoints_outside_the_cidrs_are_refused() {
+        let info = |cluster: &str, age: i64, service: &str| {
+            let mut re = ResourceExport::new(
+                &format!("{cluster}-clusterinfo"),
+                ResourceExportSpec {
+                    cluster_id: Some(cluster.into()),
+                    kind: Some("ClusterInfo".into()),
+                    cluster_info: Some(ClusterInfo {
+                        cluster_id: Some(cluster.into()),
+                        service_cidr: Some(service.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            );
+            re.metadata.creation_timestamp =
+                Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
+            Arc::new(re)
+        };
+        // Both on kubeadm's default Service CIDR: west, the younger, is refused.
+        let exports = vec![
+            info("east", 0, "10.96.0.0/12"),
+            info("west", 5, "10.96.0.0/12"),
+            svc("east", 0, vec![port("http", 80)]),
+            eps("east", "10.96.0.20"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        assert!(m.imports.contains_key("east-clusterinfo"));
+        assert!(!m.imports.contains_key("west-clusterinfo"));
+        let Verdict::Failure(why) = &m.verdicts["west-clusterinfo"] else {
+            panic!("{:?}", m.verdicts);
+        };
+        assert!(
+            why.contains("overlaps 10.96.0.0/12 of cluster east"),
+            "{why}"
+        );
+        assert_eq!(ips(&m), ["10.96.0.20"]);
+        // An endpoint pointing at another cluster's Node: the whole export is refused, named.
+        let exports = vec![
+            info("east", 0, "10.96.0.0/12"),
+            svc("east", 0, vec![port("http", 80)]),
+            eps("east", "198.18.2.1"),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let name = exports[2].name_any();
+        let Verdict::Failure(why) = &m.verdicts[&name] else {
+            panic!("{:?}", m.verdicts);
+        };
+        assert!(
+            why.contains(
+                "198.18.2.1 lie outside cluster east's accepted Service CIDR 10.96.0.0/12"
+            ),
+            "{why}"
+        );
+        assert!(ips(&m).is_empty());
     }
 
     #[test]

@@ -7,12 +7,13 @@
 //! timeouts. Everything is recomputed when the members' state changes, after a failed write, and
 //! every `FULL_RESYNC`.
 
+pub mod announce;
 pub mod binding;
 pub mod members;
 pub mod merge;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -47,6 +48,8 @@ pub struct LeaderOptions {
     pub accounts: Arc<Watched<ServiceAccount>>,
     /// `enableStretchedNetworkPolicy`: label identities get IDs and are imported.
     pub stretched: bool,
+    /// `minAnnouncedPrefixLength`: members' wider prefixes are refused.
+    pub min_prefix_len: u8,
 }
 
 /// The watch of the leader namespace's ServiceAccounts, firing `trigger` on every change.
@@ -85,6 +88,12 @@ struct Leader {
     pending: Work,
     /// The members as the last pass saw them (known, withdrawn): a change re-merges everything.
     members_seen: (BTreeSet<String>, BTreeSet<String>),
+    /// The ClusterInfos the last pass accepted: a change re-merges everything (endpoints are
+    /// imported only inside their exporter's accepted CIDRs).
+    accepted_seen: BTreeMap<String, announce::Accepted>,
+    /// Members whose ClusterInfo is refused, with why (their ClusterSet status says so).
+    refused_infos: BTreeMap<String, String>,
+    min_prefix_len: u8,
     stretched: bool,
     /// The label identities' IDs (restored from the imports on the first pass).
     ids: Option<IdAllocator>,
@@ -110,6 +119,8 @@ pub fn group_of_export(re: &ResourceExport) -> String {
         Kind::Acnp => name,
         // Every cluster's export of a label feeds the one import named by its hash.
         Kind::LabelIdentity => names::label_hash_of_export(&re.name_any()).to_owned(),
+        // About no key: the leader weighs every ClusterInfo against the others in every pass.
+        Kind::ClusterInfo => String::new(),
         _ => re.name_any(),
     }
 }
@@ -121,6 +132,7 @@ pub fn group_of_import(ri: &ResourceImport) -> String {
     match ri.spec.kind.as_deref() {
         Some(ri_kinds::SERVICE_IMPORT | ri_kinds::ENDPOINTS) => format!("{ns}-{name}"),
         Some(ri_kinds::ACNP) => name.to_owned(),
+        Some(ri_kinds::CLUSTER_INFO) => String::new(),
         _ => ri.name_any(),
     }
 }
@@ -193,6 +205,9 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         statuses: StatusPacer::default(),
         pending: Work::default(),
         members_seen: Default::default(),
+        accepted_seen: BTreeMap::new(),
+        refused_infos: BTreeMap::new(),
+        min_prefix_len: opts.min_prefix_len,
         stretched: opts.stretched,
         ids: None,
         ids_recorded: 0,
@@ -318,10 +333,36 @@ impl Leader {
             self.members_seen = members.clone();
         }
         let (known, withdrawn) = members;
-        // The groups' own objects, found by key.
-        let exports = self.exports.covered(&work);
-        let imports = self.imports.covered(&work);
-        let mut merged = merge::merge(&self.ns, &exports, &imports, &withdrawn);
+        // The groups' own objects, found by key (every ClusterInfo export and import is in
+        // every pass: they are about no key).
+        let mut exports = self.exports.covered(&work);
+        let mut imports = self.imports.covered(&work);
+        let imported: BTreeSet<String> = imports
+            .iter()
+            .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::CLUSTER_INFO))
+            .map(|ri| ri.name_any())
+            .collect();
+        let infos = merge::announcements(&exports, &imported);
+        let announced = announce::weigh(&infos, self.min_prefix_len);
+        let refused: BTreeMap<String, String> = infos
+            .iter()
+            .filter_map(|a| Some((a.cluster.clone(), announced.refused.get(&a.export)?.clone())))
+            .collect();
+        drop(infos);
+        for (cluster, why) in &refused {
+            if self.refused_infos.get(cluster) != Some(why) {
+                tracing::warn!(cluster, "ClusterInfo refused: {why}");
+            }
+        }
+        self.refused_infos = refused;
+        if announced.accepted != self.accepted_seen {
+            // Which endpoints may be imported changed with them.
+            work = Work::All;
+            self.accepted_seen = announced.accepted.clone();
+            exports = self.exports.covered(&work);
+            imports = self.imports.covered(&work);
+        }
+        let mut merged = merge::merge(&self.ns, &exports, &imports, &withdrawn, &announced);
         let (imports, f) = self
             .label_identities(&mut merged, &exports, imports, &work)
             .await;
@@ -742,6 +783,7 @@ impl Leader {
                 now,
                 set.metadata.generation,
                 problem.as_ref().map(|(r, m)| (*r, m.clone())),
+                &self.refused_infos,
                 set.status.as_ref(),
             );
             if set.status.as_ref().is_some_and(|old| old.same(&status)) {

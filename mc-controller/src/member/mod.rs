@@ -310,7 +310,22 @@ impl Member {
                         }
                     }
                 }
-                (self.conn.as_ref().map(Connection::beat), None)
+                // The leader refused this cluster's ClusterInfo: connected, but no other
+                // cluster routes to it.
+                let refused = self.conn.as_ref().and_then(|conn| {
+                    let name = names::cluster_info_export(&conn.identity.cluster_id);
+                    let re = conn
+                        .own_exports
+                        .get(Some(&conn.identity.leader_ns), &name)?;
+                    match Verdict::of(re.status.as_ref())? {
+                        Verdict::Failure(why) => Some(problem(
+                            "ClusterInfoRefused",
+                            format!("the leader refused this cluster's ClusterInfo: {why}"),
+                        )),
+                        _ => None,
+                    }
+                });
+                (self.conn.as_ref().map(Connection::beat), refused)
             }
         };
         let connected = beat.as_ref().and_then(|b| b.connected) == Some(true);

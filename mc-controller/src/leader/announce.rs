@@ -1,0 +1,472 @@
+//! What the leader accepts of the members' announcements before any cluster routes them.
+//!
+//! A ClusterInfo's CIDRs become host routes on every other member's Nodes, its gateway IPs their
+//! tunnel peers, and an exporter's endpoints the addresses other clusters' clients are sent to.
+//! So the leader checks each ClusterInfo against the special ranges, a floor on prefix length and
+//! every ClusterInfo it already accepted (the earlier keeps its CIDRs; the later is refused,
+//! naming the cluster and prefix it collides with), and accepts an Endpoints export only when
+//! every address lies inside its exporter's accepted CIDRs. Pure: the same exports always give
+//! the same verdicts.
+
+use std::{collections::BTreeMap, net::Ipv4Addr};
+
+use mc_api::{clusterinfo::ClusterInfo, net::Prefix};
+
+pub use mc_api::config::DEFAULT_MIN_ANNOUNCED_PREFIX_LENGTH as DEFAULT_MIN_PREFIX_LENGTH;
+
+/// One prefix of an announcement, checked on its own (normalised).
+pub fn check_prefix(text: &str, min_len: u8) -> Result<Prefix, String> {
+    // Host bits are cleared, not refused: the guide's own example is `10.10.1.1/16`.
+    let p = Prefix::parse(text)?;
+    if p.len < min_len {
+        return Err(format!(
+            "{p} is wider than /{min_len} (minAnnouncedPrefixLength): no cluster's CIDR is that wide"
+        ));
+    }
+    if let Some(why) = p.special() {
+        return Err(why);
+    }
+    Ok(p)
+}
+
+/// A ClusterInfo the leader accepted: what other clusters may route toward its gateways.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    pub service: Prefix,
+    pub pods: Vec<Prefix>,
+    pub gateways: Vec<Ipv4Addr>,
+}
+
+impl Accepted {
+    fn prefixes(&self) -> impl Iterator<Item = &Prefix> {
+        std::iter::once(&self.service).chain(&self.pods)
+    }
+
+    /// Whether `ip` is an address other clusters may be sent to for this cluster: inside its
+    /// Service CIDR or one of its Pod CIDRs.
+    pub fn holds(&self, ip: &str) -> bool {
+        self.prefixes().any(|p| p.contains_ip(ip))
+    }
+
+    pub fn describe(&self) -> String {
+        let pods: Vec<String> = self.pods.iter().map(ToString::to_string).collect();
+        format!(
+            "Service CIDR {}, Pod CIDRs [{}]",
+            self.service,
+            pods.join(", ")
+        )
+    }
+}
+
+/// One ClusterInfo export as the leader weighs it.
+#[derive(Clone, Debug)]
+pub struct Announcement<'a> {
+    /// The ResourceExport's name.
+    pub export: String,
+    /// The exporting cluster.
+    pub cluster: String,
+    pub info: &'a ClusterInfo,
+    /// Whether it is imported already: an accepted announcement keeps its CIDRs against a
+    /// newcomer, whatever their ages.
+    pub imported: bool,
+}
+
+/// The verdicts on every ClusterInfo: accepted ones by cluster, refused ones by export name with
+/// the reason.
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    pub accepted: BTreeMap<String, Accepted>,
+    pub refused: BTreeMap<String, String>,
+}
+
+/// Weighs `announcements`, given oldest first; those already imported go before the others.
+pub fn weigh(announcements: &[Announcement], min_len: u8) -> Verdicts {
+    let mut order: Vec<&Announcement> = announcements.iter().collect();
+    // Stable: ages stay the order within each class.
+    order.sort_by_key(|a| !a.imported);
+    let mut out = Verdicts::default();
+    for a in order {
+        match accept(a, &out.accepted, min_len) {
+            Ok(accepted) => {
+                out.accepted.insert(a.cluster.clone(), accepted);
+            }
+            Err(why) => {
+                out.refused.insert(a.export.clone(), why);
+            }
+        }
+    }
+    out
+}
+
+/// `a` checked on its own and against every announcement accepted before it.
+fn accept(
+    a: &Announcement,
+    accepted: &BTreeMap<String, Accepted>,
+    min_len: u8,
+) -> Result<Accepted, String> {
+    let info = a.info;
+    if info.cluster_id.as_deref() != Some(a.cluster.as_str()) {
+        return Err(format!(
+            "clusterInfo.clusterID {:?} is not the exporting cluster {:?}",
+            info.cluster_id.as_deref().unwrap_or_default(),
+            a.cluster
+        ));
+    }
+    if accepted.contains_key(&a.cluster) {
+        return Err(format!(
+            "cluster {} already announced its ClusterInfo in another export",
+            a.cluster
+        ));
+    }
+    let service = info
+        .service_cidr
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "serviceCIDR is empty".to_owned())
+        .and_then(|s| check_prefix(s, min_len).map_err(|e| format!("serviceCIDR: {e}")))?;
+    let mut pods = Vec::new();
+    for text in &info.pod_cidrs {
+        let p = check_prefix(text, min_len).map_err(|e| format!("podCIDRs: {e}"))?;
+        if !pods.contains(&p) {
+            pods.push(p);
+        }
+    }
+    let mut gateways = Vec::new();
+    for g in &info.gateway_infos {
+        let text = g.gateway_ip.as_deref().unwrap_or_default();
+        let ip: Ipv4Addr = text
+            .parse()
+            .map_err(|_| format!("gatewayIP {text:?} is not an IPv4 address"))?;
+        if let Some(why) = Prefix::new(ip, 32).special() {
+            return Err(format!("gatewayIP {ip}: {why}"));
+        }
+        if ip.is_broadcast() || ip.is_unspecified() {
+            return Err(format!("gatewayIP {ip} is not a unicast address"));
+        }
+        gateways.push(ip);
+    }
+    let mine = Accepted {
+        service,
+        pods,
+        gateways,
+    };
+    // Its own gateways outside its own CIDRs: a route to a CIDR holding the tunnel's peer would
+    // send the tunnel into itself.
+    for ip in &mine.gateways {
+        if let Some(p) = mine.prefixes().find(|p| p.contains(&Prefix::new(*ip, 32))) {
+            return Err(format!("gatewayIP {ip} lies inside its own CIDR {p}"));
+        }
+    }
+    for (other, theirs) in accepted {
+        for p in mine.prefixes() {
+            if let Some(q) = theirs.prefixes().find(|q| q.overlaps(p)) {
+                return Err(format!(
+                    "{p} overlaps {q} of cluster {other}, accepted first: CIDRs must be unique across the ClusterSet"
+                ));
+            }
+            if let Some(ip) = theirs
+                .gateways
+                .iter()
+                .find(|ip| p.contains(&Prefix::new(**ip, 32)))
+            {
+                return Err(format!(
+                    "{p} holds {ip}, a gateway IP of cluster {other}: routing it would capture that tunnel"
+                ));
+            }
+        }
+        for ip in &mine.gateways {
+            if theirs.gateways.contains(ip) {
+                return Err(format!(
+                    "gatewayIP {ip} is already the gateway IP of cluster {other}"
+                ));
+            }
+            if let Some(q) = theirs
+                .prefixes()
+                .find(|q| q.contains(&Prefix::new(*ip, 32)))
+            {
+                return Err(format!("gatewayIP {ip} lies inside {q} of cluster {other}"));
+            }
+        }
+    }
+    Ok(mine)
+}
+
+/// The addresses of an exporter's endpoints that lie outside its accepted CIDRs (all of them
+/// when it has no accepted ClusterInfo), as the refusal names them; `None` when all are inside.
+pub fn outside<'a>(
+    cluster: &str,
+    accepted: Option<&Accepted>,
+    ips: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let Some(accepted) = accepted else {
+        return Some(format!(
+            "cluster {cluster} has no accepted ClusterInfo (not announced yet, or refused: see its ClusterInfo export), so none of its endpoints can be routed"
+        ));
+    };
+    let bad: Vec<&str> = ips.into_iter().filter(|ip| !accepted.holds(ip)).collect();
+    if bad.is_empty() {
+        return None;
+    }
+    let shown: Vec<&str> = bad.iter().take(5).copied().collect();
+    let more = if bad.len() > shown.len() {
+        format!(" and {} more", bad.len() - shown.len())
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "endpoints {}{more} lie outside cluster {cluster}'s accepted {}: only addresses there are imported",
+        shown.join(", "),
+        accepted.describe()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mc_api::clusterinfo::GatewayInfo;
+    use proptest::prelude::*;
+
+    fn info(cluster: &str, service: &str, pods: &[&str], gw: &str) -> ClusterInfo {
+        ClusterInfo {
+            cluster_id: Some(cluster.into()),
+            service_cidr: Some(service.into()),
+            pod_cidrs: pods.iter().map(|p| (*p).to_owned()).collect(),
+            gateway_infos: vec![GatewayInfo {
+                gateway_ip: Some(gw.into()),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn ann<'a>(cluster: &str, info: &'a ClusterInfo, imported: bool) -> Announcement<'a> {
+        Announcement {
+            export: format!("{cluster}-clusterinfo"),
+            cluster: cluster.into(),
+            info,
+            imported,
+        }
+    }
+
+    /// The guides' clusters: kubeadm's defaults differ per cluster in the guide's examples.
+    fn honest() -> (ClusterInfo, ClusterInfo) {
+        (
+            info(
+                "test-cluster-east",
+                "10.97.0.0/16",
+                &["10.244.0.0/16"],
+                "198.18.1.1",
+            ),
+            info(
+                "test-cluster-west",
+                "10.98.0.0/16",
+                &["10.245.0.0/16"],
+                "198.18.2.1",
+            ),
+        )
+    }
+
+    fn refused(attacker: ClusterInfo) -> String {
+        let (east, west) = honest();
+        let v = weigh(
+            &[
+                ann("test-cluster-east", &east, true),
+                ann("test-cluster-west", &west, true),
+                ann("evil", &attacker, false),
+            ],
+            DEFAULT_MIN_PREFIX_LENGTH,
+        );
+        assert_eq!(v.accepted.len(), 2, "{v:?}");
+        v.refused.get("evil-clusterinfo").cloned().expect("refused")
+    }
+
+    #[test]
+    fn the_guides_examples_are_accepted() {
+        // seed 000's ClusterInfoImport, with seed 001's podCIDRs (host bits and all).
+        let east = info(
+            "test-cluster-east",
+            "110.96.0.0/20",
+            &["10.10.1.1/16"],
+            "10.17.27.55",
+        );
+        let v = weigh(
+            &[ann("test-cluster-east", &east, false)],
+            DEFAULT_MIN_PREFIX_LENGTH,
+        );
+        assert!(v.refused.is_empty(), "{v:?}");
+        assert_eq!(
+            v.accepted["test-cluster-east"].pods[0].to_string(),
+            "10.10.0.0/16"
+        );
+    }
+
+    #[test]
+    fn honest_announcements_are_accepted() {
+        let (east, west) = honest();
+        let v = weigh(
+            &[
+                ann("test-cluster-east", &east, false),
+                ann("test-cluster-west", &west, false),
+            ],
+            DEFAULT_MIN_PREFIX_LENGTH,
+        );
+        assert!(v.refused.is_empty(), "{v:?}");
+        assert_eq!(v.accepted.len(), 2);
+    }
+
+    #[test]
+    fn each_bad_announcement_is_refused_with_its_reason() {
+        let gw = "198.18.3.1";
+        for (attacker, says) in [
+            // Another member's Service CIDR.
+            (
+                info("evil", "10.97.0.0/16", &[], gw),
+                "overlaps 10.97.0.0/16 of cluster test-cluster-east",
+            ),
+            // A Node subnet holding another member's gateway.
+            (
+                info("evil", "10.99.0.0/16", &["198.18.1.0/24"], gw),
+                "holds 198.18.1.1, a gateway IP of cluster test-cluster-east",
+            ),
+            // The cloud metadata service.
+            (info("evil", "169.254.169.254/32", &[], gw), "link-local"),
+            // Half the Internet.
+            (
+                info("evil", "10.99.0.0/16", &["128.0.0.0/1"], gw),
+                "wider than /8",
+            ),
+            (info("evil", "0.0.0.0/0", &[], gw), "wider than /8"),
+            (info("evil", "127.0.0.0/8", &[], gw), "loopback"),
+            (info("evil", "224.0.0.0/8", &[], gw), "multicast"),
+            (
+                info("evil", "10.99.0.0/16", &["10.245.128.0/17"], gw),
+                "overlaps 10.245.0.0/16 of cluster test-cluster-west",
+            ),
+            (
+                info("evil", "10.99.0.0/16", &["not-a-cidr"], gw),
+                "not a CIDR",
+            ),
+            (info("evil", "", &[], gw), "serviceCIDR is empty"),
+            // A duplicate gateway IP, one inside another's CIDR, one inside its own.
+            (
+                info("evil", "10.99.0.0/16", &[], "198.18.2.1"),
+                "already the gateway IP of cluster test-cluster-west",
+            ),
+            (
+                info("evil", "10.99.0.0/16", &[], "10.244.3.3"),
+                "inside 10.244.0.0/16 of cluster test-cluster-east",
+            ),
+            (
+                info("evil", "10.99.0.0/16", &[], "10.99.1.1"),
+                "inside its own CIDR",
+            ),
+            (
+                info("evil", "10.99.0.0/16", &[], "169.254.1.1"),
+                "link-local",
+            ),
+            (
+                info("evil", "10.99.0.0/16", &[], "nope"),
+                "not an IPv4 address",
+            ),
+            // Another cluster's ID.
+            (
+                info("test-cluster-west", "10.99.0.0/16", &[], gw),
+                "not the exporting cluster",
+            ),
+        ] {
+            let why = refused(attacker.clone());
+            assert!(
+                why.contains(says),
+                "{attacker:?}: {why:?} should say {says:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn of_two_clusters_on_the_same_defaults_the_later_is_refused_naming_both() {
+        let a = info("a", "10.96.0.0/12", &["10.244.0.0/16"], "198.18.1.1");
+        let b = info("b", "10.96.0.0/12", &["10.244.0.0/16"], "198.18.2.1");
+        // Oldest first: a.
+        let v = weigh(&[ann("a", &a, false), ann("b", &b, false)], 8);
+        assert!(v.accepted.contains_key("a"));
+        let why = &v.refused["b-clusterinfo"];
+        assert!(
+            why.contains("10.96.0.0/12 overlaps 10.96.0.0/12 of cluster a"),
+            "{why}"
+        );
+        // Already imported beats older: b keeps its CIDRs once accepted.
+        let v = weigh(&[ann("a", &a, false), ann("b", &b, true)], 8);
+        assert!(v.accepted.contains_key("b") && v.refused.contains_key("a-clusterinfo"));
+    }
+
+    #[test]
+    fn the_floor_is_configurable() {
+        let wide = info("a", "10.0.0.0/8", &[], "198.18.1.1");
+        assert!(weigh(&[ann("a", &wide, false)], 8).refused.is_empty());
+        assert!(weigh(&[ann("a", &wide, false)], 12).refused["a-clusterinfo"].contains("/12"));
+    }
+
+    #[test]
+    fn endpoints_outside_the_exporters_cidrs_are_named() {
+        let (east, _) = honest();
+        let v = weigh(&[ann("test-cluster-east", &east, true)], 8);
+        let a = v.accepted.get("test-cluster-east");
+        assert_eq!(
+            outside("test-cluster-east", a, ["10.97.0.12", "10.244.1.7"]),
+            None
+        );
+        let why = outside(
+            "test-cluster-east",
+            a,
+            ["10.97.0.12", "198.18.2.1", "8.8.8.8"],
+        )
+        .unwrap();
+        assert!(why.contains("198.18.2.1, 8.8.8.8 lie outside"), "{why}");
+        assert!(
+            outside("west", None, ["10.98.0.1"])
+                .unwrap()
+                .contains("no accepted ClusterInfo")
+        );
+    }
+
+    proptest! {
+        /// Whatever is announced, no two accepted clusters overlap, and no accepted CIDR is
+        /// special, wider than the floor or holds an accepted gateway.
+        #[test]
+        fn accepted_announcements_never_collide(
+            raw in proptest::collection::vec(
+                ((0u32..=u32::MAX, 0u8..=32), proptest::collection::vec((0u32..=u32::MAX, 0u8..=32), 0..3), 0u32..=u32::MAX),
+                1..6,
+            )
+        ) {
+            let infos: Vec<ClusterInfo> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, ((s, sl), pods, gw))| {
+                    let cidr = |a: u32, l: u8| Prefix::new(Ipv4Addr::from(a), l).to_string();
+                    let pods: Vec<String> = pods.iter().map(|(a, l)| cidr(*a, *l)).collect();
+                    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
+                    info(&format!("c{i}"), &cidr(*s, *sl), &pods, &Ipv4Addr::from(*gw).to_string())
+                })
+                .collect();
+            let anns: Vec<Announcement> = infos
+                .iter()
+                .enumerate()
+                .map(|(i, inf)| ann(&format!("c{i}"), inf, i % 2 == 0))
+                .collect();
+            let v = weigh(&anns, 8);
+            prop_assert_eq!(v.accepted.len() + v.refused.len(), infos.len());
+            let all: Vec<(&String, &Accepted)> = v.accepted.iter().collect();
+            for (i, (a, x)) in all.iter().enumerate() {
+                for p in x.prefixes() {
+                    prop_assert!(p.len >= 8 && p.special().is_none());
+                    for (b, y) in &all[i + 1..] {
+                        prop_assert!(y.prefixes().all(|q| !q.overlaps(p)), "{} and {} overlap", a, b);
+                    }
+                    for (_, y) in &all {
+                        prop_assert!(y.gateways.iter().all(|g| !p.contains(&Prefix::new(*g, 32))));
+                    }
+                }
+            }
+        }
+    }
+}
