@@ -406,12 +406,7 @@ fn merge(
     existing: &[Arc<ResourceImport>],
     withdrawn: &BTreeSet<String>,
 ) -> Merged {
-    let imported = existing
-        .iter()
-        .filter(|ri| ri.spec.kind.as_deref() == Some(kinds::CLUSTER_INFO))
-        .filter_map(|ri| ri.metadata.name.clone())
-        .collect();
-    let infos = announcements(exports, &imported);
+    let infos = announcements(exports, existing);
     let mut announced = announce::weigh(&infos, 8);
     for (cluster, service) in [
         ("east", "10.0.0.0/15"),

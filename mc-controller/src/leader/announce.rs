@@ -65,32 +65,54 @@ pub struct Announcement<'a> {
     pub export: String,
     /// The exporting cluster.
     pub cluster: String,
+    /// What the export announces now.
     pub info: &'a ClusterInfo,
-    /// Whether it is imported already: an accepted announcement keeps its CIDRs against a
-    /// newcomer, whatever their ages.
-    pub imported: bool,
+    /// What its import holds, if the leader imported it before: an accepted announcement keeps
+    /// its CIDRs against a newcomer whatever their ages, and stays imported while a change to
+    /// it is refused.
+    pub imported: Option<&'a ClusterInfo>,
 }
 
-/// The verdicts on every ClusterInfo: accepted ones by cluster, refused ones by export name with
-/// the reason.
+/// The verdicts on every ClusterInfo.
 #[derive(Debug, Default)]
 pub struct Verdicts {
+    /// What other clusters may route toward each cluster, by cluster.
     pub accepted: BTreeMap<String, Accepted>,
+    /// Refused announcements, by export name, with why.
     pub refused: BTreeMap<String, String>,
+    /// What each export's import holds, by export name: its announcement when accepted, the one
+    /// imported before when a change to it was refused, nothing otherwise.
+    pub imports: BTreeMap<String, ClusterInfo>,
 }
 
-/// Weighs `announcements`, given oldest first; those already imported go before the others.
+/// Weighs `announcements`, given oldest first: first what is imported already (as imported),
+/// then what is new or changed, each against everything accepted before it.
 pub fn weigh(announcements: &[Announcement], min_len: u8) -> Verdicts {
-    let mut order: Vec<&Announcement> = announcements.iter().collect();
-    // Stable: ages stay the order within each class.
-    order.sort_by_key(|a| !a.imported);
     let mut out = Verdicts::default();
-    for a in order {
-        match accept(a, &out.accepted, min_len) {
+    for a in announcements {
+        let Some(held) = a.imported else { continue };
+        if let Ok(accepted) = accept(&a.cluster, held, &out.accepted, min_len) {
+            out.accepted.insert(a.cluster.clone(), accepted);
+            out.imports.insert(a.export.clone(), held.clone());
+        }
+        // An import that no longer passes (a leader upgraded to stricter checks, a floor
+        // raised) is weighed again below as if new.
+    }
+    for a in announcements {
+        if a.imported == Some(a.info) && out.imports.contains_key(&a.export) {
+            continue;
+        }
+        // Its own earlier announcement is not in its way.
+        let earlier = out.accepted.remove(&a.cluster);
+        match accept(&a.cluster, a.info, &out.accepted, min_len) {
             Ok(accepted) => {
                 out.accepted.insert(a.cluster.clone(), accepted);
+                out.imports.insert(a.export.clone(), a.info.clone());
             }
             Err(why) => {
+                if let Some(earlier) = earlier {
+                    out.accepted.insert(a.cluster.clone(), earlier);
+                }
                 out.refused.insert(a.export.clone(), why);
             }
         }
@@ -100,22 +122,20 @@ pub fn weigh(announcements: &[Announcement], min_len: u8) -> Verdicts {
 
 /// `a` checked on its own and against every announcement accepted before it.
 fn accept(
-    a: &Announcement,
+    cluster: &str,
+    info: &ClusterInfo,
     accepted: &BTreeMap<String, Accepted>,
     min_len: u8,
 ) -> Result<Accepted, String> {
-    let info = a.info;
-    if info.cluster_id.as_deref() != Some(a.cluster.as_str()) {
+    if info.cluster_id.as_deref() != Some(cluster) {
         return Err(format!(
-            "clusterInfo.clusterID {:?} is not the exporting cluster {:?}",
+            "clusterInfo.clusterID {:?} is not the exporting cluster {cluster:?}",
             info.cluster_id.as_deref().unwrap_or_default(),
-            a.cluster
         ));
     }
-    if accepted.contains_key(&a.cluster) {
+    if accepted.contains_key(cluster) {
         return Err(format!(
-            "cluster {} already announced its ClusterInfo in another export",
-            a.cluster
+            "cluster {cluster} already announced its ClusterInfo in another export"
         ));
     }
     let service = info
@@ -243,7 +263,7 @@ mod tests {
             export: format!("{cluster}-clusterinfo"),
             cluster: cluster.into(),
             info,
-            imported,
+            imported: imported.then_some(info),
         }
     }
 
@@ -396,6 +416,40 @@ mod tests {
         // Already imported beats older: b keeps its CIDRs once accepted.
         let v = weigh(&[ann("a", &a, false), ann("b", &b, true)], 8);
         assert!(v.accepted.contains_key("b") && v.refused.contains_key("a-clusterinfo"));
+    }
+
+    #[test]
+    fn a_refused_change_leaves_the_earlier_announcement_imported() {
+        let (east, west) = honest();
+        let evil = info("test-cluster-west", "10.97.0.0/16", &[], "198.18.2.1");
+        let changed = Announcement {
+            imported: Some(&west),
+            ..ann("test-cluster-west", &evil, false)
+        };
+        let v = weigh(&[changed, ann("test-cluster-east", &east, true)], 8);
+        assert!(v.refused["test-cluster-west-clusterinfo"].contains("overlaps"));
+        assert_eq!(
+            v.imports["test-cluster-west-clusterinfo"], west,
+            "the earlier one stays"
+        );
+        assert_eq!(
+            v.accepted["test-cluster-west"].service.to_string(),
+            "10.98.0.0/16"
+        );
+        // A good change replaces it.
+        let better = info(
+            "test-cluster-west",
+            "10.98.0.0/16",
+            &["10.246.0.0/16"],
+            "198.18.2.1",
+        );
+        let changed = Announcement {
+            imported: Some(&west),
+            ..ann("test-cluster-west", &better, false)
+        };
+        let v = weigh(&[changed, ann("test-cluster-east", &east, true)], 8);
+        assert!(v.refused.is_empty(), "{v:?}");
+        assert_eq!(v.imports["test-cluster-west-clusterinfo"], better);
     }
 
     #[test]

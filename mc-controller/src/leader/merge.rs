@@ -113,12 +113,17 @@ type GroupKey = (Kind, String, String);
 /// names of the ports it serves.
 type Accepted = BTreeMap<(String, String, String), BTreeSet<String>>;
 
-/// The live ClusterInfo exports among `exports`, oldest first, as [`announce::weigh`] takes them
-/// (`imported`: the names of the ClusterInfo imports that exist).
+/// The live ClusterInfo exports among `exports`, oldest first, with what their imports hold, as
+/// [`announce::weigh`] takes them.
 pub fn announcements<'a>(
     exports: &'a [Arc<ResourceExport>],
-    imported: &BTreeSet<String>,
+    existing: &'a [Arc<ResourceImport>],
 ) -> Vec<Announcement<'a>> {
+    let imported: BTreeMap<String, &mc_api::clusterinfo::ClusterInfo> = existing
+        .iter()
+        .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::CLUSTER_INFO))
+        .filter_map(|ri| Some((ri.name_any(), ri.spec.cluster_info.as_ref()?)))
+        .collect();
     let mut infos: Vec<&ResourceExport> = exports
         .iter()
         .map(Arc::as_ref)
@@ -134,7 +139,7 @@ pub fn announcements<'a>(
                 export: re.name_any(),
                 cluster: cluster_of(re),
                 info,
-                imported: imported.contains(&re.name_any()),
+                imported: imported.get(&re.name_any()).copied(),
             })
         })
         .collect()
@@ -713,36 +718,33 @@ fn clusterinfo(
     out: &mut Merged,
 ) {
     let name = re.name_any();
-    let Some(info) = &re.spec.cluster_info else {
+    if re.spec.cluster_info.is_none() {
         out.verdicts.insert(
             name,
             Verdict::Failure("a ClusterInfo export needs spec.clusterInfo".into()),
         );
         return;
-    };
-    if let Some(why) = announced.refused.get(&name) {
-        out.verdicts.insert(name, Verdict::Failure(why.clone()));
-        return;
     }
-    if !announced.accepted.contains_key(&cluster_of(re)) {
-        // Not among the announcements weighed (the leader weighs every live ClusterInfo).
-        out.verdicts.insert(
-            name,
-            Verdict::Failure("this ClusterInfo was not weighed yet".into()),
+    // A refused change leaves the announcement imported before (if any) in place.
+    if let Some(held) = announced.imports.get(&name) {
+        out.imports.insert(
+            name.clone(),
+            ResourceImportSpec {
+                name: Some(name.clone()),
+                namespace: Some(leader_namespace.to_owned()),
+                kind: Some(ri_kinds::CLUSTER_INFO.into()),
+                cluster_info: Some(held.clone()),
+                ..Default::default()
+            },
         );
-        return;
     }
-    out.imports.insert(
-        name.clone(),
-        ResourceImportSpec {
-            name: Some(name.clone()),
-            namespace: Some(leader_namespace.to_owned()),
-            kind: Some(ri_kinds::CLUSTER_INFO.into()),
-            cluster_info: Some(info.clone()),
-            ..Default::default()
-        },
-    );
-    out.verdicts.insert(name, Verdict::Succeeded);
+    let verdict = match announced.refused.get(&name) {
+        Some(why) => Verdict::Failure(why.clone()),
+        None if announced.imports.contains_key(&name) => Verdict::Succeeded,
+        // Not among the announcements weighed (the leader weighs every live ClusterInfo).
+        None => Verdict::Failure("this ClusterInfo was not weighed yet".into()),
+    };
+    out.verdicts.insert(name, verdict);
 }
 
 #[cfg(test)]
@@ -757,8 +759,7 @@ mod tests {
         existing: &[Arc<ResourceImport>],
         withdrawn: &BTreeSet<String>,
     ) -> Merged {
-        let imported = existing.iter().map(|ri| ri.name_any()).collect();
-        let mut announced = announce::weigh(&announcements(exports, &imported), 8);
+        let mut announced = announce::weigh(&announcements(exports, existing), 8);
         for (cluster, service, pods, gw) in [
             ("east", "10.97.0.0/16", "10.244.0.0/16", [198, 18, 1, 1]),
             ("west", "10.98.0.0/16", "10.245.0.0/16", [198, 18, 2, 1]),
@@ -1394,6 +1395,55 @@ mod tests {
             "{why}"
         );
         assert!(ips(&m).is_empty());
+    }
+
+    #[test]
+    fn a_member_that_changes_its_announcement_to_anothers_cidr_displaces_nothing() {
+        let info = |cluster: &str, age: i64, service: &str| {
+            let mut re = ResourceExport::new(
+                &format!("{cluster}-clusterinfo"),
+                ResourceExportSpec {
+                    cluster_id: Some(cluster.into()),
+                    kind: Some("ClusterInfo".into()),
+                    cluster_info: Some(ClusterInfo {
+                        cluster_id: Some(cluster.into()),
+                        service_cidr: Some(service.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            );
+            re.metadata.creation_timestamp =
+                Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
+            Arc::new(re)
+        };
+        // West is the older member; both are imported.
+        let honest = vec![
+            info("west", 0, "10.98.0.0/16"),
+            info("east", 5, "10.97.0.0/16"),
+        ];
+        let m = merge(NS, &honest, &[], &BTreeSet::new());
+        let imports: Vec<Arc<ResourceImport>> = m
+            .imports
+            .iter()
+            .map(|(n, s)| Arc::new(ResourceImport::new(n, s.clone())))
+            .collect();
+        assert_eq!(imports.len(), 2);
+        // West now claims east's CIDR: refused, east keeps it, and west's earlier announcement
+        // stays imported (nothing routed changes anywhere).
+        let evil = vec![
+            info("west", 0, "10.97.0.0/16"),
+            info("east", 5, "10.97.0.0/16"),
+        ];
+        let m = merge(NS, &evil, &imports, &BTreeSet::new());
+        assert_eq!(m.verdicts["east-clusterinfo"], Verdict::Succeeded);
+        assert!(
+            matches!(&m.verdicts["west-clusterinfo"], Verdict::Failure(w) if w.contains("of cluster east")),
+            "{:?}",
+            m.verdicts
+        );
+        let held = m.imports["west-clusterinfo"].cluster_info.as_ref().unwrap();
+        assert_eq!(held.service_cidr.as_deref(), Some("10.98.0.0/16"));
     }
 
     #[test]

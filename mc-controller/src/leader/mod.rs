@@ -337,12 +337,7 @@ impl Leader {
         // every pass: they are about no key).
         let mut exports = self.exports.covered(&work);
         let mut imports = self.imports.covered(&work);
-        let imported: BTreeSet<String> = imports
-            .iter()
-            .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::CLUSTER_INFO))
-            .map(|ri| ri.name_any())
-            .collect();
-        let infos = merge::announcements(&exports, &imported);
+        let infos = merge::announcements(&exports, &imports);
         let announced = announce::weigh(&infos, self.min_prefix_len);
         let refused: BTreeMap<String, String> = infos
             .iter()
