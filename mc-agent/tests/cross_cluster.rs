@@ -110,12 +110,15 @@ fn pattern(i: usize) -> u8 {
 /// spreads them over about two seconds.
 /// pod-w's HTTP server (10.245.0.7), until `stop`.
 fn pod_w_http(pod_w: &NetNs, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
-    in_netns(pod_w, move || {
-        serve_http(
-            TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http"),
-            stop,
-        )
-    })
+    let (listening, ready) = std::sync::mpsc::channel();
+    let server = in_netns(pod_w, move || {
+        let listener = TcpListener::bind(("10.245.0.7", PORT_HTTP)).expect("bind http");
+        let _ = listening.send(());
+        serve_http(listener, stop)
+    });
+    // Returns once it listens: a request sent earlier would be refused.
+    ready.recv().expect("pod-w's HTTP server listens");
+    server
 }
 
 fn serve_http(listener: TcpListener, stop: Arc<AtomicBool>) {
