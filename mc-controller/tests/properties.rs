@@ -407,7 +407,7 @@ fn merge(
     withdrawn: &BTreeSet<String>,
 ) -> Merged {
     let infos = announcements(exports, existing);
-    let mut announced = announce::weigh(&infos, 8);
+    let mut announced = announce::weigh(&infos, &announce::Rules::new(8));
     for (cluster, service) in [
         ("east", "10.0.0.0/15"),
         ("west", "10.2.0.0/16"),

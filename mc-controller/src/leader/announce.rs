@@ -85,13 +85,31 @@ pub struct Verdicts {
     pub imports: BTreeMap<String, ClusterInfo>,
 }
 
+/// What every announcement is weighed against besides the others: the floor on prefix length
+/// and addresses no announced prefix may hold (the leader cluster's Nodes and API server: a
+/// member routing them into a tunnel would lose its leader).
+#[derive(Clone, Debug, Default)]
+pub struct Rules {
+    pub min_len: u8,
+    pub reserved: Vec<(Ipv4Addr, String)>,
+}
+
+impl Rules {
+    pub fn new(min_len: u8) -> Self {
+        Self {
+            min_len,
+            reserved: Vec::new(),
+        }
+    }
+}
+
 /// Weighs `announcements`, given oldest first: first what is imported already (as imported),
 /// then what is new or changed, each against everything accepted before it.
-pub fn weigh(announcements: &[Announcement], min_len: u8) -> Verdicts {
+pub fn weigh(announcements: &[Announcement], rules: &Rules) -> Verdicts {
     let mut out = Verdicts::default();
     for a in announcements {
         let Some(held) = a.imported else { continue };
-        if let Ok(accepted) = accept(&a.cluster, held, &out.accepted, min_len) {
+        if let Ok(accepted) = accept(&a.cluster, held, &out.accepted, rules) {
             out.accepted.insert(a.cluster.clone(), accepted);
             out.imports.insert(a.export.clone(), held.clone());
         }
@@ -104,7 +122,7 @@ pub fn weigh(announcements: &[Announcement], min_len: u8) -> Verdicts {
         }
         // Its own earlier announcement is not in its way.
         let earlier = out.accepted.remove(&a.cluster);
-        match accept(&a.cluster, a.info, &out.accepted, min_len) {
+        match accept(&a.cluster, a.info, &out.accepted, rules) {
             Ok(accepted) => {
                 out.accepted.insert(a.cluster.clone(), accepted);
                 out.imports.insert(a.export.clone(), a.info.clone());
@@ -125,8 +143,9 @@ fn accept(
     cluster: &str,
     info: &ClusterInfo,
     accepted: &BTreeMap<String, Accepted>,
-    min_len: u8,
+    rules: &Rules,
 ) -> Result<Accepted, String> {
+    let min_len = rules.min_len;
     if info.cluster_id.as_deref() != Some(cluster) {
         return Err(format!(
             "clusterInfo.clusterID {:?} is not the exporting cluster {cluster:?}",
@@ -170,6 +189,17 @@ fn accept(
         pods,
         gateways,
     };
+    for p in mine.prefixes() {
+        if let Some((ip, what)) = rules
+            .reserved
+            .iter()
+            .find(|(ip, _)| p.contains(&Prefix::new(*ip, 32)))
+        {
+            return Err(format!(
+                "{p} holds {ip}, {what}: routing it would cut members off their leader"
+            ));
+        }
+    }
     // Its own gateways outside its own CIDRs: a route to a CIDR holding the tunnel's peer would
     // send the tunnel into itself.
     for ip in &mine.gateways {
@@ -218,12 +248,10 @@ pub fn outside<'a>(
     accepted: Option<&Accepted>,
     ips: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
-    let Some(accepted) = accepted else {
-        return Some(format!(
-            "cluster {cluster} has no accepted ClusterInfo (not announced yet, or refused: see its ClusterInfo export), so none of its endpoints can be routed"
-        ));
-    };
-    let bad: Vec<&str> = ips.into_iter().filter(|ip| !accepted.holds(ip)).collect();
+    let bad: Vec<&str> = ips
+        .into_iter()
+        .filter(|ip| accepted.is_none_or(|a| !a.holds(ip)))
+        .collect();
     if bad.is_empty() {
         return None;
     }
@@ -233,11 +261,17 @@ pub fn outside<'a>(
     } else {
         String::new()
     };
-    Some(format!(
-        "endpoints {}{more} lie outside cluster {cluster}'s accepted {}: only addresses there are imported",
-        shown.join(", "),
-        accepted.describe()
-    ))
+    Some(match accepted {
+        None => format!(
+            "endpoints {}{more} cannot be routed: cluster {cluster} has no accepted ClusterInfo (not announced yet, or refused: see its ClusterInfo export)",
+            shown.join(", ")
+        ),
+        Some(a) => format!(
+            "endpoints {}{more} lie outside cluster {cluster}'s accepted {}: only addresses there are imported",
+            shown.join(", "),
+            a.describe()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -293,7 +327,17 @@ mod tests {
                 ann("test-cluster-west", &west, true),
                 ann("evil", &attacker, false),
             ],
-            DEFAULT_MIN_PREFIX_LENGTH,
+            &Rules {
+                min_len: DEFAULT_MIN_PREFIX_LENGTH,
+                // The leader cluster's Node and API server.
+                reserved: vec![
+                    (
+                        [198, 18, 10, 1].into(),
+                        "a Node of the leader cluster".into(),
+                    ),
+                    ([198, 18, 0, 10].into(), "the leader's API server".into()),
+                ],
+            },
         );
         assert_eq!(v.accepted.len(), 2, "{v:?}");
         v.refused.get("evil-clusterinfo").cloned().expect("refused")
@@ -310,7 +354,7 @@ mod tests {
         );
         let v = weigh(
             &[ann("test-cluster-east", &east, false)],
-            DEFAULT_MIN_PREFIX_LENGTH,
+            &Rules::new(DEFAULT_MIN_PREFIX_LENGTH),
         );
         assert!(v.refused.is_empty(), "{v:?}");
         assert_eq!(
@@ -327,7 +371,7 @@ mod tests {
                 ann("test-cluster-east", &east, false),
                 ann("test-cluster-west", &west, false),
             ],
-            DEFAULT_MIN_PREFIX_LENGTH,
+            &Rules::new(DEFAULT_MIN_PREFIX_LENGTH),
         );
         assert!(v.refused.is_empty(), "{v:?}");
         assert_eq!(v.accepted.len(), 2);
@@ -346,6 +390,15 @@ mod tests {
             (
                 info("evil", "10.99.0.0/16", &["198.18.1.0/24"], gw),
                 "holds 198.18.1.1, a gateway IP of cluster test-cluster-east",
+            ),
+            // The leader's Node subnet, its API server.
+            (
+                info("evil", "10.99.0.0/16", &["198.18.10.0/24"], gw),
+                "holds 198.18.10.1, a Node of the leader cluster",
+            ),
+            (
+                info("evil", "198.18.0.0/24", &[], gw),
+                "holds 198.18.0.10, the leader's API server",
             ),
             // The cloud metadata service.
             (info("evil", "169.254.169.254/32", &[], gw), "link-local"),
@@ -406,7 +459,7 @@ mod tests {
         let a = info("a", "10.96.0.0/12", &["10.244.0.0/16"], "198.18.1.1");
         let b = info("b", "10.96.0.0/12", &["10.244.0.0/16"], "198.18.2.1");
         // Oldest first: a.
-        let v = weigh(&[ann("a", &a, false), ann("b", &b, false)], 8);
+        let v = weigh(&[ann("a", &a, false), ann("b", &b, false)], &Rules::new(8));
         assert!(v.accepted.contains_key("a"));
         let why = &v.refused["b-clusterinfo"];
         assert!(
@@ -414,7 +467,7 @@ mod tests {
             "{why}"
         );
         // Already imported beats older: b keeps its CIDRs once accepted.
-        let v = weigh(&[ann("a", &a, false), ann("b", &b, true)], 8);
+        let v = weigh(&[ann("a", &a, false), ann("b", &b, true)], &Rules::new(8));
         assert!(v.accepted.contains_key("b") && v.refused.contains_key("a-clusterinfo"));
     }
 
@@ -426,7 +479,10 @@ mod tests {
             imported: Some(&west),
             ..ann("test-cluster-west", &evil, false)
         };
-        let v = weigh(&[changed, ann("test-cluster-east", &east, true)], 8);
+        let v = weigh(
+            &[changed, ann("test-cluster-east", &east, true)],
+            &Rules::new(8),
+        );
         assert!(v.refused["test-cluster-west-clusterinfo"].contains("overlaps"));
         assert_eq!(
             v.imports["test-cluster-west-clusterinfo"], west,
@@ -447,7 +503,10 @@ mod tests {
             imported: Some(&west),
             ..ann("test-cluster-west", &better, false)
         };
-        let v = weigh(&[changed, ann("test-cluster-east", &east, true)], 8);
+        let v = weigh(
+            &[changed, ann("test-cluster-east", &east, true)],
+            &Rules::new(8),
+        );
         assert!(v.refused.is_empty(), "{v:?}");
         assert_eq!(v.imports["test-cluster-west-clusterinfo"], better);
     }
@@ -455,14 +514,21 @@ mod tests {
     #[test]
     fn the_floor_is_configurable() {
         let wide = info("a", "10.0.0.0/8", &[], "198.18.1.1");
-        assert!(weigh(&[ann("a", &wide, false)], 8).refused.is_empty());
-        assert!(weigh(&[ann("a", &wide, false)], 12).refused["a-clusterinfo"].contains("/12"));
+        assert!(
+            weigh(&[ann("a", &wide, false)], &Rules::new(8))
+                .refused
+                .is_empty()
+        );
+        assert!(
+            weigh(&[ann("a", &wide, false)], &Rules::new(12)).refused["a-clusterinfo"]
+                .contains("/12")
+        );
     }
 
     #[test]
     fn endpoints_outside_the_exporters_cidrs_are_named() {
         let (east, _) = honest();
-        let v = weigh(&[ann("test-cluster-east", &east, true)], 8);
+        let v = weigh(&[ann("test-cluster-east", &east, true)], &Rules::new(8));
         let a = v.accepted.get("test-cluster-east");
         assert_eq!(
             outside("test-cluster-east", a, ["10.97.0.12", "10.244.1.7"]),
@@ -507,7 +573,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, inf)| ann(&format!("c{i}"), inf, i % 2 == 0))
                 .collect();
-            let v = weigh(&anns, 8);
+            let v = weigh(&anns, &Rules::new(8));
             prop_assert_eq!(v.accepted.len() + v.refused.len(), infos.len());
             let all: Vec<(&String, &Accepted)> = v.accepted.iter().collect();
             for (i, (a, x)) in all.iter().enumerate() {

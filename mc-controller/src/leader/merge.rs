@@ -759,7 +759,8 @@ mod tests {
         existing: &[Arc<ResourceImport>],
         withdrawn: &BTreeSet<String>,
     ) -> Merged {
-        let mut announced = announce::weigh(&announcements(exports, existing), 8);
+        let mut announced =
+            announce::weigh(&announcements(exports, existing), &announce::Rules::new(8));
         for (cluster, service, pods, gw) in [
             ("east", "10.97.0.0/16", "10.244.0.0/16", [198, 18, 1, 1]),
             ("west", "10.98.0.0/16", "10.245.0.0/16", [198, 18, 2, 1]),

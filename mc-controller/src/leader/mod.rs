@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Endpoints, Node, ServiceAccount};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, Client, ResourceExt as _, runtime::watcher};
 use mc_api::{
@@ -76,6 +76,12 @@ struct Leader {
     announces: Watched<MemberClusterAnnounce>,
     exports: Watched<ResourceExport>,
     imports: Watched<ResourceImport>,
+    /// This cluster's Nodes (their addresses only): no member may announce a prefix holding one.
+    nodes: Watched<Node>,
+    /// This cluster's API server addresses (the `kubernetes` Endpoints), read every
+    /// `FULL_RESYNC`, and when.
+    api_addrs: (Vec<std::net::Ipv4Addr>, Option<Instant>),
+    client: Client,
     re_api: Api<ResourceExport>,
     mca_api: Api<MemberClusterAnnounce>,
     ri_api: Api<ResourceImport>,
@@ -191,6 +197,16 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
             |_| {},
             |ri| Some(vec![group_of_import(ri)]),
         ),
+        nodes: Watched::keyed(
+            Api::all(client.clone()),
+            cfg(),
+            trigger.clone(),
+            "Node",
+            trim_node,
+            |_| Some(vec![]),
+        ),
+        api_addrs: (Vec::new(), None),
+        client: client.clone(),
         re_api: Api::namespaced(client.clone(), &ns),
         mca_api: Api::namespaced(client.clone(), &ns),
         ri_api: Api::namespaced(client.clone(), &ns),
@@ -235,6 +251,7 @@ impl Reconciler for Leader {
             ("ResourceExports", self.exports.health()),
             ("ResourceImports", self.imports.health()),
             ("ServiceAccounts", self.accounts.health()),
+            ("Nodes", self.nodes.health()),
         ]
     }
 
@@ -261,7 +278,73 @@ impl Reconciler for Leader {
     }
 }
 
+/// What the leader keeps of a Node: its addresses.
+fn trim_node(node: &mut Node) {
+    node.spec = None;
+    let addresses = node.status.take().and_then(|s| s.addresses);
+    node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+        addresses,
+        ..Default::default()
+    });
+    let m = &mut node.metadata;
+    (
+        m.annotations,
+        m.labels,
+        m.managed_fields,
+        m.owner_references,
+    ) = (None, None, None, None);
+}
+
 impl Leader {
+    /// What announcements are weighed against: the floor, and the addresses of this cluster's
+    /// Nodes and API server (members must keep reaching their leader).
+    async fn rules(&mut self) -> announce::Rules {
+        if self
+            .api_addrs
+            .1
+            .is_none_or(|at| at.elapsed() >= FULL_RESYNC)
+        {
+            self.api_addrs.1 = Some(Instant::now());
+            let api: Api<Endpoints> = Api::namespaced(self.client.clone(), "default");
+            match api.get_opt("kubernetes").await {
+                Ok(eps) => {
+                    self.api_addrs.0 = eps
+                        .into_iter()
+                        .flat_map(|e| e.subsets.unwrap_or_default())
+                        .flat_map(|s| s.addresses.unwrap_or_default())
+                        .filter_map(|a| a.ip.parse().ok())
+                        .collect();
+                }
+                Err(e) => tracing::warn!(
+                    "cannot read the API server's addresses (Endpoints default/kubernetes); announcements are not checked against them: {e}"
+                ),
+            }
+        }
+        let mut reserved: Vec<(std::net::Ipv4Addr, String)> = self
+            .api_addrs
+            .0
+            .iter()
+            .map(|ip| (*ip, "the leader cluster's API server".to_owned()))
+            .collect();
+        for node in self.nodes.all() {
+            let addrs = node
+                .status
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten());
+            reserved.extend(addrs.filter_map(|a| {
+                let ip = a.address.parse().ok()?;
+                Some((
+                    ip,
+                    format!("Node {} of the leader cluster", node.name_any()),
+                ))
+            }));
+        }
+        announce::Rules {
+            min_len: self.min_prefix_len,
+            reserved,
+        }
+    }
+
     /// The members' state from their announces (heartbeats, bindings of new members, removal of
     /// announces silent for 24 h); returns the failed writes.
     async fn members(&mut self, now: Timestamp) -> usize {
@@ -338,7 +421,7 @@ impl Leader {
         let mut exports = self.exports.covered(&work);
         let mut imports = self.imports.covered(&work);
         let infos = merge::announcements(&exports, &imports);
-        let announced = announce::weigh(&infos, self.min_prefix_len);
+        let announced = announce::weigh(&infos, &self.rules().await);
         let refused: BTreeMap<String, String> = infos
             .iter()
             .filter_map(|a| Some((a.cluster.clone(), announced.refused.get(&a.export)?.clone())))
