@@ -387,3 +387,55 @@ fn a_member_that_announces_what_is_not_its_own_changes_no_route_anywhere() {
         },
     );
 }
+
+/// `kubectl auth can-i` for a ServiceAccount: whether it may.
+fn can_i(tb: &Testbed, cluster: &str, sa: &str, args: &[&str]) -> bool {
+    let mut all = vec!["auth", "can-i"];
+    all.extend(args);
+    let who = format!("--as=system:serviceaccount:{sa}");
+    all.push(&who);
+    let out = tb.kubectl(cluster).args(&all).output().expect("kubectl");
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
+}
+
+/// The controllers read the one Secret each needs: the leader its webhook CA (not the member
+/// tokens beside it), the member its leader token by name (it cannot list kube-system's).
+#[test]
+fn the_controllers_cannot_list_secrets() {
+    let tb = Testbed::from_env();
+    let leader = format!("{LEADER_NS}:antrea-mc-controller");
+    let member = "kube-system:antrea-mc-controller";
+    for verb in ["list", "watch"] {
+        assert!(
+            !can_i(&tb, "north", &leader, &[verb, "secrets", "-n", LEADER_NS]),
+            "leader {verb}"
+        );
+        assert!(
+            !can_i(&tb, "east", member, &[verb, "secrets", "-n", "kube-system"]),
+            "member {verb}"
+        );
+    }
+    assert!(!can_i(
+        &tb,
+        "north",
+        &leader,
+        &["get", "secret/member-east-access-token", "-n", LEADER_NS]
+    ));
+    assert!(can_i(
+        &tb,
+        "north",
+        &leader,
+        &["get", "secret/antrea-mc-webhook-ca", "-n", LEADER_NS]
+    ));
+    assert!(can_i(
+        &tb,
+        "east",
+        member,
+        &[
+            "get",
+            "secret/member-east-access-token",
+            "-n",
+            "kube-system"
+        ]
+    ));
+}

@@ -167,15 +167,17 @@ pub fn merge(
         .collect();
     let mut groups = group(leader_namespace, &live, announced, &mut out);
 
-    // Which tuple claimed which import name: `-` joins are ambiguous (ns `a-b`/name `c` and
-    // ns `a`/name `b-c` give the same name); the first tuple keeps it.
-    let mut claimed: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for tuple in groups.values_mut() {
+        tuple.exports.sort_by(by_age);
+    }
+    // Which source object owns which import name: `-` joins are ambiguous (ns `a-b`/name `c`
+    // and ns `a`/name `b-c` give the same name).
+    let claimed = owners(&groups, &existing);
     let mut service_ok: Accepted = BTreeMap::new();
     let mut serviced: BTreeSet<(String, String)> = BTreeSet::new();
-    for ((kind, _, _), tuple) in groups.iter_mut() {
-        tuple.exports.sort_by(by_age);
+    for ((kind, _, _), tuple) in groups.iter() {
         let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind.as_str());
-        if !claim(&mut claimed, &ri_name, tuple, &mut out) {
+        if !claim(&claimed, &ri_name, tuple, &mut out) {
             continue;
         }
         let ri_kind = if *kind == Kind::Service {
@@ -277,16 +279,53 @@ fn group<'a>(
     groups
 }
 
-/// Whether `tuple` owns the import name `ri_name` (the first tuple to claim it does); the
-/// exports of a tuple that does not get their Failure.
+/// The owner `(namespace, name)` of each import name the groups make: the source the existing
+/// import holds while it is still exported (names are sticky), else the source with the oldest
+/// export. A later export that joins to the same name never takes an import over.
+fn owners(
+    groups: &BTreeMap<GroupKey, Tuple>,
+    existing: &BTreeMap<String, &ResourceImport>,
+) -> BTreeMap<String, (String, String)> {
+    let mut candidates: BTreeMap<String, Vec<&Tuple>> = BTreeMap::new();
+    for ((kind, _, _), tuple) in groups {
+        let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind.as_str());
+        candidates.entry(ri_name).or_default().push(tuple);
+    }
+    candidates
+        .into_iter()
+        .filter_map(|(ri_name, tuples)| {
+            let held = existing.get(&ri_name).map(|ri| {
+                (
+                    ri.spec.namespace.clone().unwrap_or_default(),
+                    ri.spec.name.clone().unwrap_or_default(),
+                )
+            });
+            let owner = tuples
+                .iter()
+                .find(|t| held.as_ref() == Some(&(t.namespace.clone(), t.name.clone())))
+                .or_else(|| {
+                    tuples
+                        .iter()
+                        .filter(|t| !t.exports.is_empty())
+                        .min_by(|a, b| by_age(&a.exports[0], &b.exports[0]))
+                })?;
+            Some((ri_name, (owner.namespace.clone(), owner.name.clone())))
+        })
+        .collect()
+}
+
+/// Whether `tuple` owns the import name `ri_name` ([`owners`]); the exports of a tuple that does
+/// not get their Failure.
 fn claim(
-    claimed: &mut BTreeMap<String, (String, String)>,
+    claimed: &BTreeMap<String, (String, String)>,
     ri_name: &str,
     tuple: &Tuple,
     out: &mut Merged,
 ) -> bool {
     let source = (tuple.namespace.clone(), tuple.name.clone());
-    let owner = claimed.entry(ri_name.to_owned()).or_insert(source.clone());
+    let Some(owner) = claimed.get(ri_name) else {
+        return false;
+    };
     if *owner == source {
         return true;
     }
@@ -1445,6 +1484,48 @@ mod tests {
         );
         let held = m.imports["west-clusterinfo"].cluster_info.as_ref().unwrap();
         assert_eq!(held.service_cidr.as_deref(), Some("10.98.0.0/16"));
+    }
+
+    #[test]
+    fn an_import_name_stays_with_its_owner_and_otherwise_goes_to_the_oldest_export() {
+        // ns `a-b`/name `c` and ns `a`/name `b-c` both join to `a-b-c-service`.
+        let export = |ns: &str, name: &str, age: i64| {
+            let svc = svc("east", age, vec![port("http", 80)]);
+            let mut re = (*svc).clone();
+            re.metadata.name = Some(format!("east-{ns}-{name}-service"));
+            re.spec.namespace = Some(ns.into());
+            re.spec.name = Some(name.into());
+            Arc::new(re)
+        };
+        // The younger `a-b/c` sorts first by name, but the older `a/b-c` gets the import.
+        let exports = vec![export("a-b", "c", 10), export("a", "b-c", 0)];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let ri = &m.imports["a-b-c-service"];
+        assert_eq!(
+            (ri.namespace.as_deref(), ri.name.as_deref()),
+            (Some("a"), Some("b-c"))
+        );
+        assert!(matches!(
+            &m.verdicts["east-a-b-c-service"],
+            Verdict::Failure(w) if w.contains("already imports a/b-c")
+        ));
+        // Once `a-b/c` holds the import, an older export of `a/b-c` does not take it over.
+        let held = vec![Arc::new(ResourceImport::new(
+            "a-b-c-service",
+            ResourceImportSpec {
+                namespace: Some("a-b".into()),
+                name: Some("c".into()),
+                kind: Some("ServiceImport".into()),
+                ..Default::default()
+            },
+        ))];
+        let m = merge(NS, &exports, &held, &BTreeSet::new());
+        assert_eq!(m.imports["a-b-c-service"].name.as_deref(), Some("c"));
+        assert_eq!(m.verdicts["east-a-b-c-service"], Verdict::Succeeded);
+        assert!(matches!(
+            &m.verdicts["east-a-b-c-service"],
+            Verdict::Succeeded
+        ));
     }
 
     #[test]

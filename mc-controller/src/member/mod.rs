@@ -105,7 +105,12 @@ struct Member {
     cni_cidrs: BTreeMap<&'static str, Vec<String>>,
     /// When those were last listed.
     cni_listed: Option<Instant>,
+    /// The leader token Secret as last read: its name, the Secret (None: not found), when.
+    token: Option<(String, Option<Arc<Secret>>, Instant)>,
 }
+
+/// How often the member reads its leader token Secret again.
+const SECRET_REREAD: Duration = Duration::from_secs(10);
 
 /// Everything is recomputed at least this often, whatever the watches said.
 pub const FULL_RESYNC: Duration = Duration::from_secs(30);
@@ -148,6 +153,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         tiers_tried: None,
         cni_cidrs: BTreeMap::new(),
         cni_listed: None,
+        token: None,
     };
     tracing::info!(namespace = member.ns, "member controller started");
     let driver = Driver {
@@ -168,7 +174,6 @@ impl Reconciler for Member {
         vec![
             ("ClusterSets", l.clustersets.health()),
             ("ClusterClaims", l.claims.health()),
-            ("Secrets", l.secrets.health()),
             ("Namespaces", l.namespaces.health()),
             ("Services", l.services.health()),
             ("EndpointSlices", l.slices.health()),
@@ -379,6 +384,43 @@ impl Member {
     }
 
     /// Who we are and how to reach the leader, or what in the ClusterSet or Secret is wrong.
+    /// The leader token Secret `name`, read by name (the member may not list Secrets) when the
+    /// ClusterSet names another one and at least every [`SECRET_REREAD`] (a rotated token is
+    /// picked up within that). A failed read keeps the last one read.
+    async fn token_secret(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<Arc<Secret>>, (&'static str, String)> {
+        if let Some((held, secret, at)) = &self.token
+            && held == name
+            && at.elapsed() < SECRET_REREAD
+        {
+            return Ok(secret.clone());
+        }
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.ns);
+        match api.get_opt(name).await {
+            Ok(secret) => {
+                let secret = secret.map(Arc::new);
+                self.token = Some((name.to_owned(), secret.clone(), Instant::now()));
+                Ok(secret)
+            }
+            Err(e) => {
+                let held = match &self.token {
+                    Some((held, secret, _)) if held == name => Some(secret.clone()),
+                    _ => None,
+                };
+                let why = format!("reading Secret {}/{name}: {e}", self.ns);
+                match held {
+                    Some(secret) => {
+                        self.log_once(why);
+                        Ok(secret)
+                    }
+                    None => Err(problem("SecretNotReadable", why)),
+                }
+            }
+        }
+    }
+
     async fn identity(&mut self, set: &ClusterSet) -> Result<Identity, (&'static str, String)> {
         let name = set.name_any();
         let claim = self
@@ -426,19 +468,15 @@ impl Member {
             set.spec.namespace.clone(),
             "spec.namespace (the leader's namespace)",
         )?;
-        let secret = self
-            .local
-            .secrets
-            .get(Some(&self.ns), &secret_name)
-            .ok_or_else(|| {
-                problem(
-                    "SecretNotFound",
-                    format!(
-                        "Secret {secret_name} not found in namespace {}: copy the member's token Secret from the leader",
-                        self.ns
-                    ),
-                )
-            })?;
+        let secret = self.token_secret(&secret_name).await?.ok_or_else(|| {
+            problem(
+                "SecretNotFound",
+                format!(
+                    "Secret {secret_name} not found in namespace {}: copy the member's token Secret from the leader",
+                    self.ns
+                ),
+            )
+        })?;
         let (token, ca) =
             connection::read_secret(&secret).map_err(|m| problem("InvalidSecret", m))?;
         Ok(Identity {

@@ -8,7 +8,6 @@ use super::*;
 pub(super) struct LocalStores {
     pub(super) clustersets: Watched<ClusterSet>,
     pub(super) claims: Watched<ClusterClaim>,
-    pub(super) secrets: Watched<Secret>,
     pub(super) namespaces: Watched<Namespace>,
     pub(super) services: Watched<Service>,
     pub(super) slices: Watched<EndpointSlice>,
@@ -41,7 +40,6 @@ impl LocalStores {
             // Who we are and how to reach the leader: a change recomputes everything.
             clustersets: local_watch(c, Some(ns), t, "ClusterSet", None),
             claims: local_watch(c, Some(ns), t, "ClusterClaim", None),
-            secrets: local_watch(c, Some(ns), t, "Secret", None),
             namespaces: Watched::new(
                 Api::all(c.clone()),
                 Default::default(),

@@ -19,6 +19,9 @@ use anyhow::Context as _;
 use axum::{
     Json, Router,
     extract::{DefaultBodyLimit, State},
+    http::StatusCode,
+    middleware::{self, Next},
+    response::{IntoResponse as _, Response},
     routing::post,
 };
 use k8s_openapi::api::{
@@ -46,6 +49,16 @@ use mc_kube::{Metrics, Watched, write::MANAGER};
 use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
 
 pub const SERVICE_NAME: &str = "antrea-mc-webhook-service";
+
+/// The largest AdmissionReview accepted: an object (etcd keeps at most 1.5 MiB) and its old
+/// version, encoded.
+const MAX_REVIEW_BYTES: usize = 4 << 20;
+/// A request must be read and answered within this (the API server gives a webhook 10 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection must send its request head within this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; more wait in the listen backlog.
+const MAX_CONNECTIONS: usize = 256;
 pub const CA_CONFIGMAP: &str = "antrea-mc-ca";
 /// Labels that select the webhook configurations a controller keeps the CA of.
 pub const LABEL_SERVED_BY: (&str, &str) = ("served-by", "antrea-mc-controller");
@@ -236,7 +249,10 @@ pub async fn start(
                 post(validate_gateway),
             ),
     };
-    let app = app.layer(DefaultBodyLimit::max(16 << 20)).with_state(ctx);
+    let app = app
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .layer(middleware::from_fn(deadline))
+        .with_state(ctx);
 
     let publisher = Publisher {
         client,
@@ -256,7 +272,10 @@ pub async fn start(
                 last = report(last, publisher.publish().await);
             }
         });
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
+            // Never closed: the semaphore lives as long as this loop.
+            let slot = slots.clone().acquire_owned().await?;
             let (tcp, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -266,10 +285,22 @@ pub async fn start(
                 }
             };
             let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move { connection(acceptor, app, tcp, peer).await });
+            tokio::spawn(async move {
+                connection(acceptor, app, tcp, peer).await;
+                drop(slot);
+            });
         }
     };
     Ok(serve)
+}
+
+/// Answers 408 when a request is not read and answered within [`REQUEST_TIMEOUT`] (a client
+/// sending its body slowly holds a connection slot no longer).
+async fn deadline(request: axum::extract::Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not completed in time").into_response(),
+    }
 }
 
 fn report(last: Option<String>, result: anyhow::Result<()>) -> Option<String> {
@@ -317,6 +348,8 @@ async fn connection(
     };
     let svc = hyper_util::service::TowerToHyperService::new(app);
     if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
         .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
         .await
     {
