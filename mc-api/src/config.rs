@@ -45,6 +45,14 @@ pub struct MultiClusterConfig {
     /// absent: [`DEFAULT_MIN_ANNOUNCED_PREFIX_LENGTH`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_announced_prefix_length: Option<u8>,
+    /// Leader: how many Service (and ACNP) exports one member may have; the newest beyond it
+    /// are refused (Strait's addition; absent: [`DEFAULT_MAX_SERVICE_EXPORTS_PER_MEMBER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_service_exports_per_member: Option<usize>,
+    /// Leader: how many label identities one member may export (the ClusterSet's 24-bit IDs
+    /// are shared; absent: [`DEFAULT_MAX_LABEL_IDENTITIES_PER_MEMBER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_label_identities_per_member: Option<usize>,
     #[serde(default)]
     pub health: HealthConfig,
     #[serde(default)]
@@ -106,8 +114,24 @@ pub enum ConfigError {
 
 /// Nothing wider than a /8 is a cluster's Service or Pod CIDR.
 pub const DEFAULT_MIN_ANNOUNCED_PREFIX_LENGTH: u8 = 8;
+/// Twice what the leader was measured with (1000 Services per member at 500 members).
+pub const DEFAULT_MAX_SERVICE_EXPORTS_PER_MEMBER: usize = 10_000;
+/// 500 members at this quota use 10 M of the 16.7 M label IDs.
+pub const DEFAULT_MAX_LABEL_IDENTITIES_PER_MEMBER: usize = 20_000;
 
 impl MultiClusterConfig {
+    /// `maxServiceExportsPerMember`, or its default.
+    pub fn max_service_exports_per_member(&self) -> usize {
+        self.max_service_exports_per_member
+            .unwrap_or(DEFAULT_MAX_SERVICE_EXPORTS_PER_MEMBER)
+    }
+
+    /// `maxLabelIdentitiesPerMember`, or its default.
+    pub fn max_label_identities_per_member(&self) -> usize {
+        self.max_label_identities_per_member
+            .unwrap_or(DEFAULT_MAX_LABEL_IDENTITIES_PER_MEMBER)
+    }
+
     /// `minAnnouncedPrefixLength`, or its default.
     pub fn min_announced_prefix_length(&self) -> u8 {
         self.min_announced_prefix_length

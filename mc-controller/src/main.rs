@@ -201,6 +201,10 @@ async fn run() -> anyhow::Result<()> {
                     accounts,
                     stretched: config.enable_stretched_network_policy,
                     min_prefix_len: config.min_announced_prefix_length(),
+                    quota: leader::merge::Quota {
+                        services: config.max_service_exports_per_member(),
+                        label_identities: config.max_label_identities_per_member(),
+                    },
                 },
                 metrics,
             )

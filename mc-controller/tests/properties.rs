@@ -424,7 +424,14 @@ fn merge(
             );
         }
     }
-    mc_controller::leader::merge::merge(ns, exports, existing, withdrawn, &announced)
+    let over = mc_controller::leader::merge::over_quota(
+        exports,
+        mc_controller::leader::merge::Quota {
+            services: 2,
+            label_identities: 2,
+        },
+    );
+    mc_controller::leader::merge::merge(ns, exports, existing, withdrawn, &announced, &over)
 }
 
 /// The imports a merge gives, as ResourceImport objects (what the members read next).

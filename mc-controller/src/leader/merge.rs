@@ -145,21 +145,99 @@ pub fn announcements<'a>(
         .collect()
 }
 
+/// How many exports one member may have, by kind ([`over_quota`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Quota {
+    /// Service and ACNP exports (a Service's Endpoints export follows it).
+    pub services: usize,
+    pub label_identities: usize,
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Self {
+            services: mc_api::config::DEFAULT_MAX_SERVICE_EXPORTS_PER_MEMBER,
+            label_identities: mc_api::config::DEFAULT_MAX_LABEL_IDENTITIES_PER_MEMBER,
+        }
+    }
+}
+
+/// The live exports beyond their member's [`Quota`], by name, with why: each member's newest
+/// beyond it, so that one member cannot crowd the others out of the leader's imports or the
+/// ClusterSet's label IDs.
+pub fn over_quota(exports: &[Arc<ResourceExport>], quota: Quota) -> BTreeMap<String, String> {
+    let mut by_member: BTreeMap<(String, bool), Vec<&ResourceExport>> = BTreeMap::new();
+    for re in exports.iter().map(Arc::as_ref) {
+        if re.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let labels = match re.spec.kind() {
+            Kind::Service | Kind::Acnp => false,
+            Kind::LabelIdentity => true,
+            _ => continue,
+        };
+        by_member
+            .entry((cluster_of(re), labels))
+            .or_default()
+            .push(re);
+    }
+    let mut out = BTreeMap::new();
+    for ((cluster, labels), mut list) in by_member {
+        let (max, what, key) = if labels {
+            (
+                quota.label_identities,
+                "label identities",
+                "maxLabelIdentitiesPerMember",
+            )
+        } else {
+            (
+                quota.services,
+                "Service and ACNP exports",
+                "maxServiceExportsPerMember",
+            )
+        };
+        if list.len() <= max {
+            continue;
+        }
+        list.sort_by(by_age);
+        for re in &list[max..] {
+            out.insert(
+                re.name_any(),
+                format!(
+                    "cluster {cluster} has {} {what}, more than the leader's {key} ({max}): its newest are refused",
+                    list.len()
+                ),
+            );
+        }
+    }
+    out
+}
+
 /// `announced`: the verdicts on every ClusterInfo ([`announce::weigh`] over [`announcements`]);
 /// the ClusterInfo exports among `exports` are imported or refused by them, and an exporter's
 /// endpoints are imported only inside its accepted CIDRs.
+/// `over_quota`: exports refused for their member's quota ([`over_quota`]).
 pub fn merge(
     leader_namespace: &str,
     exports: &[Arc<ResourceExport>],
     existing: &[Arc<ResourceImport>],
     withdrawn: &BTreeSet<String>,
     announced: &announce::Verdicts,
+    over_quota: &BTreeMap<String, String>,
 ) -> Merged {
     let mut out = Merged::default();
     let live: Vec<&ResourceExport> = exports
         .iter()
         .map(Arc::as_ref)
         .filter(|re| re.metadata.deletion_timestamp.is_none())
+        .filter(|re| match over_quota.get(&re.name_any()) {
+            Some(why) => {
+                out.verdicts
+                    .insert(re.name_any(), Verdict::Failure(why.clone()));
+                false
+            }
+            None => true,
+        })
         .collect();
     let existing: BTreeMap<String, &ResourceImport> = existing
         .iter()
@@ -813,7 +891,8 @@ mod tests {
                     gateways: vec![gw.into()],
                 });
         }
-        super::merge(ns, exports, existing, withdrawn, &announced)
+        let over = over_quota(exports, Quota::default());
+        super::merge(ns, exports, existing, withdrawn, &announced, &over)
     }
     use k8s_openapi::{
         api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, ServiceSpec},
@@ -1526,6 +1605,50 @@ mod tests {
             &m.verdicts["east-a-b-c-service"],
             Verdict::Succeeded
         ));
+    }
+
+    #[test]
+    fn a_member_beyond_its_quota_gets_its_newest_exports_refused() {
+        let export = |cluster: &str, name: &str, age: i64| {
+            let svc = svc(cluster, age, vec![port("http", 80)]);
+            let mut re = (*svc).clone();
+            re.metadata.name = Some(format!("{cluster}-default-{name}-service"));
+            re.spec.name = Some(name.into());
+            Arc::new(re)
+        };
+        let exports = vec![
+            export("east", "a", 0),
+            export("east", "c", 2),
+            export("east", "b", 1),
+            export("west", "d", 3),
+        ];
+        let quota = Quota {
+            services: 2,
+            label_identities: 2,
+        };
+        let over = over_quota(&exports, quota);
+        assert_eq!(over.keys().collect::<Vec<_>>(), ["east-default-c-service"]);
+        assert!(
+            over["east-default-c-service"]
+                .contains("more than the leader's maxServiceExportsPerMember (2)")
+        );
+        let m = super::merge(
+            NS,
+            &exports,
+            &[],
+            &BTreeSet::new(),
+            &Default::default(),
+            &over,
+        );
+        assert!(matches!(
+            &m.verdicts["east-default-c-service"],
+            Verdict::Failure(_)
+        ));
+        assert!(!m.imports.contains_key("default-c-service"));
+        assert!(
+            m.imports.contains_key("default-b-service")
+                && m.imports.contains_key("default-d-service")
+        );
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct LeaderOptions {
     pub stretched: bool,
     /// `minAnnouncedPrefixLength`: members' wider prefixes are refused.
     pub min_prefix_len: u8,
+    /// `maxServiceExportsPerMember`, `maxLabelIdentitiesPerMember`.
+    pub quota: merge::Quota,
 }
 
 /// The watch of the leader namespace's ServiceAccounts, firing `trigger` on every change.
@@ -100,6 +102,10 @@ struct Leader {
     /// Members whose ClusterInfo is refused, with why (their ClusterSet status says so).
     refused_infos: BTreeMap<String, String>,
     min_prefix_len: u8,
+    quota: merge::Quota,
+    /// The exports the last pass refused for their member's quota: a change re-merges
+    /// everything (one freed slot admits another member's export in another group).
+    over_quota: BTreeMap<String, String>,
     stretched: bool,
     /// The label identities' IDs (restored from the imports on the first pass).
     ids: Option<IdAllocator>,
@@ -224,6 +230,8 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         accepted_seen: BTreeMap::new(),
         refused_infos: BTreeMap::new(),
         min_prefix_len: opts.min_prefix_len,
+        quota: opts.quota,
+        over_quota: BTreeMap::new(),
         stretched: opts.stretched,
         ids: None,
         ids_recorded: 0,
@@ -433,14 +441,34 @@ impl Leader {
             }
         }
         self.refused_infos = refused;
+        // Quotas count every export (a few thousand Arcs: cheap beside a pass's writes).
+        let over_quota = merge::over_quota(&self.exports.all(), self.quota);
+        if over_quota != self.over_quota {
+            for (name, why) in &over_quota {
+                if !self.over_quota.contains_key(name) {
+                    tracing::warn!(export = name, "refused: {why}");
+                }
+            }
+            work = Work::All;
+            self.over_quota = over_quota;
+        }
         if announced.accepted != self.accepted_seen {
             // Which endpoints may be imported changed with them.
             work = Work::All;
             self.accepted_seen = announced.accepted.clone();
+        }
+        if work == Work::All {
             exports = self.exports.covered(&work);
             imports = self.imports.covered(&work);
         }
-        let mut merged = merge::merge(&self.ns, &exports, &imports, &withdrawn, &announced);
+        let mut merged = merge::merge(
+            &self.ns,
+            &exports,
+            &imports,
+            &withdrawn,
+            &announced,
+            &self.over_quota,
+        );
         let (imports, f) = self
             .label_identities(&mut merged, &exports, imports, &work)
             .await;
