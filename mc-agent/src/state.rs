@@ -340,9 +340,6 @@ pub fn desired(inputs: &Inputs) -> Desired {
             taken.push((p, "a local Pod CIDR".to_owned()));
         }
     }
-    for p in &inputs.uplink_subnets {
-        taken.push((*p, "the uplink's subnet".to_owned()));
-    }
     // Addresses no remote prefix may hold (the second line of defence behind the leader's
     // checks): routed toward a gateway, this Node's own traffic to them would be captured.
     let mut held: Vec<(Ipv4Addr, String)> = vec![
@@ -435,6 +432,14 @@ pub fn desired(inputs: &Inputs) -> Desired {
             {
                 out.skipped.push(format!(
                     "{object}: {prefix} holds {ip}, {what} address; not routed (the route would capture traffic to it)"
+                ));
+                continue;
+            }
+            // A prefix covering the uplink's whole subnet would take the Node off its link (one
+            // inside a wide flat subnet is routed: the addresses above stay protected).
+            if let Some(u) = inputs.uplink_subnets.iter().find(|u| prefix.contains(u)) {
+                out.skipped.push(format!(
+                    "{object}: {prefix} covers the uplink's subnet {u}; not routed"
                 ));
                 continue;
             }
@@ -588,9 +593,15 @@ mod tests {
         let d = desired(&i);
         assert!(!d.routes.keys().any(|p| p.to_string() == "10.99.0.0/16"));
         assert!(
+            d.skipped.join("\n").contains("covers the uplink's subnet"),
+            "{:?}",
             d.skipped
-                .join("\n")
-                .contains("overlaps the uplink's subnet"),
+        );
+        // One inside a wide flat uplink subnet is routed (the Nodes' addresses stay protected).
+        i.uplink_subnets = vec![Prefix::parse("10.0.0.0/8").unwrap()];
+        let d = desired(&i);
+        assert!(
+            d.routes.keys().any(|p| p.to_string() == "10.99.0.0/16"),
             "{:?}",
             d.skipped
         );

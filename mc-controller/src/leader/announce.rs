@@ -80,8 +80,11 @@ pub struct Verdicts {
     pub accepted: BTreeMap<String, Accepted>,
     /// Refused announcements, by export name, with why.
     pub refused: BTreeMap<String, String>,
-    /// What each export's import holds, by export name: its announcement when accepted, the one
-    /// imported before when a change to it was refused, nothing otherwise.
+    /// Accepted announcements with Pod CIDRs left out, by export name, with why.
+    pub partly: BTreeMap<String, String>,
+    /// What each export's import holds, by export name: its announcement when accepted (less
+    /// the Pod CIDRs left out), the one imported before when a change to it was refused,
+    /// nothing otherwise.
     pub imports: BTreeMap<String, ClusterInfo>,
 }
 
@@ -104,33 +107,67 @@ impl Rules {
 }
 
 /// Weighs `announcements`, given oldest first: first what is imported already (as imported),
-/// then what is new or changed, each against everything accepted before it.
+/// then what is new or changed, each against everything accepted before it. The Service CIDR
+/// and the gateways decide whether an announcement is accepted; a Pod CIDR that fails a check
+/// is left out on its own (Pod CIDRs matter only for Pod-to-Pod traffic).
 pub fn weigh(announcements: &[Announcement], rules: &Rules) -> Verdicts {
     let mut out = Verdicts::default();
+    // Which export each accepted entry came from.
+    let mut from: BTreeMap<String, String> = BTreeMap::new();
     for a in announcements {
         let Some(held) = a.imported else { continue };
-        if let Ok(accepted) = accept(&a.cluster, held, &out.accepted, rules) {
+        if from.contains_key(&a.cluster) {
+            continue;
+        }
+        if let Ok((accepted, left_out)) = accept(&a.cluster, held, &out.accepted, rules) {
+            // One with Pod CIDRs left out is weighed again below (one may fit now).
+            let _ = left_out;
+            out.imports
+                .insert(a.export.clone(), restricted(held, &accepted.pods));
             out.accepted.insert(a.cluster.clone(), accepted);
-            out.imports.insert(a.export.clone(), held.clone());
+            from.insert(a.cluster.clone(), a.export.clone());
         }
         // An import that no longer passes (a leader upgraded to stricter checks, a floor
         // raised) is weighed again below as if new.
     }
     for a in announcements {
-        if a.imported == Some(a.info) && out.imports.contains_key(&a.export) {
+        let whole = out.imports.get(&a.export) == Some(a.info);
+        if whole && a.imported == Some(a.info) {
+            continue;
+        }
+        if from.get(&a.cluster).is_some_and(|e| *e != a.export) {
+            out.refused.insert(
+                a.export.clone(),
+                format!(
+                    "cluster {} already announced its ClusterInfo in export {}",
+                    a.cluster, from[&a.cluster]
+                ),
+            );
             continue;
         }
         // Its own earlier announcement is not in its way.
         let earlier = out.accepted.remove(&a.cluster);
         match accept(&a.cluster, a.info, &out.accepted, rules) {
-            Ok(accepted) => {
+            Ok((accepted, left_out)) => {
+                out.imports
+                    .insert(a.export.clone(), restricted(a.info, &accepted.pods));
+                if !left_out.is_empty() {
+                    out.partly.insert(
+                        a.export.clone(),
+                        format!("Pod CIDRs not routed: {}", left_out.join("; ")),
+                    );
+                }
                 out.accepted.insert(a.cluster.clone(), accepted);
-                out.imports.insert(a.export.clone(), a.info.clone());
+                from.insert(a.cluster.clone(), a.export.clone());
             }
             Err(why) => {
-                if let Some(earlier) = earlier {
-                    out.accepted.insert(a.cluster.clone(), earlier);
-                }
+                let why = match earlier {
+                    Some(earlier) => {
+                        out.accepted.insert(a.cluster.clone(), earlier);
+                        format!("{why}; its earlier announcement stays in force")
+                    }
+                    None => why,
+                };
                 out.refused.insert(a.export.clone(), why);
             }
         }
@@ -138,37 +175,76 @@ pub fn weigh(announcements: &[Announcement], rules: &Rules) -> Verdicts {
     out
 }
 
-/// `a` checked on its own and against every announcement accepted before it.
+/// `info` with only the Pod CIDRs in `pods`.
+fn restricted(info: &ClusterInfo, pods: &[Prefix]) -> ClusterInfo {
+    ClusterInfo {
+        pod_cidrs: info
+            .pod_cidrs
+            .iter()
+            .filter(|c| Prefix::parse(c).is_ok_and(|p| pods.contains(&p)))
+            .cloned()
+            .collect(),
+        ..info.clone()
+    }
+}
+
+/// Why the prefix `p` of this announcement may not be routed: it holds a reserved address or
+/// one of its own gateways, or overlaps (or holds a gateway of) a cluster accepted before.
+fn collides(
+    p: &Prefix,
+    gateways: &[Ipv4Addr],
+    accepted: &BTreeMap<String, Accepted>,
+    rules: &Rules,
+) -> Option<String> {
+    if let Some((ip, what)) = rules
+        .reserved
+        .iter()
+        .find(|(ip, _)| p.contains(&Prefix::new(*ip, 32)))
+    {
+        return Some(format!(
+            "{p} holds {ip}, {what}: routing it would cut members off their leader"
+        ));
+    }
+    // A route to a CIDR holding the tunnel's peer would send the tunnel into itself.
+    if let Some(ip) = gateways
+        .iter()
+        .find(|ip| p.contains(&Prefix::new(**ip, 32)))
+    {
+        return Some(format!("{p} holds its own gatewayIP {ip}"));
+    }
+    for (other, theirs) in accepted {
+        if let Some(q) = theirs.prefixes().find(|q| q.overlaps(p)) {
+            return Some(format!(
+                "{p} overlaps {q} of cluster {other}, accepted first: CIDRs must be unique across the ClusterSet"
+            ));
+        }
+        if let Some(ip) = theirs
+            .gateways
+            .iter()
+            .find(|ip| p.contains(&Prefix::new(**ip, 32)))
+        {
+            return Some(format!(
+                "{p} holds {ip}, a gateway IP of cluster {other}: routing it would capture that tunnel"
+            ));
+        }
+    }
+    None
+}
+
+/// `info` checked on its own and against every announcement accepted before it: the accepted
+/// part, and why each Pod CIDR left out was.
 fn accept(
     cluster: &str,
     info: &ClusterInfo,
     accepted: &BTreeMap<String, Accepted>,
     rules: &Rules,
-) -> Result<Accepted, String> {
+) -> Result<(Accepted, Vec<String>), String> {
     let min_len = rules.min_len;
     if info.cluster_id.as_deref() != Some(cluster) {
         return Err(format!(
             "clusterInfo.clusterID {:?} is not the exporting cluster {cluster:?}",
             info.cluster_id.as_deref().unwrap_or_default(),
         ));
-    }
-    if accepted.contains_key(cluster) {
-        return Err(format!(
-            "cluster {cluster} already announced its ClusterInfo in another export"
-        ));
-    }
-    let service = info
-        .service_cidr
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| "serviceCIDR is empty".to_owned())
-        .and_then(|s| check_prefix(s, min_len).map_err(|e| format!("serviceCIDR: {e}")))?;
-    let mut pods = Vec::new();
-    for text in &info.pod_cidrs {
-        let p = check_prefix(text, min_len).map_err(|e| format!("podCIDRs: {e}"))?;
-        if !pods.contains(&p) {
-            pods.push(p);
-        }
     }
     let mut gateways = Vec::new();
     for g in &info.gateway_infos {
@@ -182,63 +258,56 @@ fn accept(
         if ip.is_broadcast() || ip.is_unspecified() {
             return Err(format!("gatewayIP {ip} is not a unicast address"));
         }
-        gateways.push(ip);
-    }
-    let mine = Accepted {
-        service,
-        pods,
-        gateways,
-    };
-    for p in mine.prefixes() {
-        if let Some((ip, what)) = rules
-            .reserved
-            .iter()
-            .find(|(ip, _)| p.contains(&Prefix::new(*ip, 32)))
-        {
-            return Err(format!(
-                "{p} holds {ip}, {what}: routing it would cut members off their leader"
-            ));
-        }
-    }
-    // Its own gateways outside its own CIDRs: a route to a CIDR holding the tunnel's peer would
-    // send the tunnel into itself.
-    for ip in &mine.gateways {
-        if let Some(p) = mine.prefixes().find(|p| p.contains(&Prefix::new(*ip, 32))) {
-            return Err(format!("gatewayIP {ip} lies inside its own CIDR {p}"));
-        }
-    }
-    for (other, theirs) in accepted {
-        for p in mine.prefixes() {
-            if let Some(q) = theirs.prefixes().find(|q| q.overlaps(p)) {
-                return Err(format!(
-                    "{p} overlaps {q} of cluster {other}, accepted first: CIDRs must be unique across the ClusterSet"
-                ));
-            }
-            if let Some(ip) = theirs
-                .gateways
-                .iter()
-                .find(|ip| p.contains(&Prefix::new(**ip, 32)))
-            {
-                return Err(format!(
-                    "{p} holds {ip}, a gateway IP of cluster {other}: routing it would capture that tunnel"
-                ));
-            }
-        }
-        for ip in &mine.gateways {
-            if theirs.gateways.contains(ip) {
+        for (other, theirs) in accepted {
+            if theirs.gateways.contains(&ip) {
                 return Err(format!(
                     "gatewayIP {ip} is already the gateway IP of cluster {other}"
                 ));
             }
-            if let Some(q) = theirs
-                .prefixes()
-                .find(|q| q.contains(&Prefix::new(*ip, 32)))
-            {
+            if let Some(q) = theirs.prefixes().find(|q| q.contains(&Prefix::new(ip, 32))) {
                 return Err(format!("gatewayIP {ip} lies inside {q} of cluster {other}"));
             }
         }
+        gateways.push(ip);
     }
-    Ok(mine)
+    let service = info
+        .service_cidr
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "serviceCIDR is empty".to_owned())
+        .and_then(|s| check_prefix(s, min_len).map_err(|e| format!("serviceCIDR: {e}")))?;
+    if let Some(why) = collides(&service, &gateways, accepted, rules) {
+        return Err(format!("serviceCIDR: {why}"));
+    }
+    let mut pods: Vec<Prefix> = Vec::new();
+    let mut left_out = Vec::new();
+    for text in &info.pod_cidrs {
+        let checked = check_prefix(text, min_len).and_then(|p| {
+            if p.overlaps(&service) {
+                return Err(format!("{p} overlaps its own serviceCIDR {service}"));
+            }
+            match collides(&p, &gateways, accepted, rules) {
+                Some(why) => Err(why),
+                None => Ok(p),
+            }
+        });
+        match checked {
+            Ok(p) if pods.iter().any(|q| q.overlaps(&p) && *q != p) => {
+                left_out.push(format!("{p} overlaps another of its Pod CIDRs"));
+            }
+            Ok(p) if !pods.contains(&p) => pods.push(p),
+            Ok(_) => {}
+            Err(why) => left_out.push(why),
+        }
+    }
+    Ok((
+        Accepted {
+            service,
+            pods,
+            gateways,
+        },
+        left_out,
+    ))
 }
 
 /// The addresses of an exporter's endpoints that lie outside its accepted CIDRs (all of them
@@ -386,38 +455,26 @@ mod tests {
                 info("evil", "10.97.0.0/16", &[], gw),
                 "overlaps 10.97.0.0/16 of cluster test-cluster-east",
             ),
-            // A Node subnet holding another member's gateway.
+            // A subnet holding another member's gateway, the leader's Node, its API server.
             (
-                info("evil", "10.99.0.0/16", &["198.18.1.0/24"], gw),
+                info("evil", "198.18.1.0/24", &[], gw),
                 "holds 198.18.1.1, a gateway IP of cluster test-cluster-east",
             ),
-            // The leader's Node subnet, its API server.
             (
-                info("evil", "10.99.0.0/16", &["198.18.10.0/24"], gw),
+                info("evil", "198.18.10.0/24", &[], gw),
                 "holds 198.18.10.1, a Node of the leader cluster",
             ),
             (
                 info("evil", "198.18.0.0/24", &[], gw),
                 "holds 198.18.0.10, the leader's API server",
             ),
-            // The cloud metadata service.
+            // The cloud metadata service, half the Internet, loopback, multicast.
             (info("evil", "169.254.169.254/32", &[], gw), "link-local"),
-            // Half the Internet.
-            (
-                info("evil", "10.99.0.0/16", &["128.0.0.0/1"], gw),
-                "wider than /8",
-            ),
+            (info("evil", "128.0.0.0/1", &[], gw), "wider than /8"),
             (info("evil", "0.0.0.0/0", &[], gw), "wider than /8"),
             (info("evil", "127.0.0.0/8", &[], gw), "loopback"),
             (info("evil", "224.0.0.0/8", &[], gw), "multicast"),
-            (
-                info("evil", "10.99.0.0/16", &["10.245.128.0/17"], gw),
-                "overlaps 10.245.0.0/16 of cluster test-cluster-west",
-            ),
-            (
-                info("evil", "10.99.0.0/16", &["not-a-cidr"], gw),
-                "not a CIDR",
-            ),
+            (info("evil", "not-a-cidr", &[], gw), "not a CIDR"),
             (info("evil", "", &[], gw), "serviceCIDR is empty"),
             // A duplicate gateway IP, one inside another's CIDR, one inside its own.
             (
@@ -430,7 +487,7 @@ mod tests {
             ),
             (
                 info("evil", "10.99.0.0/16", &[], "10.99.1.1"),
-                "inside its own CIDR",
+                "holds its own gatewayIP",
             ),
             (
                 info("evil", "10.99.0.0/16", &[], "169.254.1.1"),
@@ -451,6 +508,60 @@ mod tests {
                 why.contains(says),
                 "{attacker:?}: {why:?} should say {says:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_bad_pod_cidr_is_left_out_and_the_rest_accepted() {
+        let (east, west) = honest();
+        let gw = "198.18.3.1";
+        let pods = [
+            "10.99.0.0/16",
+            // kind's and kubeadm's default, east's already.
+            "10.244.0.0/16",
+            "198.18.1.0/24",
+            "198.18.10.0/24",
+            "128.0.0.0/1",
+            "169.254.0.0/16",
+            "10.245.128.0/17",
+            "198.18.3.0/24",
+            "not-a-cidr",
+        ];
+        let mine = info("later", "10.98.128.0/17", &pods, gw);
+        let mine = ClusterInfo {
+            service_cidr: Some("10.100.0.0/16".into()),
+            ..mine
+        };
+        let v = weigh(
+            &[
+                ann("test-cluster-east", &east, true),
+                ann("test-cluster-west", &west, true),
+                ann("later", &mine, false),
+            ],
+            &Rules {
+                min_len: 8,
+                reserved: vec![(
+                    [198, 18, 10, 1].into(),
+                    "a Node of the leader cluster".into(),
+                )],
+            },
+        );
+        assert!(v.refused.is_empty(), "{v:?}");
+        let held = &v.imports["later-clusterinfo"];
+        assert_eq!(held.pod_cidrs, ["10.99.0.0/16"]);
+        assert_eq!(held.service_cidr.as_deref(), Some("10.100.0.0/16"));
+        let why = &v.partly["later-clusterinfo"];
+        for says in [
+            "10.244.0.0/16 overlaps 10.244.0.0/16 of cluster test-cluster-east",
+            "198.18.1.0/24 holds 198.18.1.1, a gateway IP of cluster test-cluster-east",
+            "198.18.10.0/24 holds 198.18.10.1, a Node of the leader cluster",
+            "128.0.0.0/1 is wider than /8",
+            "link-local",
+            "10.245.128.0/17 overlaps 10.245.0.0/16 of cluster test-cluster-west",
+            "198.18.3.0/24 holds its own gatewayIP 198.18.3.1",
+            "not a CIDR",
+        ] {
+            assert!(why.contains(says), "{says:?} missing from {why}");
         }
     }
 

@@ -83,16 +83,25 @@ impl Tracker {
     }
 }
 
+/// What the leader made of a member's current ClusterInfo, when not all of it was accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Announced {
+    /// Refused, with why: its current CIDRs are routed nowhere, so it is not Ready.
+    Refused(String),
+    /// Accepted with Pod CIDRs left out, with which and why: Ready, and the status says so.
+    Partly(String),
+}
+
 /// The leader's ClusterSet status. `problem`: why the ClusterSet itself is not usable (for
-/// example, this cluster is not its leader). `refused`: members whose ClusterInfo the leader
-/// refused, with why: connected, but nothing can be routed to them, so not Ready.
+/// example, this cluster is not its leader). `refused`: members whose ClusterInfo the leader did
+/// not accept whole.
 pub fn leader_status(
     tracker: &Tracker,
     liveness: Liveness,
     now: Timestamp,
     generation: Option<i64>,
     problem: Option<(&str, String)>,
-    refused: &BTreeMap<String, String>,
+    refused: &BTreeMap<String, Announced>,
     old: Option<&ClusterSetStatus>,
 ) -> ClusterSetStatus {
     let old_member = |id: &str| {
@@ -106,13 +115,22 @@ pub fn leader_status(
     let mut ready = 0;
     for (cluster, at) in tracker.last_seen() {
         let connected = now.duration_since(at) <= liveness.timeout;
-        let mut c = if let Some(why) = refused.get(cluster).filter(|_| connected) {
-            condition("Ready", "False", "ClusterInfoRefused", why)
-        } else if connected {
-            ready += 1;
-            condition("Ready", "True", "Connected", "Member Connected")
-        } else {
-            condition(
+        let mut c = match refused.get(cluster).filter(|_| connected) {
+            Some(Announced::Refused(why)) => condition("Ready", "False", "ClusterInfoRefused", why),
+            Some(Announced::Partly(why)) => {
+                ready += 1;
+                condition(
+                    "Ready",
+                    "True",
+                    "Connected",
+                    &format!("Member Connected; {why}"),
+                )
+            }
+            None if connected => {
+                ready += 1;
+                condition("Ready", "True", "Connected", "Member Connected")
+            }
+            None => condition(
                 "Ready",
                 "False",
                 "Disconnected",
@@ -120,7 +138,7 @@ pub fn leader_status(
                     "No MemberClusterAnnounce update after {}",
                     at.strftime("%a %b %e %H:%M:%S UTC %Y")
                 ),
-            )
+            ),
         };
         keep_transition_time(&mut c, old_member(cluster).map(|s| s.conditions.as_slice()));
         statuses.push(ClusterStatus {
@@ -162,7 +180,7 @@ mod tests {
         let mut tr = Tracker::default();
         tr.observe([("east", "1", None), ("west", "1", None)], t(0));
         let why = "10.97.0.0/16 overlaps 10.97.0.0/16 of cluster east, accepted first".to_owned();
-        let refused = BTreeMap::from([("west".to_owned(), why.clone())]);
+        let refused = BTreeMap::from([("west".to_owned(), Announced::Refused(why.clone()))]);
         let s = leader_status(&tr, Liveness::default(), t(1), None, None, &refused, None);
         assert_eq!(s.ready_clusters, Some(1));
         let west = &s.cluster_statuses[1].conditions[0];

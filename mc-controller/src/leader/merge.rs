@@ -357,39 +357,60 @@ fn group<'a>(
     groups
 }
 
-/// The owner `(namespace, name)` of each import name the groups make: the source the existing
-/// import holds while it is still exported (names are sticky), else the source with the oldest
-/// export. A later export that joins to the same name never takes an import over.
+/// The owner `(namespace, name)` of each import name the groups make. Sources whose names join
+/// to the same stem (`a-b`/`c` and `a`/`b-c` both give `a-b-c-service` and `a-b-c-endpoints`)
+/// have one owner for all the stem's names: the source the existing Service import (else
+/// Endpoints import) holds while it is still exported (names are sticky), else the source with
+/// the oldest Service export (else the oldest export). A later export that joins to the same
+/// names never takes an import over.
 fn owners(
     groups: &BTreeMap<GroupKey, Tuple>,
     existing: &BTreeMap<String, &ResourceImport>,
 ) -> BTreeMap<String, (String, String)> {
-    let mut candidates: BTreeMap<String, Vec<&Tuple>> = BTreeMap::new();
+    // By stem: each tuple with the import name it makes.
+    let mut stems: BTreeMap<String, Vec<(&Kind, &Tuple, String)>> = BTreeMap::new();
     for ((kind, _, _), tuple) in groups {
         let ri_name = names::resource_import(&tuple.namespace, &tuple.name, kind.as_str());
-        candidates.entry(ri_name).or_default().push(tuple);
+        let stem = match kind {
+            Kind::Service | Kind::Endpoints => {
+                names::resource_import(&tuple.namespace, &tuple.name, "")
+            }
+            _ => ri_name.clone(),
+        };
+        stems.entry(stem).or_default().push((kind, tuple, ri_name));
     }
-    candidates
-        .into_iter()
-        .filter_map(|(ri_name, tuples)| {
-            let held = existing.get(&ri_name).map(|ri| {
-                (
-                    ri.spec.namespace.clone().unwrap_or_default(),
-                    ri.spec.name.clone().unwrap_or_default(),
-                )
-            });
-            let owner = tuples
-                .iter()
-                .find(|t| held.as_ref() == Some(&(t.namespace.clone(), t.name.clone())))
-                .or_else(|| {
-                    tuples
-                        .iter()
-                        .filter(|t| !t.exports.is_empty())
-                        .min_by(|a, b| by_age(&a.exports[0], &b.exports[0]))
-                })?;
-            Some((ri_name, (owner.namespace.clone(), owner.name.clone())))
+    let held_by = |ri_name: &str| {
+        existing.get(ri_name).map(|ri| {
+            (
+                ri.spec.namespace.clone().unwrap_or_default(),
+                ri.spec.name.clone().unwrap_or_default(),
+            )
         })
-        .collect()
+    };
+    let mut out = BTreeMap::new();
+    for (stem, tuples) in stems {
+        let source = |t: &Tuple| (t.namespace.clone(), t.name.clone());
+        let held = held_by(&format!("{stem}service"))
+            .or_else(|| held_by(&format!("{stem}endpoints")))
+            .or_else(|| held_by(&stem))
+            .filter(|h| tuples.iter().any(|(_, t, _)| source(t) == *h));
+        let oldest = |services_only: bool| {
+            tuples
+                .iter()
+                .filter(|(k, t, _)| {
+                    !t.exports.is_empty() && (!services_only || **k == Kind::Service)
+                })
+                .min_by(|a, b| by_age(&a.1.exports[0], &b.1.exports[0]))
+                .map(|(_, t, _)| source(t))
+        };
+        let Some(owner) = held.or_else(|| oldest(true)).or_else(|| oldest(false)) else {
+            continue;
+        };
+        for (_, _, ri_name) in tuples {
+            out.insert(ri_name, owner.clone());
+        }
+    }
+    out
 }
 
 /// Whether `tuple` owns the import name `ri_name` ([`owners`]); the exports of a tuple that does
@@ -855,11 +876,17 @@ fn clusterinfo(
             },
         );
     }
-    let verdict = match announced.refused.get(&name) {
-        Some(why) => Verdict::Failure(why.clone()),
-        None if announced.imports.contains_key(&name) => Verdict::Succeeded,
+    let verdict = match (announced.refused.get(&name), announced.partly.get(&name)) {
+        (Some(why), _) => Verdict::Failure(why.clone()),
+        // Accepted with Pod CIDRs left out: said as a conflict beside `Succeeded`.
+        (None, Some(why)) => Verdict::Conflict {
+            accepted: true,
+            reason: "PodCIDRsNotRouted".into(),
+            message: why.clone(),
+        },
+        (None, None) if announced.imports.contains_key(&name) => Verdict::Succeeded,
         // Not among the announcements weighed (the leader weighs every live ClusterInfo).
-        None => Verdict::Failure("this ClusterInfo was not weighed yet".into()),
+        (None, None) => Verdict::Failure("this ClusterInfo was not weighed yet".into()),
     };
     out.verdicts.insert(name, verdict);
 }
@@ -1601,6 +1628,26 @@ mod tests {
         let m = merge(NS, &exports, &held, &BTreeSet::new());
         assert_eq!(m.imports["a-b-c-service"].name.as_deref(), Some("c"));
         assert_eq!(m.verdicts["east-a-b-c-service"], Verdict::Succeeded);
+        // The Endpoints import follows the Service import's owner, even when the other
+        // source's Endpoints export is the older one.
+        let endpoints = |ns: &str, name: &str, age: i64| {
+            let mut re = (*eps("east", "10.97.0.9")).clone();
+            re.metadata.name = Some(format!("east-{ns}-{name}-endpoints"));
+            re.spec.namespace = Some(ns.into());
+            re.spec.name = Some(name.into());
+            re.metadata.creation_timestamp =
+                Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
+            Arc::new(re)
+        };
+        let mut with_eps = exports.clone();
+        with_eps.extend([endpoints("a", "b-c", 0), endpoints("a-b", "c", 20)]);
+        let m = merge(NS, &with_eps, &held, &BTreeSet::new());
+        let ri = &m.imports["a-b-c-endpoints"];
+        assert_eq!(
+            (ri.namespace.as_deref(), ri.name.as_deref()),
+            (Some("a-b"), Some("c"))
+        );
+        assert_eq!(m.verdicts["east-a-b-c-endpoints"], Verdict::Succeeded);
         assert!(matches!(
             &m.verdicts["east-a-b-c-service"],
             Verdict::Succeeded

@@ -100,7 +100,7 @@ struct Leader {
     /// imported only inside their exporter's accepted CIDRs).
     accepted_seen: BTreeMap<String, announce::Accepted>,
     /// Members whose ClusterInfo is refused, with why (their ClusterSet status says so).
-    refused_infos: BTreeMap<String, String>,
+    refused_infos: BTreeMap<String, members::Announced>,
     min_prefix_len: u8,
     quota: merge::Quota,
     /// The exports the last pass refused for their member's quota: a change re-merges
@@ -430,14 +430,30 @@ impl Leader {
         let mut imports = self.imports.covered(&work);
         let infos = merge::announcements(&exports, &imports);
         let announced = announce::weigh(&infos, &self.rules().await);
-        let refused: BTreeMap<String, String> = infos
+        // A member whose announcement is refused is not Ready; one accepted with Pod CIDRs
+        // left out is, and its status says which.
+        let refused: BTreeMap<String, members::Announced> = infos
             .iter()
-            .filter_map(|a| Some((a.cluster.clone(), announced.refused.get(&a.export)?.clone())))
+            .filter_map(|a| {
+                let refused = announced.refused.get(&a.export).cloned();
+                let why = refused.map(members::Announced::Refused).or_else(|| {
+                    let partly = announced.partly.get(&a.export).cloned();
+                    partly.map(members::Announced::Partly)
+                })?;
+                Some((a.cluster.clone(), why))
+            })
             .collect();
         drop(infos);
         for (cluster, why) in &refused {
             if self.refused_infos.get(cluster) != Some(why) {
-                tracing::warn!(cluster, "ClusterInfo refused: {why}");
+                match why {
+                    members::Announced::Refused(w) => {
+                        tracing::warn!(cluster, "ClusterInfo refused: {w}")
+                    }
+                    members::Announced::Partly(w) => {
+                        tracing::warn!(cluster, "ClusterInfo accepted, but {w}")
+                    }
+                }
             }
         }
         self.refused_infos = refused;

@@ -318,6 +318,8 @@ impl Member {
                 // The leader refused this cluster's ClusterInfo: connected, but no other
                 // cluster routes to it.
                 let refused = self.conn.as_ref().and_then(|conn| {
+                    // Disconnected says more than a verdict read before.
+                    conn.beat().connected.filter(|c| *c)?;
                     let name = names::cluster_info_export(&conn.identity.cluster_id);
                     let re = conn
                         .own_exports

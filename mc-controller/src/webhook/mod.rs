@@ -57,8 +57,10 @@ const MAX_REVIEW_BYTES: usize = 4 << 20;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection must send its request head within this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait in the listen backlog.
+/// Connections served at once; more are closed at once.
 const MAX_CONNECTIONS: usize = 256;
+/// How long one connection may be kept (its requests keep coming).
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
 pub const CA_CONFIGMAP: &str = "antrea-mc-ca";
 /// Labels that select the webhook configurations a controller keeps the CA of.
 pub const LABEL_SERVED_BY: (&str, &str) = ("served-by", "antrea-mc-controller");
@@ -274,8 +276,6 @@ pub async fn start(
         });
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
-            // Never closed: the semaphore lives as long as this loop.
-            let slot = slots.clone().acquire_owned().await?;
             let (tcp, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -283,6 +283,12 @@ pub async fn start(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
+            };
+            // Full: closed at once (the client retries), so that the listener keeps draining
+            // its backlog and the API server's own connections get the next free slot.
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::debug!(%peer, "webhook connection refused: {MAX_CONNECTIONS} served already");
+                continue;
             };
             let (acceptor, app) = (acceptor.clone(), app.clone());
             tokio::spawn(async move {
@@ -347,12 +353,22 @@ async fn connection(
         Err(_) => return,
     };
     let svc = hyper_util::service::TowerToHyperService::new(app);
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-        .await
-    {
+        .header_read_timeout(HEADER_TIMEOUT);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+    tokio::pin!(conn);
+    // A connection holds its slot for a bounded time: past it, the request in flight is
+    // answered and the connection closed (the API server opens another).
+    let served = tokio::select! {
+        served = conn.as_mut() => served,
+        () = tokio::time::sleep(MAX_CONNECTION_AGE) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = served {
         tracing::debug!(%peer, error = %e, "webhook connection ended");
     }
 }
