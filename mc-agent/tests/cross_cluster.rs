@@ -623,22 +623,8 @@ fn a_tunnel_mtu_below_the_uplinks_is_what_pods_are_held_to() {
         "the SYN-ACK is clamped"
     );
     // 1372 + 28 + 36 > 1400: fragmentation-needed for 1364, the tunnel MTU less the tunnel.
-    let (first, learned) = in_netns(&pod_n, || {
-        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
-        sock.connect("10.245.0.7:5353").unwrap();
-        set_int_opt(
-            &sock,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_DO,
-        );
-        let first = sock.send(&[1u8; 1372]).map(|_| ());
-        thread::sleep(Duration::from_millis(300));
-        (first, path_mtu(&sock))
-    })
-    .join()
-    .unwrap();
-    assert!(first.is_ok(), "{first:?}");
+    let (sent, learned) = df_datagrams(&pod_n, 1372, 1);
+    assert!(sent[0].is_ok(), "{sent:?}");
     assert_eq!(learned, 1364, "the path MTU fragmentation-needed taught");
     stop.store(true, Ordering::Relaxed);
     http.join().unwrap();
@@ -773,22 +759,8 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
 
     // A 1472-byte DF datagram does not fit the tunnel: the Node answers with fragmentation-
     // needed, so the Pod's kernel learns the path MTU (1464) and refuses the next one itself.
-    let (first, second, learned) = in_netns(&pod_n, || {
-        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
-        sock.connect("10.245.0.7:5353").unwrap();
-        set_int_opt(
-            &sock,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_DO,
-        );
-        let first = sock.send(&[1u8; 1472]).map(|_| ());
-        thread::sleep(Duration::from_millis(300));
-        let second = sock.send(&[1u8; 1472]).map_err(|e| e.raw_os_error());
-        (first, second, path_mtu(&sock))
-    })
-    .join()
-    .unwrap();
+    let (sent, learned) = df_datagrams(&pod_n, 1472, 2);
+    let (first, second) = (sent[0], sent[1]);
     assert!(
         first.is_ok(),
         "the first datagram leaves the Pod: {first:?}"
@@ -980,6 +952,38 @@ fn assert_only_geneve_between_gateways(pcap: &Path) {
 fn connects(ns: &NetNs, addr: SocketAddr) -> bool {
     in_netns(ns, move || {
         TcpStream::connect_timeout(&addr, Duration::from_millis(800)).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
+/// `count` datagrams of `size` bytes with DF from pod-n to pod-w, 300 ms apart: what each send
+/// returned (the errno of a refused one), and the path MTU the Pod's kernel knows after them.
+fn df_datagrams(
+    pod_n: &NetNs,
+    size: usize,
+    count: usize,
+) -> (Vec<Result<(), Option<i32>>>, libc::c_int) {
+    in_netns(pod_n, move || {
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.connect("10.245.0.7:5353").unwrap();
+        set_int_opt(
+            &sock,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        );
+        let sent = (0..count)
+            .map(|_| {
+                let sent = sock
+                    .send(&vec![1u8; size])
+                    .map(|_| ())
+                    .map_err(|e| e.raw_os_error());
+                thread::sleep(Duration::from_millis(300));
+                sent
+            })
+            .collect();
+        (sent, path_mtu(&sock))
     })
     .join()
     .unwrap()

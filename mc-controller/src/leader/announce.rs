@@ -119,9 +119,8 @@ pub fn weigh(announcements: &[Announcement], rules: &Rules) -> Verdicts {
         if from.contains_key(&a.cluster) {
             continue;
         }
-        if let Ok((accepted, left_out)) = accept(&a.cluster, held, &out.accepted, rules) {
-            // One with Pod CIDRs left out is weighed again below (one may fit now).
-            let _ = left_out;
+        // One with Pod CIDRs left out is weighed again below, as changed (one may fit now).
+        if let Ok((accepted, _)) = accept(&a.cluster, held, &out.accepted, rules) {
             out.imports
                 .insert(a.export.clone(), restricted(held, &accepted.pods));
             out.accepted.insert(a.cluster.clone(), accepted);

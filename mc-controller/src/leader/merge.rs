@@ -1485,26 +1485,28 @@ mod tests {
         );
     }
 
+    /// A ClusterInfo export of `cluster` announcing the Service CIDR `service`, `age` seconds old.
+    fn info(cluster: &str, age: i64, service: &str) -> Arc<ResourceExport> {
+        let mut re = ResourceExport::new(
+            &format!("{cluster}-clusterinfo"),
+            ResourceExportSpec {
+                cluster_id: Some(cluster.into()),
+                kind: Some("ClusterInfo".into()),
+                cluster_info: Some(ClusterInfo {
+                    cluster_id: Some(cluster.into()),
+                    service_cidr: Some(service.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        re.metadata.creation_timestamp =
+            Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
+        Arc::new(re)
+    }
+
     #[test]
     fn a_refused_cluster_info_is_not_imported_and_endpoints_outside_the_cidrs_are_refused() {
-        let info = |cluster: &str, age: i64, service: &str| {
-            let mut re = ResourceExport::new(
-                &format!("{cluster}-clusterinfo"),
-                ResourceExportSpec {
-                    cluster_id: Some(cluster.into()),
-                    kind: Some("ClusterInfo".into()),
-                    cluster_info: Some(ClusterInfo {
-                        cluster_id: Some(cluster.into()),
-                        service_cidr: Some(service.into()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            );
-            re.metadata.creation_timestamp =
-                Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
-            Arc::new(re)
-        };
         // Both on kubeadm's default Service CIDR: west, the younger, is refused.
         let exports = vec![
             info("east", 0, "10.96.0.0/12"),
@@ -1545,24 +1547,6 @@ mod tests {
 
     #[test]
     fn a_member_that_changes_its_announcement_to_anothers_cidr_displaces_nothing() {
-        let info = |cluster: &str, age: i64, service: &str| {
-            let mut re = ResourceExport::new(
-                &format!("{cluster}-clusterinfo"),
-                ResourceExportSpec {
-                    cluster_id: Some(cluster.into()),
-                    kind: Some("ClusterInfo".into()),
-                    cluster_info: Some(ClusterInfo {
-                        cluster_id: Some(cluster.into()),
-                        service_cidr: Some(service.into()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            );
-            re.metadata.creation_timestamp =
-                Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
-            Arc::new(re)
-        };
         // West is the older member; both are imported.
         let honest = vec![
             info("west", 0, "10.98.0.0/16"),
