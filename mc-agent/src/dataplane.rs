@@ -22,8 +22,8 @@ use aya::{
 use mc_common::{
     CounterValue,
     dataplane::{
-        EgressKey, FlowKey, LocalConfig, NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict,
-        RemoteRoute, SnatEntry,
+        EgressKey, Exposed, ExposedKey, FlowKey, LocalConfig, NextHop, Peer, PodIdentity,
+        PolicyKey, PolicyVerdict, RemoteRoute, SnatEntry,
     },
     maps, programs,
 };
@@ -325,6 +325,8 @@ impl Dataplane {
         let mut ingress_policy = None;
         let mut protected_pods = None;
         let mut egress_policy = None;
+        let mut exposed = None;
+        let mut exposed_prefixes = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
@@ -336,6 +338,8 @@ impl Dataplane {
                 maps::INGRESS_POLICY => ingress_policy = Some(map),
                 maps::PROTECTED_PODS => protected_pods = Some(map),
                 maps::EGRESS_POLICY => egress_policy = Some(map),
+                maps::EXPOSED => exposed = Some(map),
+                maps::EXPOSED_PREFIXES => exposed_prefixes = Some(map),
                 _ => {}
             }
         }
@@ -364,6 +368,12 @@ impl Dataplane {
                 egress_policy.ok_or_else(|| missing(maps::EGRESS_POLICY))?,
             )
             .map_err(map_err)?,
+            exposed: HashMap::try_from(exposed.ok_or_else(|| missing(maps::EXPOSED))?)
+                .map_err(map_err)?,
+            exposed_prefixes: LpmTrie::try_from(
+                exposed_prefixes.ok_or_else(|| missing(maps::EXPOSED_PREFIXES))?,
+            )
+            .map_err(map_err)?,
         })
     }
 
@@ -389,6 +399,10 @@ pub struct DataplaneMaps<T> {
     pub protected_pods: HashMap<T, [u8; 4], PolicyVerdict>,
     /// This Node's Pods' flows to multi-cluster Services that egress rules decide.
     pub egress_policy: HashMap<T, EgressKey, PolicyVerdict>,
+    /// What remote clusters may open flows to: exported Services and their endpoints.
+    pub exposed: HashMap<T, ExposedKey, Exposed>,
+    /// The Pod CIDRs remote clusters may reach (Pod-to-Pod connectivity).
+    pub exposed_prefixes: LpmTrie<T, [u8; 4], Exposed>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -406,6 +420,8 @@ impl DataplaneMaps<MapData> {
             ingress_policy: open(maps::INGRESS_POLICY)?.try_into()?,
             protected_pods: open(maps::PROTECTED_PODS)?.try_into()?,
             egress_policy: open(maps::EGRESS_POLICY)?.try_into()?,
+            exposed: open(maps::EXPOSED)?.try_into()?,
+            exposed_prefixes: open(maps::EXPOSED_PREFIXES)?.try_into()?,
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod bpffs;
 pub mod config;
 pub mod counters;
 pub mod dataplane;
+pub mod exposure;
 pub mod host;
 pub mod kube_proxy;
 pub mod netfilter;

@@ -13,7 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Node, ObjectReference, Pod, PodSpec, PodStatus, Service, ServiceSpec},
+    discovery::v1::{Endpoint, EndpointSlice},
+};
 use kube::{
     Api, Client, ResourceExt as _,
     runtime::events::{Event, EventType, Recorder, Reporter},
@@ -24,7 +27,8 @@ use mc_api::{
     conditions::{Condition, condition, keep_transition_time, same},
     gateway::{DATAPLANE_READY, Gateway},
     labelidentity::LabelIdentity,
-    mcs::ServiceImport,
+    mcs::{ServiceExport, ServiceImport},
+    names::annotations,
 };
 use mc_kube::{Driver, Metrics, Reconciler, Trigger, Watched, Work, Writer, watch::WatchHealth};
 
@@ -33,6 +37,7 @@ use crate::{
     config::Multicluster,
     counters,
     dataplane::Dataplane,
+    exposure::{ExportedService, exported_services},
     host::HostState,
     kube_proxy::ProxyMode,
     netfilter::{Hook, PolicyHook},
@@ -166,6 +171,8 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
         infos,
         nodes,
         stretched,
+        exports: None,
+        trigger: trigger.clone(),
         attached: None,
         problems: Vec::new(),
         published: None,
@@ -356,6 +363,76 @@ fn trim_pod(pod: &mut Pod) {
     (m.annotations, m.owner_references) = (None, None);
 }
 
+/// What this cluster exported, watched on a Node that may be the gateway (the exposure map,
+/// `exposure.rs`).
+struct Exports {
+    exports: Watched<ServiceExport>,
+    services: Watched<Service>,
+    slices: Watched<EndpointSlice>,
+}
+
+impl Exports {
+    fn new(client: &Client, trigger: &Trigger) -> Self {
+        Self {
+            exports: Watched::new(
+                Api::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "ServiceExport",
+            ),
+            services: Watched::trimmed(
+                Api::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "Service",
+                trim_service,
+            ),
+            slices: Watched::trimmed(
+                Api::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "EndpointSlice",
+                trim_slice,
+            ),
+        }
+    }
+
+    fn services(&self) -> Vec<ExportedService> {
+        let exports = self.exports.all();
+        let slices = self.slices.all();
+        exported_services(
+            exports.iter().map(|e| e.as_ref()),
+            |ns, name| self.services.get(Some(ns), name),
+            &slices,
+        )
+    }
+}
+
+/// What the agent reads of a Service: its ClusterIPs and ports.
+fn trim_service(svc: &mut Service) {
+    svc.spec = svc.spec.take().map(|s| ServiceSpec {
+        cluster_ip: s.cluster_ip,
+        cluster_ips: s.cluster_ips,
+        ports: s.ports,
+        ..Default::default()
+    });
+    svc.status = None;
+    let m = &mut svc.metadata;
+    (m.annotations, m.owner_references) = (None, None);
+}
+
+/// What the agent reads of an EndpointSlice: its addresses and ports.
+fn trim_slice(slice: &mut EndpointSlice) {
+    for e in slice.endpoints.iter_mut().flatten() {
+        *e = Endpoint {
+            addresses: std::mem::take(&mut e.addresses),
+            ..Default::default()
+        };
+    }
+    let m = &mut slice.metadata;
+    (m.annotations, m.owner_references) = (None, None);
+}
+
 /// The agent's loop: its watches and what it has attached.
 struct Agent {
     /// Events on this Node when the dataplane stops or starts being ready (`kubectl describe
@@ -370,6 +447,11 @@ struct Agent {
     infos: Watched<ClusterInfoImport>,
     nodes: Watched<Node>,
     stretched: Option<Stretched>,
+    /// On a Node that may be the gateway: what this cluster exported (watched from the first
+    /// pass that finds the Node a gateway candidate on).
+    exports: Option<Exports>,
+    /// Fires the passes (the watches started later take it too).
+    trigger: Trigger,
     attached: Option<Attached>,
     /// Everything wrong after the last pass (logged when it first appears).
     problems: Vec<String>,
@@ -404,6 +486,13 @@ impl Reconciler for Agent {
                 ("ServiceImports", s.service_imports.health()),
             ]);
         }
+        if let Some(e) = &self.exports {
+            w.extend([
+                ("ServiceExports", e.exports.health()),
+                ("Services", e.services.health()),
+                ("EndpointSlices", e.slices.health()),
+            ]);
+        }
         w
     }
 
@@ -436,15 +525,26 @@ impl Reconciler for Agent {
             }
             self.proxy_mode = mode;
         }
-        let outcome = pass(
-            &self.opts,
-            &mut self.attached,
-            &self.gateways,
-            &self.infos,
-            &self.nodes,
-            self.stretched.as_ref(),
-            self.proxy_mode.as_ref(),
-        );
+        if self.exports.is_none() && self.may_be_gateway() {
+            tracing::info!(
+                "this Node may be the gateway: watching the ServiceExports, Services and EndpointSlices (remote clusters reach only what was exported)"
+            );
+            self.exports = Some(Exports::new(&self.client, &self.trigger));
+        }
+        let exported = self
+            .exports
+            .as_ref()
+            .filter(|e| e.exports.ready() && e.services.ready() && e.slices.ready())
+            .map(Exports::services);
+        let seen = Seen {
+            gateways: &self.gateways,
+            infos: &self.infos,
+            nodes: &self.nodes,
+            stretched: self.stretched.as_ref(),
+            proxy_mode: self.proxy_mode.as_ref(),
+            exported,
+        };
+        let outcome = pass(&self.opts, &mut self.attached, seen);
         if outcome.problems != self.problems {
             for p in outcome
                 .problems
@@ -490,6 +590,18 @@ impl Reconciler for Agent {
 }
 
 impl Agent {
+    /// A gateway candidate (annotated `multicluster.antrea.io/gateway`), or the gateway.
+    fn may_be_gateway(&self) -> bool {
+        let name = &self.opts.node_name;
+        self.nodes
+            .get(None, name)
+            .is_some_and(|n| n.annotations().contains_key(annotations::GATEWAY))
+            || self
+                .gateways
+                .get(Some(&self.opts.namespace), name)
+                .is_some()
+    }
+
     /// On the gateway Node: the Gateway's `DataplaneReady` condition, written where it changed
     /// (the member's controller shows it in the ClusterSet's status, `mcctl get clusterset`).
     /// The agent is its only writer: a merge patch of the whole list.
@@ -570,15 +682,26 @@ struct Pass {
     coverage: Option<BTreeMap<(Option<String>, String), Coverage>>,
 }
 
-fn pass(
-    opts: &RunOptions,
-    attached: &mut Option<Attached>,
-    gateways: &Watched<Gateway>,
-    infos: &Watched<ClusterInfoImport>,
-    nodes: &Watched<Node>,
-    stretched: Option<&Stretched>,
-    proxy_mode: Option<&ProxyMode>,
-) -> Pass {
+/// What the watches (and kube-proxy) say, for one pass.
+struct Seen<'a> {
+    gateways: &'a Watched<Gateway>,
+    infos: &'a Watched<ClusterInfoImport>,
+    nodes: &'a Watched<Node>,
+    stretched: Option<&'a Stretched>,
+    proxy_mode: Option<&'a ProxyMode>,
+    /// This cluster's exports, once their watches have listed them (gateway candidates only).
+    exported: Option<Vec<ExportedService>>,
+}
+
+fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass {
+    let Seen {
+        gateways,
+        infos,
+        nodes,
+        stretched,
+        proxy_mode,
+        exported,
+    } = seen;
     let fail = |why: String| Pass {
         not_ready: Some(why.clone()),
         problems: vec![why],
@@ -652,6 +775,7 @@ fn pass(
         uplink_subnets: routes::subnets_of(&a.uplink),
         mtu: tunnel_mtu(uplink_mtu(&a.uplink), opts.config.tunnel_mtu),
         uplink_peer: a.uplink_peer.current(&a.uplink),
+        exported,
         ..Default::default()
     };
     if let Some(s) = stretched {

@@ -15,8 +15,9 @@ pub use mc_api::net::Prefix;
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
     CONFIG_MASQ_IDS, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
-    CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, LocalConfig, PEER_LOCAL_NODE,
-    PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+    CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, EXPOSED_POD_CIDR, Exposed,
+    ExposedKey, LocalConfig, MAX_EXPOSED, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, PodIdentity,
+    ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
 
 /// A Pod of this Node, as read from the API.
@@ -93,6 +94,9 @@ pub struct Inputs {
     pub imported_services: BTreeMap<(String, String), Vec<Ipv4Addr>>,
     /// kube-proxy's mode on this Node, when it said (stretched NetworkPolicy only).
     pub proxy_mode: Option<crate::kube_proxy::ProxyMode>,
+    /// This cluster's exported Services, on a Node that may be the gateway once their watches
+    /// have listed them; `None`: not known here (the exposure map is left as it is).
+    pub exported: Option<Vec<crate::exposure::ExportedService>>,
 }
 
 /// A remote cluster as it ended up in the maps.
@@ -123,6 +127,10 @@ pub struct Desired {
     pub pod_ids: BTreeMap<Ipv4Addr, PodIdentity>,
     /// The gateway's compiled ClusterSet-scoped ingress rules (empty elsewhere).
     pub policy: crate::policy::Compiled,
+    /// What remote clusters may open flows to (`mc_exposed`); `None`: leave the map as it is.
+    pub exposed: Option<BTreeMap<ExposedKey, Exposed>>,
+    /// The Pod CIDRs remote clusters may reach (`mc_exposed_prefixes`; Pod-to-Pod only).
+    pub exposed_prefixes: BTreeMap<Prefix, Exposed>,
     /// Human-readable reasons for every skipped object or entry.
     pub skipped: Vec<String>,
     /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
@@ -338,7 +346,16 @@ pub fn desired(inputs: &Inputs) -> Desired {
     for cidr in &inputs.local_pod_cidrs {
         if let Ok(p) = Prefix::parse(cidr) {
             taken.push((p, "a local Pod CIDR".to_owned()));
+            if inputs.pod_to_pod {
+                let kind = EXPOSED_POD_CIDR;
+                out.exposed_prefixes.insert(p, Exposed { kind });
+            }
         }
+    }
+    if let Some(exported) = &inputs.exported {
+        let (exposed, left_out) = crate::exposure::entries(exported, MAX_EXPOSED as usize);
+        out.skipped.extend(left_out);
+        out.exposed = Some(exposed);
     }
     // Addresses no remote prefix may hold (the second line of defence behind the leader's
     // checks): routed toward a gateway, this Node's own traffic to them would be captured.

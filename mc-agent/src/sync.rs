@@ -9,15 +9,11 @@
 //! written yet; and whatever the hairpin cache learned from a mixed state it learned under the
 //! old generation. (A removal that fails leaves the config as it was until a later pass.)
 
-use std::{
-    borrow::BorrowMut,
-    collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
-};
+use std::{borrow::BorrowMut, collections::BTreeMap, net::Ipv4Addr};
 
 use aya::{
     Pod,
-    maps::{HashMap, MapData, MapError, lpm_trie::Key},
+    maps::{HashMap, LpmTrie, MapData, MapError, lpm_trie::Key},
 };
 use mc_common::dataplane::PolicyVerdict;
 
@@ -37,6 +33,8 @@ pub struct SyncReport {
     pub pod_ids_removed: usize,
     pub policy_written: usize,
     pub policy_removed: usize,
+    pub exposed_written: usize,
+    pub exposed_removed: usize,
     pub config_changed: bool,
 }
 
@@ -52,18 +50,8 @@ pub fn apply<T: BorrowMut<MapData>>(
 ) -> Result<SyncReport, MapError> {
     let mut report = SyncReport::default();
 
-    let current_routes: Vec<(Key<[u8; 4]>, _)> =
-        maps.routes.iter().collect::<Result<_, MapError>>()?;
-    for (prefix, route) in &desired.routes {
-        let key = Key::new(u32::from(prefix.len), prefix.addr.octets());
-        let same = current_routes.iter().any(|(k, v)| {
-            k.prefix_len() == key.prefix_len() && k.data() == key.data() && v == route
-        });
-        if !same {
-            maps.routes.insert(&key, route, 0)?;
-            report.routes_written += 1;
-        }
-    }
+    let (held_routes, n) = write_trie(&mut maps.routes, &desired.routes)?;
+    report.routes_written += n;
     let current_peers: Vec<([u8; 4], _)> = maps.peers.iter().collect::<Result<_, MapError>>()?;
     for (addr, peer) in &desired.peers {
         let key = addr.octets();
@@ -104,16 +92,20 @@ pub fn apply<T: BorrowMut<MapData>>(
             &desired.policy.entries,
         )?;
 
-    let wanted_routes: BTreeSet<Prefix> = desired.routes.keys().copied().collect();
-    for (key, _) in &current_routes {
-        let prefix = Prefix::new(Ipv4Addr::from(key.data()), key.prefix_len().min(32) as u8);
-        // A key with host bits set was not written by us: it goes too.
-        let normalised = key.prefix_len() <= 32 && prefix.addr.octets() == key.data();
-        if !normalised || !wanted_routes.contains(&prefix) {
-            remove_absent(maps.routes.remove(key))?;
-            report.routes_removed += 1;
-        }
+    // What remote clusters may reach: new destinations before stale ones go (a Service that
+    // moves keeps a way in). Left as it is while the exports are not known (a restarted agent
+    // keeps the pinned map until its watches have listed them).
+    if let Some(exposed) = &desired.exposed {
+        let (held, n) = write_changed(&mut maps.exposed, exposed)?;
+        report.exposed_written += n;
+        report.exposed_removed += remove_unwanted(&mut maps.exposed, held, exposed)?;
     }
+    let (held, n) = write_trie(&mut maps.exposed_prefixes, &desired.exposed_prefixes)?;
+    report.exposed_written += n;
+    report.exposed_removed +=
+        remove_trie(&mut maps.exposed_prefixes, &held, &desired.exposed_prefixes)?;
+
+    report.routes_removed += remove_trie(&mut maps.routes, &held_routes, &desired.routes)?;
     for (key, _) in &current_peers {
         if !desired.peers.contains_key(&Ipv4Addr::from(*key)) {
             remove_absent(maps.peers.remove(key))?;
@@ -165,6 +157,49 @@ fn remove_unwanted<T: BorrowMut<MapData>, K: Pod + Ord, V: Pod>(
     for key in held.iter().filter(|k| !want.contains_key(k)) {
         remove_absent(map.remove(key))?;
         removed += 1;
+    }
+    Ok(removed)
+}
+
+/// The prefixes an LPM trie held before a sync.
+type HeldPrefixes = Vec<Key<[u8; 4]>>;
+
+/// Writes the prefixes of `want` that `trie` lacks or holds otherwise; returns the entries it
+/// held before and how many were written.
+fn write_trie<T: BorrowMut<MapData>, V: Pod + PartialEq>(
+    trie: &mut LpmTrie<T, [u8; 4], V>,
+    want: &BTreeMap<Prefix, V>,
+) -> Result<(HeldPrefixes, usize), MapError> {
+    let held: Vec<(Key<[u8; 4]>, V)> = trie.iter().collect::<Result<_, MapError>>()?;
+    let mut written = 0;
+    for (prefix, v) in want {
+        let key = Key::new(u32::from(prefix.len), prefix.addr.octets());
+        let same = held.iter().any(|(k, held_v)| {
+            k.prefix_len() == key.prefix_len() && k.data() == key.data() && held_v == v
+        });
+        if !same {
+            trie.insert(&key, v, 0)?;
+            written += 1;
+        }
+    }
+    Ok((held.into_iter().map(|(k, _)| k).collect(), written))
+}
+
+/// Removes the prefixes of `held` that `want` has not; returns how many.
+fn remove_trie<T: BorrowMut<MapData>, V: Pod>(
+    trie: &mut LpmTrie<T, [u8; 4], V>,
+    held: &[Key<[u8; 4]>],
+    want: &BTreeMap<Prefix, V>,
+) -> Result<usize, MapError> {
+    let mut removed = 0;
+    for key in held {
+        let prefix = Prefix::new(Ipv4Addr::from(key.data()), key.prefix_len().min(32) as u8);
+        // A key with host bits set was not written by us: it goes too.
+        let normalised = key.prefix_len() <= 32 && prefix.addr.octets() == key.data();
+        if !normalised || !want.contains_key(&prefix) {
+            remove_absent(trie.remove(key))?;
+            removed += 1;
+        }
     }
     Ok(removed)
 }

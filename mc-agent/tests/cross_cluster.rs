@@ -35,6 +35,7 @@ use mc_agent::{
     bpffs::PinLayout,
     counters,
     dataplane::DataplaneMaps,
+    exposure::ExportedService,
     state::{ClusterInfoObject, GatewayObject, Inputs, desired},
     sync::apply,
 };
@@ -291,7 +292,7 @@ fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
 fn inputs(
     node: &str,
     node_ip: [u8; 4],
-    gateway: (&str, [u8; 4], &str),
+    gateway: (&str, [u8; 4], &str, &str),
     remote: (&str, [u8; 4], &str, &str),
     nodes: &[[u8; 4]],
 ) -> Inputs {
@@ -313,10 +314,24 @@ fn inputs(
             pod_cidrs: vec![remote.3.into()],
         }],
         local_nodes: nodes.iter().map(|&n| Ipv4Addr::from(n)).collect(),
+        local_pod_cidrs: vec![gateway.3.into()],
         pod_to_pod: true,
         mtu: 1500,
+        exported: Some(west_exports()),
         ..Default::default()
     }
+}
+
+/// West's exported Services (east's gateway exposes them too: there they are remote prefixes,
+/// which a remote-opened flow never reaches).
+fn west_exports() -> Vec<ExportedService> {
+    vec![ExportedService {
+        namespace: "demo".into(),
+        name: "web".into(),
+        cluster_ips: vec![[10, 98, 0, 10].into(), [10, 98, 0, 20].into()],
+        ports: vec![(6, 80), (17, 5353)],
+        endpoints: vec![],
+    }]
 }
 
 /// Two clusters of network namespaces (the picture at the top), the programs attached by the
@@ -460,7 +475,7 @@ fn world_with(tag: &str, attach_args: &[&str], to_peer: bool, foreign_first: boo
         }
     };
     let east_nodes = [[198, 18, 1, 1], [198, 18, 1, 2]];
-    let east_gateway = ("east-gw", [198, 18, 1, 1], "10.97.0.0/16");
+    let east_gateway = ("east-gw", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16");
     let west_remote = ("west", [198, 18, 2, 1], "10.98.0.0/16", "10.245.0.0/16");
     east_gw.sync(&Inputs {
         uplink_peer: uplink_peer(&east_gw),
@@ -485,7 +500,7 @@ fn world_with(tag: &str, attach_args: &[&str], to_peer: bool, foreign_first: boo
         ..inputs(
             "west-gw",
             [198, 18, 2, 1],
-            ("west-gw", [198, 18, 2, 1], "10.98.0.0/16"),
+            ("west-gw", [198, 18, 2, 1], "10.98.0.0/16", "10.245.0.0/16"),
             ("east", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16"),
             &[[198, 18, 2, 1]],
         )

@@ -9,9 +9,9 @@ use mc_agent::dataplane::Direction;
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, HAIRPIN_SNAT, HAIRPIN_UNSNAT, NextHop, PEER_REMOTE_GATEWAY,
-        Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN,
-        SNAT_REVERSE,
+        CONFIG_ROUTED_VIA_GATEWAY, EXPOSED_POD_CIDR, Exposed, HAIRPIN_SNAT, HAIRPIN_UNSNAT,
+        NextHop, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+        SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
     },
 };
 use support::{
@@ -757,6 +757,88 @@ fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only
         (Counter::RxFromRemote, 1),
         (Counter::DropSpoofedSource, 6),
         (Counter::DropNotLocal, 4),
+    ]);
+}
+
+/// The receiving gateway is an allow-list: a flow a remote cluster opens reaches an exported
+/// Service's ClusterIP on its ports and its endpoints on theirs, Pods only with Pod-to-Pod
+/// connectivity (their CIDR in `mc_exposed_prefixes`), and nothing else of this cluster: not the
+/// API server's `kubernetes` Service, not an unexported Service or another port, not a host the
+/// gateway Node could route to. Replies to flows this cluster opened are not asked.
+#[test]
+fn a_remote_cluster_opens_flows_only_to_what_this_cluster_exported() {
+    let mut f = Fixture::new("gw-exposed", ROLE_GATEWAY);
+    const KUBERNETES: [u8; 4] = [10, 97, 0, 1];
+    const UNEXPORTED: [u8; 4] = [10, 97, 0, 30];
+    const ELSEWHERE: [u8; 4] = [203, 0, 113, 5];
+    let from_west = |dst: [u8; 4], proto: &str, port: u16| -> Vec<u8> {
+        let inner = match proto {
+            "tcp" => tcp(W, dst, 42000, port, 0x02, b""),
+            "udp" => udp(W, dst, 42000, port, b"q", true),
+            _ => icmp_echo(W, dst, 8, 7, 1),
+        };
+        eth(&geneve(W, G, PORT, &inner))
+    };
+    let verdict = |f: &mut Fixture, frame: &[u8]| f.run(Direction::Ingress, frame).0;
+
+    // The exported Service (TCP 80, the fixture's) and, once exported, its endpoint.
+    assert_eq!(verdict(&mut f, &from_west(EAST_SVC, "tcp", 80)), NEXT);
+    let mut exports = east_exports();
+    exports[0].endpoints = vec![(POD_N.into(), 6, 8080)];
+    f.expose(&exports);
+    assert_eq!(verdict(&mut f, &from_west(POD_N, "tcp", 8080)), NEXT);
+    // A later fragment of a flow to it (no ports to check), and ICMP to it.
+    let later = as_fragment(&tcp(W, EAST_SVC, 42000, 80, 0x10, &[0; 64]), 0x0004);
+    assert_eq!(verdict(&mut f, &eth(&geneve(W, G, PORT, &later))), NEXT);
+    assert_eq!(verdict(&mut f, &from_west(EAST_SVC, "icmp", 0)), NEXT);
+
+    // Nothing else.
+    let refused = [
+        (KUBERNETES, "tcp", 443),
+        (UNEXPORTED, "tcp", 80),
+        (EAST_SVC, "tcp", 443),
+        (EAST_SVC, "udp", 80),
+        (POD_N, "tcp", 22),
+        (POD_G, "tcp", 8080),
+        (POD_G, "icmp", 0),
+        (ELSEWHERE, "tcp", 80),
+    ];
+    for (dst, proto, port) in refused {
+        let frame = from_west(dst, proto, port);
+        assert_eq!(verdict(&mut f, &frame), SHOT, "{dst:?} {proto} {port}");
+    }
+    let later = as_fragment(&tcp(W, UNEXPORTED, 42000, 80, 0x10, &[0; 64]), 0x0004);
+    assert_eq!(verdict(&mut f, &eth(&geneve(W, G, PORT, &later))), SHOT);
+
+    // Pod-to-Pod connectivity: every address of the local Pod CIDR, any port.
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let pods = Exposed {
+            kind: EXPOSED_POD_CIDR,
+        };
+        let key = aya::maps::lpm_trie::Key::new(16, [10, 244, 0, 0]);
+        maps.exposed_prefixes
+            .insert(&key, &pods, 0)
+            .expect("prefix");
+    }
+    assert_eq!(verdict(&mut f, &from_west(POD_G, "tcp", 8080)), NEXT);
+    assert_eq!(verdict(&mut f, &from_west(POD_G, "icmp", 0)), NEXT);
+    for (dst, proto, port) in [(KUBERNETES, "tcp", 443), (ELSEWHERE, "tcp", 80)] {
+        let frame = from_west(dst, proto, port);
+        assert_eq!(verdict(&mut f, &frame), SHOT, "{dst:?} {proto} {port}");
+    }
+
+    // A flow this cluster's Pod opened gets its answer as ever.
+    let port = f.hairpin_tcp(POD_N, 40000, 0x02);
+    let reply = tcp(WEST_SVC, G, 80, port, 0x12, b"");
+    let (v, _) = f.run(Direction::Ingress, &eth(&geneve(W, G, PORT, &reply)));
+    assert_eq!(v, REDIRECT);
+
+    f.assert_counters(&[
+        (Counter::RxFromRemote, 6),
+        (Counter::DropNotExported, 11),
+        (Counter::HairpinSnat, 1),
+        (Counter::HairpinUnsnat, 1),
     ]);
 }
 

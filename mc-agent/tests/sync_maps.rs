@@ -10,13 +10,14 @@ use aya::maps::lpm_trie::Key;
 use mc_agent::{
     bpffs::PinLayout,
     dataplane::{Dataplane, DataplaneMaps},
+    exposure::ExportedService,
     state::{ClusterInfoObject, GatewayObject, Inputs, desired},
     sync::{SyncReport, apply},
 };
 use mc_common::{
     dataplane::{
-        FlowKey, NextHop, PEER_LOCAL_NODE, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
-        SNAT_FORWARD, SnatEntry,
+        EXPOSED_SERVICE, Exposed, ExposedKey, FlowKey, NextHop, PEER_LOCAL_NODE, Peer, PodIdentity,
+        ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SnatEntry,
     },
     maps,
 };
@@ -43,7 +44,16 @@ fn inputs(node: &str, gateway: &str, clusters: &[(&str, &str, &str)]) -> Inputs 
             })
             .collect(),
         local_nodes: vec![Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 1, 2)],
+        local_pod_cidrs: vec!["10.244.0.0/16".into()],
+        pod_to_pod: true,
         mtu: 1500,
+        exported: Some(vec![ExportedService {
+            namespace: "demo".into(),
+            name: "web".into(),
+            cluster_ips: vec![Ipv4Addr::new(10, 97, 0, 20)],
+            ports: vec![(6, 80)],
+            endpoints: vec![(Ipv4Addr::new(10, 244, 1, 5), 6, 8080)],
+        }]),
         ..Default::default()
     }
 }
@@ -137,6 +147,32 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         let report = apply(&mut maps, &two).expect("apply");
         assert_eq!((report.routes_removed, report.peers_removed), (1, 1));
         assert_eq!(routes(&maps).len(), 2);
+
+        // The exposure: the Service's ClusterIP and its endpoint (each with port 0 of TCP and
+        // of ICMP beside it), and the local Pod CIDR. Junk goes; exports not known yet (a
+        // restarted agent before its watches listed them) leave it as it is.
+        let exposed = |maps: &DataplaneMaps<&mut aya::maps::MapData>| maps.exposed.keys().count();
+        assert_eq!(exposed(&maps), 6);
+        assert_eq!(maps.exposed_prefixes.iter().count(), 1);
+        let junk = ExposedKey {
+            addr: [10, 96, 0, 1],
+            port: 443,
+            proto: 6,
+            _pad: 0,
+        };
+        let kind = EXPOSED_SERVICE;
+        maps.exposed.insert(&junk, &Exposed { kind }, 0).unwrap();
+        let report = apply(&mut maps, &two).expect("apply");
+        assert_eq!((report.exposed_written, report.exposed_removed), (0, 1));
+        let mut unknown = two.clone();
+        unknown.exposed = None;
+        maps.exposed.insert(&junk, &Exposed { kind }, 0).unwrap();
+        assert_eq!(
+            apply(&mut maps, &unknown).expect("apply").exposed_removed,
+            0
+        );
+        assert_eq!(exposed(&maps), 7);
+        apply(&mut maps, &two).expect("apply");
     }
     drop(dp);
 
@@ -304,6 +340,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
                 &["action", "rule"]
             }
             maps::RULE_COUNTERS => &["packets", "bytes"],
+            maps::EXPOSED | maps::EXPOSED_PREFIXES => &["kind"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

@@ -170,6 +170,12 @@ counters! {
     /// see it): its VNI says unknown, and ClusterSet-scoped ingress rules of the receiving
     /// cluster refuse it. Each is also counted under its verdict.
     TxIdentityUnknown = 38, "tx_identity_unknown", false;
+    /// Gateway, from a remote gateway: a flow its cluster opened to an address of this cluster
+    /// that was not exported: not an exported Service's ClusterIP and port, not one of its
+    /// endpoints' addresses and ports, not a Pod CIDR with Pod-to-Pod connectivity on (the
+    /// API server's `kubernetes` Service, an unexported Service, a Pod, a host the gateway Node
+    /// can route to). Replies to flows this cluster opened are not checked here.
+    DropNotExported = 39, "drop_not_exported", true;
 }
 
 impl Counter {

@@ -473,6 +473,49 @@ pub const MAX_EGRESS_ENTRIES: u32 = 65_536;
 /// Pods of the cluster a ClusterSet-scoped ingress rule covers.
 pub const MAX_PROTECTED_PODS: u32 = 16_384;
 
+/// Key of the gateway's exposure map (`mc_exposed`): a destination in this cluster that remote
+/// clusters may open flows to, as the flow's first packet names it (before kube-proxy's DNAT):
+/// an exported Service's ClusterIP with one of its ports, or one of its endpoints' addresses
+/// with an endpoint port. Port 0 stands for the address's packets without a port to check (a
+/// later fragment; ICMP, whose key has protocol 1): the agent writes it beside every address's
+/// ports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExposedKey {
+    pub addr: [u8; 4],
+    /// Host order.
+    pub port: u16,
+    pub proto: u8,
+    pub _pad: u8,
+}
+
+const _: () = assert!(core::mem::size_of::<ExposedKey>() == 8);
+
+/// [`Exposed::kind`]: an exported Service's ClusterIP.
+pub const EXPOSED_SERVICE: u32 = 1;
+/// [`Exposed::kind`]: an endpoint of an exported Service (what `endpointIPType: PodIP` and
+/// headless exports hand out; kube-proxy leads a ClusterIP's flows to the same Pods and ports).
+pub const EXPOSED_ENDPOINT: u32 = 2;
+/// [`Exposed::kind`]: a Pod CIDR of this cluster, with Pod-to-Pod connectivity on
+/// (`mc_exposed_prefixes`).
+pub const EXPOSED_POD_CIDR: u32 = 3;
+
+/// Value of the exposure maps: why remote clusters may reach the destination (read by people
+/// with `bpftool map dump`; the programs only ask whether an entry exists).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exposed {
+    /// [`EXPOSED_SERVICE`], [`EXPOSED_ENDPOINT`] or [`EXPOSED_POD_CIDR`].
+    pub kind: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Exposed>() == 4);
+
+/// (address, protocol, port) destinations the gateway lets remote clusters open flows to.
+pub const MAX_EXPOSED: u32 = 65_536;
+/// This cluster's Pod CIDRs that remote clusters may reach (Pod-to-Pod connectivity).
+pub const MAX_EXPOSED_PREFIXES: u32 = 1024;
+
 /// Masqueraded flows whose label identity a Node remembers (`mc_masq_ids`).
 pub const MAX_MASQ_FLOWS: u32 = 65_536;
 
@@ -508,6 +551,8 @@ mod pod {
     unsafe impl aya::Pod for super::EgressKey {}
     unsafe impl aya::Pod for super::PolicyVerdict {}
     unsafe impl aya::Pod for super::RejectEvent {}
+    unsafe impl aya::Pod for super::ExposedKey {}
+    unsafe impl aya::Pod for super::Exposed {}
 }
 
 #[cfg(test)]

@@ -74,6 +74,13 @@ pub mod maps {
     /// [`crate::dataplane::FlowKey`] as the uplink sees it, after the NAT ->
     /// [`crate::dataplane::PodIdentity`] of the Pod that opened it.
     pub const MASQ_IDS: &str = "mc_masq_ids";
+    /// [`crate::dataplane::ExposedKey`] (address, port, protocol) ->
+    /// [`crate::dataplane::Exposed`]: what this cluster exported, the only destinations the
+    /// gateway lets remote clusters open flows to (besides `EXPOSED_PREFIXES`).
+    pub const EXPOSED: &str = "mc_exposed";
+    /// This cluster's Pod CIDRs (LPM trie) -> [`crate::dataplane::Exposed`], with Pod-to-Pod
+    /// connectivity on: remote clusters may open flows to any of their addresses.
+    pub const EXPOSED_PREFIXES: &str = "mc_exposed_prefixes";
     /// Maps an earlier agent pinned that the programs no longer have (the policy program's
     /// kernel offsets, now patched into its instructions): removed when the agent starts and
     /// when it removes its maps.
@@ -97,5 +104,7 @@ pub mod maps {
         RULE_COUNTERS,
         REJECTS,
         MASQ_IDS,
+        EXPOSED,
+        EXPOSED_PREFIXES,
     ];
 }

@@ -39,7 +39,7 @@ use mc_common::{
 
 use crate::{
     maps::{config, count, peer_kind, pod_vni, remote_route},
-    packet::{IPPROTO_UDP, eth_ipv4, udp_dst_port},
+    packet::{IPPROTO_TCP, IPPROTO_UDP, dst_port, eth_ipv4},
     tunnel::Tunnel,
 };
 
@@ -97,7 +97,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     if ip.proto == IPPROTO_UDP
         && !ip.is_later_fragment()
         && ip.src == cfg.node_ip
-        && udp_dst_port(ctx, &ip)? == port
+        && dst_port(ctx, &ip)? == port
     {
         return Ok((Counter::PassOwnTunnel, VERDICT_NEXT));
     }
@@ -257,6 +257,12 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                 if dst == cfg.node_ip || peer_kind(&dst) != 0 || remote_route(dst).is_some() {
                     return Err(Counter::DropNotLocal);
                 }
+                // And to something this cluster exported (an allow-list the agent keeps from
+                // the ServiceExports): not its API server, an unexported Service, a Pod
+                // without Pod-to-Pod connectivity, or any host the gateway Node can route to.
+                if !maps::exposed(dst, exposed_port(ctx, &tunnel.inner)?, tunnel.inner.proto) {
+                    return Err(Counter::DropNotExported);
+                }
                 if cfg.flags & CONFIG_STRETCHED_POLICY != 0 {
                     policy::record_flow(ctx, tunnel);
                 }
@@ -283,6 +289,17 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
         // dropped here, counted, before the stack spends anything on it.
         _ => Err(Counter::DropUnknownPeer),
     }
+}
+
+/// The destination port the exposure map is keyed by: a TCP or UDP packet's (its first
+/// fragment's), else 0 (later fragments, ICMP; the agent writes port 0 beside every exposed
+/// address's ports).
+#[inline(always)]
+fn exposed_port(ctx: &TcContext, ip: &packet::Ipv4) -> Result<u16, Counter> {
+    if (ip.proto == IPPROTO_TCP || ip.proto == IPPROTO_UDP) && !ip.is_later_fragment() {
+        return dst_port(ctx, ip);
+    }
+    Ok(0)
 }
 
 #[cfg(not(test))]

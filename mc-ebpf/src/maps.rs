@@ -13,12 +13,13 @@ use mc_common::{
     Counter, CounterValue,
     counters::COUNTER_SLOTS,
     dataplane::{
-        EgressKey, FLOW_CACHE_SLOTS, FlowCacheEntry, FlowIdentity, FlowKey, FlowVerdict,
-        HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
-        MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_MASQ_FLOWS, MAX_NEXT_HOPS, MAX_PEERS,
-        MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES, MAX_PROTECTED_PODS,
-        MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity, PolicyKey,
-        PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SnatEntry, VNI_UNKNOWN,
+        EgressKey, Exposed, ExposedKey, FLOW_CACHE_SLOTS, FlowCacheEntry, FlowIdentity, FlowKey,
+        FlowVerdict, HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
+        MAX_EXPOSED, MAX_EXPOSED_PREFIXES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_MASQ_FLOWS,
+        MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES,
+        MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity,
+        PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SnatEntry,
+        VNI_UNKNOWN,
     },
 };
 
@@ -85,6 +86,13 @@ pub(crate) static PROTECTED_PODS: HashMap<[u8; 4], PolicyVerdict, { MAX_PROTECTE
 #[btf_map(name = "mc_rule_counters")]
 static RULE_COUNTERS: PerCpuArray<CounterValue, { MAX_POLICY_RULES as usize }> = PerCpuArray::new();
 
+#[btf_map(name = "mc_exposed")]
+static EXPOSED: HashMap<ExposedKey, Exposed, { MAX_EXPOSED as usize }> = HashMap::new();
+
+#[btf_map(name = "mc_exposed_prefixes")]
+static EXPOSED_PREFIXES: LpmTrie<[u8; 4], Exposed, { MAX_EXPOSED_PREFIXES as usize }> =
+    LpmTrie::new();
+
 #[btf_map(name = "mc_rejects")]
 pub(crate) static REJECTS: RingBuf<RejectEvent, { REJECT_RING_BYTES as usize }> = RingBuf::new();
 
@@ -142,6 +150,20 @@ pub(crate) fn config() -> LocalConfig {
 #[inline(always)]
 pub(crate) fn remote_route(addr: [u8; 4]) -> Option<RemoteRoute> {
     ROUTES.get(&Key::new(32, addr)).copied()
+}
+
+/// Whether this cluster exported `addr` (with `port` of `proto`; 0 for a packet without a port
+/// to check) to remote clusters, or `addr` lies in a Pod CIDR remote clusters may reach.
+#[inline(always)]
+pub(crate) fn exposed(addr: [u8; 4], port: u16, proto: u8) -> bool {
+    let key = ExposedKey {
+        addr,
+        port,
+        proto,
+        _pad: 0,
+    };
+    // SAFETY: only whether the entry exists is read.
+    unsafe { EXPOSED.get(&key) }.is_some() || EXPOSED_PREFIXES.get(&Key::new(32, addr)).is_some()
 }
 
 /// Whether `addr` lies in the prefixes of the remote cluster whose gateway is `gateway`: only

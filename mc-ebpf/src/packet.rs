@@ -166,9 +166,9 @@ pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counte
     })
 }
 
-/// The UDP destination port of a (first-fragment) UDP packet.
+/// The destination port of a (first-fragment) UDP or TCP packet.
 #[inline(always)]
-pub fn udp_dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
+pub fn dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
     let ports: [u8; 4] = ip.read(ctx, ip.l4()).map_err(|_| Counter::DropTruncated)?;
     Ok(u16::from_be_bytes([ports[2], ports[3]]))
 }

@@ -2,14 +2,15 @@
 //! before any cluster routes it. A member that lies (here one with a token of its own and no
 //! controller at all, writing to the leader as a compromised or misconfigured member would)
 //! changes no route on any Node of the other clusters, leaves the honest members' traffic as it
-//! was, and its refusals are visible with `kubectl get` and `mcctl get clusterset`.
+//! was, and its refusals are visible with `kubectl get` and `mcctl get clusterset`. And a
+//! cluster's gateway lets the others reach only what that cluster exported.
 //!
 //! Needs the testbed's kubelet Nodes (the default `cargo xtask testbed up`).
 
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use mc_integration::{
-    AsServiceAccount, SameNamespace, Testbed, condition,
+    AsServiceAccount, SameNamespace, Testbed, agent, condition,
     join::{self, CLUSTERSET, LEADER_NS, id},
     pods, wait_for,
 };
@@ -387,6 +388,92 @@ fn a_member_that_announces_what_is_not_its_own_changes_no_route_anywhere() {
         || match join::leader_counts(&tb) {
             Some((2, 2)) => Ok(()),
             other => Err(format!("{other:?}")),
+        },
+    );
+}
+
+/// `drop_not_exported` on west's Nodes (whichever is the gateway).
+fn west_not_exported() -> u64 {
+    ["node-a", "node-b"]
+        .iter()
+        .map(|n| agent::packets(&agent::counters("west", n), "drop_not_exported"))
+        .sum()
+}
+
+/// A Pod of east reaches what west exported and nothing else of west: not its API server's
+/// `kubernetes` Service, not a Service it did not export; once that Service is exported it
+/// answers, and once the export goes it is unreachable again. West's gateway counts what it
+/// dropped.
+#[test]
+fn another_cluster_reaches_only_what_this_cluster_exported() {
+    assert!(
+        mc_integration::kubelet_nodes(),
+        "this test needs the testbed's kubelet Nodes (`cargo xtask testbed up`)"
+    );
+    let tb = Testbed::from_env();
+    join::ensure_joined(&tb);
+    let ns = SameNamespace::new(&tb, "exposed");
+    pods::web(&tb, "west", &ns.name, "web", None, 8080);
+    let service = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec:\n  selector: {{app: web}}\n  ports: [{{name: http, port: 80, targetPort: 8080, protocol: TCP}}]\n"
+        )
+    };
+    let export = |name: &str| {
+        format!(
+            "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {{name: {name}}}\n"
+        )
+    };
+    tb.apply(
+        "west",
+        &ns.name,
+        &(service("web") + "---\n" + &export("web")),
+    );
+    tb.apply("west", &ns.name, &service("hidden"));
+    pods::client(&tb, "east", &ns.name, "client", Some("node-b"));
+    east_reaches_west(&tb, &ns.name);
+
+    let cluster_ip = |ns: &str, name: &str| {
+        tb.get_json("west", &["get", "service", name, "-n", ns])["spec"]["clusterIP"]
+            .as_str()
+            .expect("clusterIP")
+            .to_owned()
+    };
+    let web = format!("http://{}/", cluster_ip(&ns.name, "web"));
+    let hidden = format!("http://{}/", cluster_ip(&ns.name, "hidden"));
+    let api = format!("https://{}/", cluster_ip("default", "kubernetes"));
+    let curl = |url: &str| pods::curl(&tb, "east", &ns.name, "client", url);
+
+    // The exported Service by its own ClusterIP too (the address west exported).
+    assert_eq!(curl(&web).as_deref(), Ok("hello from west/web"));
+    let before = west_not_exported();
+    for url in [&hidden, &api] {
+        let got = curl(url);
+        assert!(got.is_err(), "{url} answered east: {got:?}");
+    }
+    let dropped = west_not_exported() - before;
+    assert!(
+        dropped >= 2,
+        "west's gateway counted {dropped} drop_not_exported"
+    );
+
+    // Exported, it answers; the export withdrawn, it is unreachable again.
+    tb.apply("west", &ns.name, &export("hidden"));
+    wait_for(
+        "west's hidden Service to answer once exported",
+        T,
+        || match curl(&hidden) {
+            Ok(body) if body == "hello from west/web" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    tb.delete("west", &["serviceexport", "hidden", "-n", &ns.name]);
+    wait_for(
+        "west's hidden Service to be unreachable again",
+        T,
+        || match curl(&hidden) {
+            Err(_) => Ok(()),
+            Ok(body) => Err(format!("answered {body:?}")),
         },
     );
 }

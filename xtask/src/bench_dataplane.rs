@@ -374,6 +374,12 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 }
                 i
             };
+            // West's gateway lets east reach its Pods (Pod-to-Pod connectivity): their CIDR
+            // is the exposure the server is reached by.
+            let west_pods = |mut i: Inputs| {
+                i.local_pod_cidrs = vec!["10.245.0.0/16".into()];
+                with_policy(i)
+            };
             let nodes = [
                 (
                     "egw",
@@ -385,7 +391,7 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 ),
                 (
                     "wgw",
-                    with_policy(inputs(
+                    west_pods(inputs(
                         "wgw",
                         "198.18.22.1",
                         ("wgw", "198.18.22.1", "10.98.0.0/16"),

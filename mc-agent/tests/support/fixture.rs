@@ -5,6 +5,7 @@
 use mc_agent::{
     bpffs::PinLayout,
     dataplane::{Dataplane, Direction},
+    exposure::{ExportedService, entries},
 };
 use mc_common::{
     Counter,
@@ -35,6 +36,17 @@ pub const POD_N: [u8; 4] = [10, 244, 1, 5];
 pub const POD_G: [u8; 4] = [10, 244, 0, 7];
 pub const WEST_SVC: [u8; 4] = [10, 98, 0, 10];
 pub const EAST_SVC: [u8; 4] = [10, 97, 0, 20];
+
+/// What east exported: a Service at EAST_SVC, TCP port 80, with no endpoints.
+pub fn east_exports() -> Vec<ExportedService> {
+    vec![ExportedService {
+        namespace: "demo".into(),
+        name: "web".into(),
+        cluster_ips: vec![EAST_SVC.into()],
+        ports: vec![(6, 80)],
+        endpoints: vec![],
+    }]
+}
 
 pub struct Fixture {
     _fs: Bpffs,
@@ -87,7 +99,21 @@ impl Fixture {
                 )
                 .expect("peer N");
         }
-        Self { _fs: fs, dp }
+        let mut f = Self { _fs: fs, dp };
+        f.expose(&east_exports());
+        f
+    }
+
+    /// Makes the exposure map hold what `exported` gives, as the agent would write it.
+    pub fn expose(&mut self, exported: &[ExportedService]) {
+        let mut maps = self.dp.maps().expect("maps");
+        let keys: Vec<_> = maps.exposed.keys().map(|k| k.expect("key")).collect();
+        for k in keys {
+            maps.exposed.remove(&k).expect("remove");
+        }
+        for (k, v) in entries(exported, 1000).0 {
+            maps.exposed.insert(&k, &v, 0).expect("exposed");
+        }
     }
 
     pub fn run(&mut self, direction: Direction, frame: &[u8]) -> (u32, Vec<u8>) {
