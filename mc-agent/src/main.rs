@@ -14,7 +14,10 @@ use mc_agent::{
 };
 use mc_common::{
     DEFAULT_PIN_ROOT,
-    dataplane::{PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE, SNAT_FORWARD},
+    dataplane::{
+        EXPOSED_SERVICE, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
+        SNAT_FORWARD,
+    },
     maps,
 };
 use mc_kube::Metrics;
@@ -360,6 +363,27 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
     ids.sort_by_key(|(k, _)| *k);
     for (k, v) in ids {
         println!("{:<16} {:>8}", Ipv4Addr::from(k).to_string(), v.id);
+    }
+    println!("\nEXPOSED (what remote clusters may open flows to; port 0: fragments and ICMP)");
+    let mut prefixes: Vec<_> = maps.exposed_prefixes.iter().collect::<Result<_, _>>()?;
+    prefixes.sort_by_key(|(k, _)| (k.data(), k.prefix_len()));
+    for (k, _) in prefixes {
+        println!(
+            "{:<22} pod-cidr",
+            format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len())
+        );
+    }
+    let mut exposed: Vec<_> = maps.exposed.iter().collect::<Result<_, _>>()?;
+    exposed.sort_by_key(|(k, _)| *k);
+    for (k, v) in exposed.iter().filter(|(k, _)| k.port != 0) {
+        let proto = if k.proto == 17 { "udp" } else { "tcp" };
+        let kind = if v.kind == EXPOSED_SERVICE {
+            "service"
+        } else {
+            "endpoint"
+        };
+        let addr = format!("{}:{}", Ipv4Addr::from(k.addr), k.port);
+        println!("{addr:<22} {kind:<9} {proto}");
     }
     println!("\nSNAT (forward entries: original -> translated, via Node)");
     let mut n = 0;

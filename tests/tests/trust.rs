@@ -456,6 +456,24 @@ fn another_cluster_reaches_only_what_this_cluster_exported() {
         dropped >= 2,
         "west's gateway counted {dropped} drop_not_exported"
     );
+    // `mc-agent maps` on west's gateway lists what is open: web's ClusterIP, not hidden's.
+    let maps = ["node-a", "node-b"]
+        .iter()
+        .map(|n| {
+            agent::xtask(&[
+                "testbed",
+                "exec",
+                &format!("west/{n}"),
+                "--",
+                agent::agent_bin().to_str().unwrap(),
+                "maps",
+            ])
+        })
+        .find(|m| m.starts_with("ROLE gateway"))
+        .expect("west's gateway Node");
+    let web_ip = cluster_ip(&ns.name, "web");
+    assert!(maps.contains(&format!("{web_ip}:80 ")), "{maps}");
+    assert!(!maps.contains(&cluster_ip(&ns.name, "hidden")), "{maps}");
 
     // Exported, it answers; the export withdrawn, it is unreachable again.
     tb.apply("west", &ns.name, &export("hidden"));
