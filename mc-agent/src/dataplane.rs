@@ -377,6 +377,14 @@ impl Dataplane {
         })
     }
 
+    /// How many entries the ingress policy map holds, as the kernel has it.
+    pub fn policy_capacity(&self) -> Option<usize> {
+        match self.ebpf.map(maps::INGRESS_POLICY)? {
+            aya::maps::Map::HashMap(data) => data.info().ok().map(|i| i.max_entries() as usize),
+            _ => None,
+        }
+    }
+
     /// The pin root this object's maps live under.
     pub fn layout(&self) -> &PinLayout {
         &self.layout

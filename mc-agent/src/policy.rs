@@ -21,7 +21,8 @@ use mc_api::{
     selector::{Labels, Selector},
 };
 use mc_common::dataplane::{
-    ACTION_ALLOW, ACTION_DROP, ACTION_REJECT, EgressKey, MAX_POLICY_RULES, PolicyKey, PolicyVerdict,
+    ACTION_ALLOW, ACTION_DROP, ACTION_REFUSE_ALL, ACTION_REJECT, EgressKey, MAX_POLICY_RULES,
+    PolicyKey, PolicyVerdict,
 };
 use serde_json::Value;
 
@@ -64,6 +65,8 @@ pub struct Compiled {
     /// What Strait enforces of each policy, by (namespace, name): the truth `kubectl get acnp`
     /// shows.
     pub coverage: BTreeMap<(Option<String>, String), Coverage>,
+    /// The policies whose ClusterSet-scoped ingress rules cover each protected Pod.
+    pub covering: BTreeMap<Ipv4Addr, BTreeSet<(Option<String>, String)>>,
 }
 
 /// What Strait does with a policy's rules: enforces them (the parts of ClusterSet scope, on
@@ -80,6 +83,62 @@ pub struct Coverage {
 }
 
 impl Compiled {
+    /// Keeps the ingress entries within `capacity` (the policy map's size): Pods are taken in
+    /// address order while all their entries fit; every other protected Pod keeps no entry and
+    /// refuses every remote flow ([`ACTION_REFUSE_ALL`], fail closed), named in the covering
+    /// policies' coverage and in `skipped`. A Pod left half-written would let through what its
+    /// missing entries drop.
+    pub fn fit(&mut self, capacity: usize) {
+        if self.entries.len() <= capacity {
+            return;
+        }
+        let mut per_pod: BTreeMap<[u8; 4], usize> = BTreeMap::new();
+        for key in self.entries.keys() {
+            *per_pod.entry(key.pod).or_default() += 1;
+        }
+        let mut used = 0;
+        let mut refused: BTreeSet<Ipv4Addr> = BTreeSet::new();
+        for ip in self.protected.keys() {
+            let n = per_pod.get(&ip.octets()).copied().unwrap_or(0);
+            if used + n <= capacity {
+                used += n;
+            } else {
+                refused.insert(*ip);
+            }
+        }
+        let rule = self.rules.len() as u32;
+        self.rules
+            .push("policy map full: every remote flow refused".into());
+        self.entries
+            .retain(|k, _| !refused.contains(&Ipv4Addr::from(k.pod)));
+        let mut by_policy: BTreeMap<(Option<String>, String), Vec<String>> = BTreeMap::new();
+        for ip in &refused {
+            let verdict = PolicyVerdict {
+                action: ACTION_REFUSE_ALL,
+                rule,
+            };
+            self.protected.insert(*ip, verdict);
+            for policy in self.covering.get(ip).into_iter().flatten() {
+                by_policy
+                    .entry(policy.clone())
+                    .or_default()
+                    .push(ip.to_string());
+            }
+        }
+        for (policy, pods) in by_policy {
+            self.coverage.entry(policy).or_default().not_enforced.push(format!(
+                "ingress rules for Pods {}: the gateway's policy map holds {capacity} entries; every flow another cluster opens to them is dropped (policy_drop_map_full)",
+                pods.join(", ")
+            ));
+        }
+        self.skipped.push(format!(
+            "the policy map holds {capacity} entries: {} covered Pods refuse every remote flow ({}{})",
+            refused.len(),
+            refused.iter().take(5).map(|ip| ip.to_string()).collect::<Vec<_>>().join(", "),
+            if refused.len() > 5 { ", ..." } else { "" }
+        ));
+    }
+
     /// A digest (FNV-1a, 32 bits) of the ingress decisions: the covered Pods and every entry.
     /// The gateway's remembered verdicts (`mc_flow_verdicts`) hold the digest they were made
     /// under, so any change to the ingress policy makes them stale at once, and an agent's
@@ -183,6 +242,8 @@ type Ports = BTreeSet<(u8, u16)>;
 
 #[derive(Clone, Debug)]
 struct Rule {
+    /// The policy's (namespace, name), as `Compiled::coverage` keys it.
+    policy: (Option<String>, String),
     counter: u32,
     action: Action,
     baseline: bool,
@@ -369,6 +430,7 @@ fn rules(
                     None => applied.clone(),
                 };
                 Ok(Rule {
+                    policy: (p.namespace.clone(), p.name.clone()),
                     counter: 0,
                     action: action(r, &what)?,
                     baseline,
@@ -678,6 +740,11 @@ fn ingress(rules: &[Rule], cluster: &Cluster, out: &mut Compiled) {
                     rule: RULE_UNKNOWN_IDENTITY,
                 },
             );
+            let policies = own
+                .iter()
+                .filter(|r| r.clusterset)
+                .map(|r| r.policy.clone());
+            out.covering.insert(ip, policies.collect());
             for (id, id_ns, id_pod) in &identities {
                 for &(proto, port) in &keys {
                     let v = verdict(&own, id_ns, id_pod, (proto, port));
@@ -961,6 +1028,53 @@ mod tests {
         assert_eq!(get(&c, db, 10, 6, 80).map(|v| v.0), Some(ACTION_DROP));
         // web is not covered.
         assert!(!c.protected.contains_key(&Ipv4Addr::new(10, 0, 0, 3)));
+    }
+
+    #[test]
+    fn pods_whose_rules_do_not_fit_the_map_refuse_every_remote_flow_and_the_condition_says_so() {
+        let w = world();
+        let all_pods = policy(
+            None,
+            "drop-from-everywhere",
+            json!({"priority": 1, "tier": "application",
+                   "appliedTo": [{"podSelector": {}}],
+                   "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet",
+                       "podSelector": {}}]}]}),
+        );
+        let whole = compile_in(&w, std::slice::from_ref(&all_pods));
+        let per_pod = |c: &Compiled, pod: Ipv4Addr| {
+            c.entries.keys().filter(|k| k.pod == pod.octets()).count()
+        };
+        let pods: Vec<Ipv4Addr> = whole.protected.keys().copied().collect();
+        assert!(pods.len() >= 2, "{pods:?}");
+        // Room for every entry: nothing changes.
+        let mut same = whole.clone();
+        same.fit(whole.entries.len());
+        assert_eq!(same, whole);
+        // Room for the first Pod's entries only.
+        let mut c = whole.clone();
+        let room = per_pod(&whole, pods[0]);
+        c.fit(room);
+        assert_eq!(c.entries.len(), room);
+        assert_ne!(c.protected[&pods[0]].action, ACTION_REFUSE_ALL);
+        for pod in &pods[1..] {
+            assert_eq!(c.protected[pod].action, ACTION_REFUSE_ALL, "{pod}");
+            assert_eq!(per_pod(&c, *pod), 0);
+        }
+        let cover = &c.coverage[&(None, "drop-from-everywhere".to_owned())];
+        assert!(
+            cover
+                .not_enforced
+                .iter()
+                .any(|n| n.contains("policy map holds") && n.contains(&pods[1].to_string())),
+            "{cover:?}"
+        );
+        assert!(
+            c.skipped
+                .iter()
+                .any(|s| s.contains("refuse every remote flow"))
+        );
+        assert_ne!(c.ingress_generation(), whole.ingress_generation());
     }
 
     #[test]

@@ -776,6 +776,7 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         mtu: tunnel_mtu(uplink_mtu(&a.uplink), opts.config.tunnel_mtu),
         uplink_peer: a.uplink_peer.current(&a.uplink),
         exported,
+        policy_capacity: a.dataplane.policy_capacity(),
         ..Default::default()
     };
     if let Some(s) = stretched {

@@ -16,8 +16,8 @@ use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
     CONFIG_MASQ_IDS, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
     CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, EXPOSED_POD_CIDR, Exposed,
-    ExposedKey, LocalConfig, MAX_EXPOSED, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, PodIdentity,
-    ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+    ExposedKey, LocalConfig, MAX_EXPOSED, MAX_POLICY_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY,
+    Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
 };
 
 /// A Pod of this Node, as read from the API.
@@ -94,6 +94,8 @@ pub struct Inputs {
     pub imported_services: BTreeMap<(String, String), Vec<Ipv4Addr>>,
     /// kube-proxy's mode on this Node, when it said (stretched NetworkPolicy only).
     pub proxy_mode: Option<crate::kube_proxy::ProxyMode>,
+    /// How many entries the ingress policy map holds (`None`: its compiled-in size).
+    pub policy_capacity: Option<usize>,
     /// This cluster's exported Services, on a Node that may be the gateway once their watches
     /// have listed them; `None`: not known here (the exposure map is left as it is).
     pub exported: Option<Vec<crate::exposure::ExportedService>>,
@@ -317,6 +319,9 @@ pub fn desired(inputs: &Inputs) -> Desired {
                 proxy_mode: inputs.proxy_mode.as_ref(),
             },
         );
+        let capacity = inputs.policy_capacity;
+        out.policy
+            .fit(capacity.unwrap_or(MAX_POLICY_ENTRIES as usize));
         out.skipped.extend(
             out.policy
                 .skipped

@@ -15,7 +15,7 @@ use aya::{
     Pod,
     maps::{HashMap, LpmTrie, MapData, MapError, lpm_trie::Key},
 };
-use mc_common::dataplane::PolicyVerdict;
+use mc_common::dataplane::{ACTION_REFUSE_ALL, Peer, PodIdentity, PolicyKey, PolicyVerdict};
 
 use crate::{
     dataplane::DataplaneMaps,
@@ -44,90 +44,221 @@ impl SyncReport {
     }
 }
 
+/// Maps that could not be made equal to the desired state (each map syncs on its own: the
+/// others were still written), and what the ones that could changed.
+#[derive(Debug)]
+pub struct SyncError {
+    pub report: SyncReport,
+    /// `<map>: <error>` for each map that failed.
+    pub failed: Vec<String>,
+}
+
+impl std::fmt::Display for SyncError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.failed.join("; "))
+    }
+}
+
+impl std::error::Error for SyncError {}
+
 pub fn apply<T: BorrowMut<MapData>>(
     maps: &mut DataplaneMaps<T>,
     desired: &Desired,
-) -> Result<SyncReport, MapError> {
+) -> Result<SyncReport, SyncError> {
     let mut report = SyncReport::default();
-
-    let (held_routes, n) = write_trie(&mut maps.routes, &desired.routes)?;
-    report.routes_written += n;
-    let current_peers: Vec<([u8; 4], _)> = maps.peers.iter().collect::<Result<_, MapError>>()?;
-    for (addr, peer) in &desired.peers {
-        let key = addr.octets();
-        if !current_peers.iter().any(|(k, v)| *k == key && v == peer) {
-            maps.peers.insert(&key, peer, 0)?;
-            report.peers_written += 1;
+    let mut failed: Vec<String> = Vec::new();
+    let mut note = |map: &str, r: Result<(), MapError>| {
+        if let Err(e) = r {
+            failed.push(format!("{map}: {e}"));
+            return false;
         }
+        true
+    };
+
+    let mut held_routes = Vec::new();
+    let routes_ok = note(
+        mc_common::maps::ROUTES,
+        write_trie(&mut maps.routes, &desired.routes).map(|(held, n)| {
+            held_routes = held;
+            report.routes_written += n;
+        }),
+    );
+    let mut current_peers: Vec<([u8; 4], Peer)> = Vec::new();
+    let peers_ok = note(
+        mc_common::maps::PEERS,
+        (|| {
+            current_peers = maps.peers.iter().collect::<Result<_, MapError>>()?;
+            for (addr, peer) in &desired.peers {
+                let key = addr.octets();
+                if !current_peers.iter().any(|(k, v)| *k == key && v == peer) {
+                    maps.peers.insert(&key, peer, 0)?;
+                    report.peers_written += 1;
+                }
+            }
+            Ok(())
+        })(),
+    );
+
+    let mut current_ids: Vec<([u8; 4], PodIdentity)> = Vec::new();
+    let ids_ok = note(
+        mc_common::maps::POD_IDS,
+        (|| {
+            current_ids = maps.pod_ids.iter().collect::<Result<_, MapError>>()?;
+            for (addr, id) in &desired.pod_ids {
+                let key = addr.octets();
+                if !current_ids.iter().any(|(k, v)| *k == key && v == id) {
+                    maps.pod_ids.insert(&key, id, 0)?;
+                    report.pod_ids_written += 1;
+                }
+            }
+            Ok(())
+        })(),
+    );
+
+    let policy_ok = note(
+        mc_common::maps::INGRESS_POLICY,
+        sync_policy(maps, desired, &mut report),
+    );
+
+    // What remote clusters may reach: new destinations before stale ones go (a Service that
+    // moves keeps a way in). Left as it is while the exports are not known (a restarted agent
+    // keeps the pinned map until its watches have listed them).
+    if let Some(exposed) = &desired.exposed {
+        note(
+            mc_common::maps::EXPOSED,
+            write_changed(&mut maps.exposed, exposed).and_then(|(held, n)| {
+                report.exposed_written += n;
+                report.exposed_removed += remove_unwanted(&mut maps.exposed, held, exposed)?;
+                Ok(())
+            }),
+        );
+    }
+    note(
+        mc_common::maps::EXPOSED_PREFIXES,
+        write_trie(&mut maps.exposed_prefixes, &desired.exposed_prefixes).and_then(|(held, n)| {
+            report.exposed_written += n;
+            report.exposed_removed +=
+                remove_trie(&mut maps.exposed_prefixes, &held, &desired.exposed_prefixes)?;
+            Ok(())
+        }),
+    );
+
+    if routes_ok {
+        note(
+            mc_common::maps::ROUTES,
+            remove_trie(&mut maps.routes, &held_routes, &desired.routes)
+                .map(|n| report.routes_removed += n),
+        );
+    }
+    if peers_ok {
+        note(
+            mc_common::maps::PEERS,
+            (|| {
+                for (key, _) in &current_peers {
+                    if !desired.peers.contains_key(&Ipv4Addr::from(*key)) {
+                        remove_absent(maps.peers.remove(key))?;
+                        report.peers_removed += 1;
+                    }
+                }
+                Ok(())
+            })(),
+        );
     }
 
-    let current_ids: Vec<([u8; 4], _)> = maps.pod_ids.iter().collect::<Result<_, MapError>>()?;
-    for (addr, id) in &desired.pod_ids {
-        let key = addr.octets();
-        if !current_ids.iter().any(|(k, v)| *k == key && v == id) {
-            maps.pod_ids.insert(&key, id, 0)?;
-            report.pod_ids_written += 1;
-        }
+    // The routes and peers complete before the config names their generation: the gateway's
+    // hairpin cache keeps what it learned under the new generation from the new maps only. A
+    // map that failed gets a generation no complete state has, so that nothing learned from
+    // the mixed maps is kept once they are complete (the next pass writes the real one); the
+    // rest of the config (a new gateway, role or MTU) is written all the same.
+    let mut config = desired.config;
+    if !(routes_ok && peers_ok) {
+        config.route_generation = config.route_generation.wrapping_add(1);
     }
+    if !policy_ok {
+        config.policy_generation = config.policy_generation.wrapping_add(1);
+    }
+    note(
+        mc_common::maps::CONFIG,
+        maps.config.get(&0, 0).and_then(|current| {
+            if current != config {
+                maps.config.set(0, &config, 0)?;
+                report.config_changed = true;
+            }
+            Ok(())
+        }),
+    );
 
-    // A Pod's verdicts before the Pod is protected, so that it is never protected with some of
-    // them missing (a missing one allows); unprotected first, then its verdicts go.
-    let protected: BTreeMap<[u8; 4], PolicyVerdict> = desired
+    if ids_ok {
+        note(
+            mc_common::maps::POD_IDS,
+            (|| {
+                for (key, _) in &current_ids {
+                    if !desired.pod_ids.contains_key(&Ipv4Addr::from(*key)) {
+                        remove_absent(maps.pod_ids.remove(key))?;
+                        report.pod_ids_removed += 1;
+                    }
+                }
+                Ok(())
+            })(),
+        );
+    }
+    if failed.is_empty() {
+        Ok(report)
+    } else {
+        Err(SyncError { report, failed })
+    }
+}
+
+/// The policy maps. A Pod's verdicts before the Pod is protected, so that it is never
+/// protected with some of them missing (a missing one allows); unprotected first, then its
+/// verdicts go. When the ingress map refuses an entry (full), the Pods whose verdicts are not
+/// all in place are protected as refusing every remote flow instead (fail closed): the entries
+/// are written in key order, Pod by Pod, so every Pod before the refused entry's is complete.
+fn sync_policy<T: BorrowMut<MapData>>(
+    maps: &mut DataplaneMaps<T>,
+    desired: &Desired,
+    report: &mut SyncReport,
+) -> Result<(), MapError> {
+    let mut protected: BTreeMap<[u8; 4], PolicyVerdict> = desired
         .policy
         .protected
         .iter()
         .map(|(ip, v)| (ip.octets(), *v))
         .collect();
-    let (held_policy, n1) = write_changed(&mut maps.ingress_policy, &desired.policy.entries)?;
+    let held_policy: BTreeMap<PolicyKey, PolicyVerdict> = maps
+        .ingress_policy
+        .iter()
+        .collect::<Result<_, MapError>>()?;
+    let mut refused: Option<MapError> = None;
+    for (key, v) in &desired.policy.entries {
+        if held_policy.get(key) == Some(v) {
+            continue;
+        }
+        if let Err(e) = maps.ingress_policy.insert(key, v, 0) {
+            for (_, verdict) in protected.range_mut(key.pod..) {
+                verdict.action = ACTION_REFUSE_ALL;
+            }
+            refused = Some(e);
+            break;
+        }
+        report.policy_written += 1;
+    }
     let (held_egress, n2) = write_changed(&mut maps.egress_policy, &desired.policy.egress)?;
     let (held_protected, n3) = write_changed(&mut maps.protected_pods, &protected)?;
-    report.policy_written += n1 + n2 + n3;
+    report.policy_written += n2 + n3;
     // The policy complete before the config names its generation: a verdict the gateway
     // remembers under the new generation must have been made from the new entries only.
     report.policy_removed += remove_unwanted(&mut maps.protected_pods, held_protected, &protected)?
         + remove_unwanted(&mut maps.egress_policy, held_egress, &desired.policy.egress)?
         + remove_unwanted(
             &mut maps.ingress_policy,
-            held_policy,
+            held_policy.into_keys().collect(),
             &desired.policy.entries,
         )?;
-
-    // What remote clusters may reach: new destinations before stale ones go (a Service that
-    // moves keeps a way in). Left as it is while the exports are not known (a restarted agent
-    // keeps the pinned map until its watches have listed them).
-    if let Some(exposed) = &desired.exposed {
-        let (held, n) = write_changed(&mut maps.exposed, exposed)?;
-        report.exposed_written += n;
-        report.exposed_removed += remove_unwanted(&mut maps.exposed, held, exposed)?;
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    let (held, n) = write_trie(&mut maps.exposed_prefixes, &desired.exposed_prefixes)?;
-    report.exposed_written += n;
-    report.exposed_removed +=
-        remove_trie(&mut maps.exposed_prefixes, &held, &desired.exposed_prefixes)?;
-
-    report.routes_removed += remove_trie(&mut maps.routes, &held_routes, &desired.routes)?;
-    for (key, _) in &current_peers {
-        if !desired.peers.contains_key(&Ipv4Addr::from(*key)) {
-            remove_absent(maps.peers.remove(key))?;
-            report.peers_removed += 1;
-        }
-    }
-
-    // The routes and peers complete before the config names their generation: the gateway's
-    // hairpin cache keeps what it learned under the new generation from the new maps only.
-    let current_config = maps.config.get(&0, 0)?;
-    if current_config != desired.config {
-        maps.config.set(0, &desired.config, 0)?;
-        report.config_changed = true;
-    }
-
-    for (key, _) in &current_ids {
-        if !desired.pod_ids.contains_key(&Ipv4Addr::from(*key)) {
-            remove_absent(maps.pod_ids.remove(key))?;
-            report.pod_ids_removed += 1;
-        }
-    }
-    Ok(report)
 }
 
 /// Writes the entries of `want` that `map` lacks or holds otherwise; returns the keys it held

@@ -208,10 +208,20 @@ impl Node {
     }
 
     fn sync(&self, inputs: &Inputs) {
+        self.sync_skipping(inputs, &[]);
+    }
+
+    /// Syncs what `inputs` give, of which exactly the parts `skipped` names (one reason each)
+    /// are left out.
+    fn sync_skipping(&self, inputs: &Inputs, skipped: &[&str]) {
         let layout = PinLayout::new(self.pin_root());
         let mut maps = DataplaneMaps::open_pinned(&layout).expect("pinned maps");
         let d = desired(inputs);
-        assert!(d.not_ready.is_none() && d.skipped.is_empty(), "{d:?}");
+        assert!(d.not_ready.is_none(), "{d:?}");
+        assert_eq!(d.skipped.len(), skipped.len(), "{:?}", d.skipped);
+        for (got, want) in d.skipped.iter().zip(skipped) {
+            assert!(got.contains(want), "{got:?} does not say {want:?}");
+        }
         apply(&mut maps, &d).expect("sync");
     }
 
@@ -1316,6 +1326,30 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     assert!(!connects(&pod_n, service));
     assert!(west_gw.counter("policy_drop_unknown_identity") >= 1);
     assert!(echoes(&pod_n, "10.245.1.8:5353".parse().unwrap()));
+
+    // A policy map too small for pod-w's verdicts (the size the agent reads off the map):
+    // pod-w refuses every remote flow, even the unlabelled client's that its rules allow (fail
+    // closed), counted; pod-w2, which no rule covers, is still reached. With room, the rules
+    // decide again.
+    east_node.sync(&east_as(Some(&plain_ns)));
+    assert!(connects(&pod_n, service), "an unlabelled client, before");
+    let full = |mut i: Inputs| {
+        i.policy_capacity = Some(0);
+        i
+    };
+    west_gw.sync_skipping(
+        &full(west_with(vec![policy.clone()])),
+        &["1 covered Pods refuse every remote flow (10.245.0.7)"],
+    );
+    assert!(!connects(&pod_n, service), "a Pod whose rules did not fit");
+    assert!(
+        west_gw.counter("policy_drop_map_full") >= 1,
+        "{:?}",
+        west_gw.nonzero()
+    );
+    assert!(echoes(&pod_n, "10.245.1.8:5353".parse().unwrap()));
+    west_gw.sync(&west_with(vec![policy.clone()]));
+    assert!(connects(&pod_n, service), "with room for the rules");
 
     // A restart of west's agent keeps deciding (the new program attached before the old one
     // is detached), and deleting the policy lifts it.

@@ -16,8 +16,9 @@ use mc_agent::{
 };
 use mc_common::{
     dataplane::{
-        EXPOSED_SERVICE, Exposed, ExposedKey, FlowKey, NextHop, PEER_LOCAL_NODE, Peer, PodIdentity,
-        ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SnatEntry,
+        ACTION_REFUSE_ALL, EXPOSED_SERVICE, Exposed, ExposedKey, FlowKey, MAX_POLICY_ENTRIES,
+        NextHop, PEER_LOCAL_NODE, Peer, PodIdentity, PolicyKey, PolicyVerdict, ROLE_GATEWAY,
+        ROLE_NODE, RemoteRoute, SNAT_FORWARD, SnatEntry,
     },
     maps,
 };
@@ -388,4 +389,100 @@ fn bpftool_fields(path: &std::path::Path) -> std::collections::BTreeSet<String> 
         }
     }
     names
+}
+
+/// A full ingress policy map fails closed and holds up no other map: the Pod whose verdicts it
+/// cannot take refuses every remote flow (its verdict in `mc_protected_pods` says so), the
+/// routes and the config still follow the desired state, also a change made while the map is
+/// still full, and once there is room the Pod's own verdicts are in place.
+#[test]
+fn a_full_policy_map_refuses_the_pods_it_cannot_hold_and_the_other_maps_still_follow() {
+    require_root();
+    let fs = Bpffs::new("sync-full");
+    let mut dp = Dataplane::load(PinLayout::new(fs.pin_root())).expect("load");
+    let capacity = dp.policy_capacity().expect("the policy map's size");
+    assert_eq!(capacity, MAX_POLICY_ENTRIES as usize);
+    let mut maps = dp.maps().expect("maps");
+    // Entries of no one's, to the last slot (as a map some other writer filled).
+    let fill = |maps: &mut DataplaneMaps<&mut aya::maps::MapData>| {
+        let junk = PolicyVerdict { action: 2, rule: 0 };
+        for id in 0..capacity as u32 {
+            let key = PolicyKey {
+                pod: [10, 250, 0, 1],
+                id,
+                port: 0,
+                proto: 0,
+                _pad: 0,
+            };
+            if maps.ingress_policy.insert(&key, &junk, 0).is_err() {
+                break;
+            }
+        }
+    };
+    let pod = Ipv4Addr::new(10, 244, 0, 9);
+    let with_policy = |clusters: &[(&str, &str, &str)]| {
+        let mut want = desired(&inputs("east-gw", "east-gw", clusters));
+        let drop = PolicyVerdict { action: 2, rule: 1 };
+        want.policy.protected.insert(pod, drop);
+        let key = PolicyKey {
+            pod: pod.octets(),
+            id: 7,
+            port: 0,
+            proto: 0,
+            _pad: 0,
+        };
+        want.policy.entries.insert(key, drop);
+        want
+    };
+    let west = ("west", "10.98.0.0/16", "198.18.2.1");
+    let south = ("south", "10.99.0.0/16", "198.18.3.1");
+
+    fill(&mut maps);
+    let one = with_policy(&[west]);
+    let err = apply(&mut maps, &one).expect_err("a full policy map");
+    assert!(
+        err.failed
+            .iter()
+            .any(|f| f.starts_with(maps::INGRESS_POLICY)),
+        "{err}"
+    );
+    let refused = maps
+        .protected_pods
+        .get(&pod.octets(), 0)
+        .expect("protected");
+    assert_eq!(refused.action, ACTION_REFUSE_ALL, "fail closed");
+    assert_eq!(
+        routes(&maps).len(),
+        1,
+        "the routes were written all the same"
+    );
+    let config = maps.config.get(&0, 0).unwrap();
+    assert_eq!(config.role, ROLE_GATEWAY);
+    assert_ne!(
+        config.policy_generation, one.config.policy_generation,
+        "no remembered verdict may pass for one of the complete policy"
+    );
+
+    // Still full: a new cluster's route follows.
+    fill(&mut maps);
+    let two = with_policy(&[west, south]);
+    assert!(apply(&mut maps, &two).is_err());
+    assert_eq!(
+        routes(&maps).len(),
+        2,
+        "a route added while the map is full"
+    );
+    assert_eq!(
+        maps.protected_pods.get(&pod.octets(), 0).unwrap().action,
+        ACTION_REFUSE_ALL
+    );
+
+    // Room again (the junk went with the failing passes): the Pod's own verdicts.
+    apply(&mut maps, &two).expect("a map with room");
+    assert_eq!(maps.protected_pods.get(&pod.octets(), 0).unwrap().action, 2);
+    assert_eq!(maps.ingress_policy.iter().count(), 1);
+    assert_eq!(
+        maps.config.get(&0, 0).unwrap().policy_generation,
+        two.config.policy_generation
+    );
 }

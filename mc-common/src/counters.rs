@@ -176,6 +176,10 @@ counters! {
     /// API server's `kubernetes` Service, an unexported Service, a Pod, a host the gateway Node
     /// can route to). Replies to flows this cluster opened are not checked here.
     DropNotExported = 39, "drop_not_exported", true;
+    /// As `policy_allow`: a flow to a Pod whose ClusterSet-scoped ingress rules did not fit the
+    /// gateway's policy map: it cannot be decided, so it is dropped (the policy's
+    /// `EnforcedByStrait` condition names the Pods).
+    PolicyDropMapFull = 40, "policy_drop_map_full", true;
 }
 
 impl Counter {

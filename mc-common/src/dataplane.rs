@@ -382,6 +382,10 @@ pub const ACTION_DROP: u32 = 2;
 /// [`PolicyVerdict::action`]: refused (Antrea's `Reject`): dropped, and the agent answers the
 /// packet (TCP RST, or ICMP unreachable) from a [`RejectEvent`] (docs/design.md §4b).
 pub const ACTION_REJECT: u32 = 3;
+/// [`PolicyVerdict::action`] in `mc_protected_pods` only: the Pod's rules did not fit the
+/// ingress policy map, so no flow to it can be decided: every flow a remote cluster opens to it
+/// is dropped (`policy_drop_map_full`), whatever its identity (fail closed).
+pub const ACTION_REFUSE_ALL: u32 = 4;
 
 /// Bytes of a rejected packet the policy program hands the agent, from its IPv4 header on.
 pub const REJECT_CAPTURE: usize = 64;

@@ -24,9 +24,10 @@ use aya_ebpf::{helpers::bpf_probe_read_kernel_buf, programs::TcContext};
 use mc_common::{
     Counter,
     dataplane::{
-        ACTION_ALLOW, ACTION_REJECT, CACHE_UNCOVERED, CACHE_UNDECIDED, CONFIG_POLICY_EGRESS,
-        CONFIG_POLICY_INGRESS, EgressKey, FLOW_IDS_REFRESH, FlowIdentity, FlowKey, FlowVerdict,
-        IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey, PolicyVerdict, VNI_UNKNOWN, ct_tuple, nf_patch,
+        ACTION_ALLOW, ACTION_REFUSE_ALL, ACTION_REJECT, CACHE_UNCOVERED, CACHE_UNDECIDED,
+        CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, EgressKey, FLOW_IDS_REFRESH, FlowIdentity,
+        FlowKey, FlowVerdict, IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey, PolicyVerdict,
+        VNI_UNKNOWN, ct_tuple, nf_patch,
     },
 };
 
@@ -286,6 +287,11 @@ fn decide(skb: *const u8) -> Option<i32> {
         }
         let (action, verdict) = match unsafe { PROTECTED_PODS.get(&pod) }.copied() {
             None => (CACHE_UNCOVERED, None),
+            Some(full) if full.action == ACTION_REFUSE_ALL => {
+                count_rule(full.rule, len);
+                count_len(Counter::PolicyDropMapFull, len);
+                return Some(NF_DROP);
+            }
             Some(unknown) if slot.id == VNI_UNKNOWN => {
                 // Not remembered: each packet counted under its reason.
                 count_rule(unknown.rule, len);
@@ -328,6 +334,11 @@ fn decide(skb: *const u8) -> Option<i32> {
         return None;
     }
     let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
+    if unknown.action == ACTION_REFUSE_ALL {
+        count_rule(unknown.rule, len);
+        count_len(Counter::PolicyDropMapFull, len);
+        return Some(NF_DROP);
+    }
     let Some(id) = unsafe { FLOW_IDS.get(&key) }.map(|f| f.id) else {
         // A remote-opened flow whose identity was lost (the LRU full): it cannot be decided.
         count_rule(unknown.rule, len);
