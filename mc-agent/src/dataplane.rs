@@ -23,7 +23,7 @@ use mc_common::{
     CounterValue,
     dataplane::{
         EgressKey, Exposed, ExposedKey, FlowKey, LocalConfig, NextHop, Peer, PodIdentity,
-        PolicyKey, PolicyVerdict, RemoteRoute, SnatEntry,
+        PolicyKey, PolicyVerdict, RemoteRoute, SenderId, SenderIdKey, SnatEntry,
     },
     maps, programs,
 };
@@ -327,6 +327,7 @@ impl Dataplane {
         let mut egress_policy = None;
         let mut exposed = None;
         let mut exposed_prefixes = None;
+        let mut sender_ids = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
@@ -340,6 +341,7 @@ impl Dataplane {
                 maps::EGRESS_POLICY => egress_policy = Some(map),
                 maps::EXPOSED => exposed = Some(map),
                 maps::EXPOSED_PREFIXES => exposed_prefixes = Some(map),
+                maps::SENDER_IDS => sender_ids = Some(map),
                 _ => {}
             }
         }
@@ -374,6 +376,8 @@ impl Dataplane {
                 exposed_prefixes.ok_or_else(|| missing(maps::EXPOSED_PREFIXES))?,
             )
             .map_err(map_err)?,
+            sender_ids: HashMap::try_from(sender_ids.ok_or_else(|| missing(maps::SENDER_IDS))?)
+                .map_err(map_err)?,
         })
     }
 
@@ -411,6 +415,8 @@ pub struct DataplaneMaps<T> {
     pub exposed: HashMap<T, ExposedKey, Exposed>,
     /// The Pod CIDRs remote clusters may reach (Pod-to-Pod connectivity).
     pub exposed_prefixes: LpmTrie<T, [u8; 4], Exposed>,
+    /// The gateway, stretched policy: which Node may claim which label ID for which source.
+    pub sender_ids: HashMap<T, SenderIdKey, SenderId>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -430,6 +436,7 @@ impl DataplaneMaps<MapData> {
             egress_policy: open(maps::EGRESS_POLICY)?.try_into()?,
             exposed: open(maps::EXPOSED)?.try_into()?,
             exposed_prefixes: open(maps::EXPOSED_PREFIXES)?.try_into()?,
+            sender_ids: open(maps::SENDER_IDS)?.try_into()?,
         })
     }
 }

@@ -266,7 +266,8 @@ impl Stretched {
         failures
     }
 
-    fn inputs(&self, inputs: &mut Inputs) {
+    /// `node_ips`: each Node's InternalIP by name (the address its tunnel packets come from).
+    fn inputs(&self, inputs: &mut Inputs, node_ips: &BTreeMap<String, Ipv4Addr>) {
         inputs.stretched_policy = true;
         let pods = self.pods.all();
         let on_node = |p: &&std::sync::Arc<Pod>| {
@@ -292,6 +293,12 @@ impl Stretched {
                 .as_ref()
                 .and_then(|s| s.phase.as_deref())
                 .is_some_and(|ph| ph == "Succeeded" || ph == "Failed"),
+            host_ip: p
+                .spec
+                .as_ref()
+                .and_then(|s| node_ips.get(s.node_name.as_deref()?))
+                .map(Ipv4Addr::to_string)
+                .or_else(|| p.status.as_ref().and_then(|s| s.host_ip.clone())),
         };
         inputs.pods = pods.iter().filter(on_node).map(object).collect();
         inputs.cluster_pods = pods.iter().map(object).collect();
@@ -357,6 +364,7 @@ fn trim_pod(pod: &mut Pod) {
     pod.status = pod.status.take().map(|s| PodStatus {
         phase: s.phase,
         pod_ips: s.pod_ips,
+        host_ip: s.host_ip,
         ..Default::default()
     });
     let m = &mut pod.metadata;
@@ -780,7 +788,11 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         ..Default::default()
     };
     if let Some(s) = stretched {
-        s.inputs(&mut inputs);
+        let node_ips: BTreeMap<String, Ipv4Addr> = all_nodes
+            .iter()
+            .filter_map(|n| Some((n.name_any(), internal_ip(n)?)))
+            .collect();
+        s.inputs(&mut inputs, &node_ips);
         inputs.proxy_mode = proxy_mode.cloned();
     }
     let mut want = desired(&inputs);

@@ -17,7 +17,7 @@ use mc_common::dataplane::{
     CONFIG_MASQ_IDS, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
     CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, EXPOSED_POD_CIDR, Exposed,
     ExposedKey, LocalConfig, MAX_EXPOSED, MAX_POLICY_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY,
-    Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
+    Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SenderId, SenderIdKey,
 };
 
 /// A Pod of this Node, as read from the API.
@@ -32,6 +32,8 @@ pub struct PodObject {
     pub host_network: bool,
     /// Succeeded or Failed: its address may already be another Pod's.
     pub finished: bool,
+    /// `status.hostIP`: the address of its Node.
+    pub host_ip: Option<String>,
 }
 
 /// A Gateway object of the local cluster, as read from the API.
@@ -127,6 +129,9 @@ pub struct Desired {
     pub clusters: Vec<RemoteCluster>,
     /// This Node's Pod addresses with a label identity.
     pub pod_ids: BTreeMap<Ipv4Addr, PodIdentity>,
+    /// The gateway, with stretched policy: (source address, label ID) -> the Node that may
+    /// claim it in its VNI.
+    pub sender_ids: BTreeMap<SenderIdKey, SenderId>,
     /// The gateway's compiled ClusterSet-scoped ingress rules (empty elsewhere).
     pub policy: crate::policy::Compiled,
     /// What remote clusters may open flows to (`mc_exposed`); `None`: leave the map as it is.
@@ -195,18 +200,13 @@ fn pod_identities(inputs: &Inputs, out: &mut Desired) {
         if pod.host_network || pod.finished {
             continue;
         }
-        let mut id = inputs
-            .namespace_labels
-            .get(&pod.namespace)
-            .and_then(|ns| inputs.label_ids.get(&normalized_label(ns, &pod.labels)))
-            .copied();
-        if let Some(bad) = id.filter(|id| !(1..=MAX_ID).contains(id)) {
-            out.skipped.push(format!(
-                "Pod {}/{}: LabelIdentity ID {bad} is out of range",
-                pod.namespace, pod.name
-            ));
-            id = None;
-        }
+        let id = match identity_of(inputs, pod) {
+            Ok(id) => id,
+            Err(e) => {
+                out.skipped.push(e);
+                None
+            }
+        };
         for ip in pod.ips.iter().filter_map(|ip| ip.parse::<Ipv4Addr>().ok()) {
             match claims.get_mut(&ip) {
                 None => {
@@ -232,6 +232,77 @@ fn pod_identities(inputs: &Inputs, out: &mut Desired) {
         .into_iter()
         .filter_map(|(ip, (id, _))| Some((ip, PodIdentity { id: id? })))
         .collect();
+}
+
+/// The ID of the LabelIdentity of a Pod's normalized label, if there is one; `Err` for an ID
+/// out of range.
+fn identity_of(inputs: &Inputs, pod: &PodObject) -> Result<Option<u32>, String> {
+    let id = inputs
+        .namespace_labels
+        .get(&pod.namespace)
+        .and_then(|ns| inputs.label_ids.get(&normalized_label(ns, &pod.labels)))
+        .copied();
+    match id {
+        Some(bad) if !(1..=MAX_ID).contains(&bad) => Err(format!(
+            "Pod {}/{}: LabelIdentity ID {bad} is out of range",
+            pod.namespace, pod.name
+        )),
+        id => Ok(id),
+    }
+}
+
+/// The gateway's check of the VNIs local Nodes send (`mc_sender_ids`): each Pod of the cluster
+/// with an ID may claim it from its own address and, for flows the CNI masqueraded, from its
+/// Node's. Host-network and finished Pods claim nothing (a host-network Pod's packets carry no
+/// identity); an address two Pods claim with different IDs is left out (its packets go on as
+/// "unknown"). Out-of-range IDs are reported by [`pod_identities`].
+fn sender_identities(inputs: &Inputs) -> BTreeMap<SenderIdKey, SenderId> {
+    let mut out = BTreeMap::new();
+    // Per Pod address: the (ID, Node) every claim agrees on (None: the claims differ).
+    let mut claims: BTreeMap<Ipv4Addr, Option<(u32, Ipv4Addr)>> = BTreeMap::new();
+    for pod in &inputs.cluster_pods {
+        if pod.host_network || pod.finished {
+            continue;
+        }
+        let id = identity_of(inputs, pod).ok().flatten();
+        let node = pod
+            .host_ip
+            .as_deref()
+            .and_then(|h| h.parse::<Ipv4Addr>().ok());
+        let claim = id.zip(node);
+        if let Some((id, node)) = claim {
+            let key = SenderIdKey {
+                addr: node.octets(),
+                id,
+            };
+            out.insert(key, SenderId { node: key.addr });
+        }
+        // A Pod without an ID (or Node) claims its address too: nothing certain is left.
+        for ip in pod.ips.iter().filter_map(|ip| ip.parse::<Ipv4Addr>().ok()) {
+            claims
+                .entry(ip)
+                .and_modify(|c| {
+                    if *c != claim {
+                        *c = None;
+                    }
+                })
+                .or_insert(claim);
+        }
+    }
+    out.extend(claims.into_iter().filter_map(|(ip, claim)| {
+        let (id, node) = claim?;
+        let key = SenderIdKey {
+            addr: ip.octets(),
+            id,
+        };
+        Some((
+            key,
+            SenderId {
+                node: node.octets(),
+            },
+        ))
+    }));
+    out
 }
 
 /// Computes the desired map contents.
@@ -300,6 +371,9 @@ pub fn desired(inputs: &Inputs) -> Desired {
         },
         ..Default::default()
     };
+    if inputs.stretched_policy && is_gateway {
+        out.sender_ids = sender_identities(inputs);
+    }
     if inputs.stretched_policy {
         // Egress rules for this Node's Pods on every Node; ingress rules on the gateway only.
         let no_pods = Vec::new();

@@ -115,6 +115,15 @@ pub fn apply<T: BorrowMut<MapData>>(
         })(),
     );
 
+    let mut held_senders = Vec::new();
+    let senders_ok = note(
+        mc_common::maps::SENDER_IDS,
+        write_changed(&mut maps.sender_ids, &desired.sender_ids).map(|(held, n)| {
+            held_senders = held;
+            report.pod_ids_written += n;
+        }),
+    );
+
     let policy_ok = note(
         mc_common::maps::INGRESS_POLICY,
         sync_policy(maps, desired, &mut report),
@@ -200,6 +209,13 @@ pub fn apply<T: BorrowMut<MapData>>(
                 }
                 Ok(())
             })(),
+        );
+    }
+    if senders_ok {
+        note(
+            mc_common::maps::SENDER_IDS,
+            remove_unwanted(&mut maps.sender_ids, held_senders, &desired.sender_ids)
+                .map(|n| report.pod_ids_removed += n),
         );
     }
     if failed.is_empty() {

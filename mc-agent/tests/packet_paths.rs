@@ -9,9 +9,10 @@ use mc_agent::dataplane::Direction;
 use mc_common::{
     Counter,
     dataplane::{
-        CONFIG_ROUTED_VIA_GATEWAY, EXPOSED_POD_CIDR, Exposed, HAIRPIN_SNAT, HAIRPIN_UNSNAT,
-        NextHop, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute,
-        SNAT_FORWARD, SNAT_PORT_MIN, SNAT_REVERSE,
+        CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, EXPOSED_POD_CIDR, Exposed,
+        HAIRPIN_SNAT, HAIRPIN_UNSNAT, NextHop, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer,
+        PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SNAT_FORWARD, SNAT_PORT_MIN,
+        SNAT_REVERSE, SenderId, SenderIdKey,
     },
 };
 use support::{
@@ -105,6 +106,64 @@ fn the_vni_carries_the_source_pods_label_id_from_node_and_gateway_and_the_hairpi
     assert_eq!(vni_of(&out), 7, "the hairpin keeps the Node's VNI");
     assert_eq!(decode_geneve(&out).inner.src(), G);
     f.assert_counters(&[(Counter::TxSnatToRemote, 1), (Counter::HairpinSnat, 1)]);
+}
+
+/// With stretched NetworkPolicy, the gateway checks the identity a local Node's packet claims
+/// before the hairpin carries it to another cluster: the VNI must be the label ID of the Pod
+/// with the inner source address on that Node (or, from the Node's own address, a masqueraded
+/// flow's, one of its Pods' IDs). Anything else goes on with VNI unknown, counted: a
+/// host-network process cannot pass for another Pod, nor a Node for another Node's Pod.
+#[test]
+fn the_gateway_lets_a_node_claim_only_the_identities_of_its_own_pods() {
+    let mut f = Fixture::new("gw-sender-ids", ROLE_GATEWAY);
+    const N2: [u8; 4] = [198, 18, 1, 3];
+    {
+        let mut maps = f.dp.maps().expect("maps");
+        let mut config = maps.config.get(&0, 0).expect("config");
+        config.flags |= CONFIG_STRETCHED_POLICY;
+        maps.config.set(0, &config, 0).expect("config");
+        let local = Peer {
+            kind: PEER_LOCAL_NODE,
+            cluster: 0,
+        };
+        maps.peers.insert(&N2, &local, 0).expect("peer N2");
+        // POD_N (ID 7) runs on N, so N's own address may claim 7 too.
+        for addr in [POD_N, N] {
+            let key = SenderIdKey { addr, id: 7 };
+            maps.sender_ids
+                .insert(&key, &SenderId { node: N }, 0)
+                .expect("sender id");
+        }
+    }
+    let send = |f: &mut Fixture, node: [u8; 4], src: [u8; 4], sport: u16, vni: u32| {
+        let mut frame = eth(&geneve(
+            node,
+            G,
+            PORT,
+            &tcp(src, WEST_SVC, sport, 80, 0x02, b""),
+        ));
+        let at = ETH_HLEN + 20 + 8 + 4;
+        frame[at..at + 3].copy_from_slice(&vni.to_be_bytes()[1..]);
+        let (verdict, out) = f.run(Direction::Ingress, &frame);
+        assert_eq!(verdict, REDIRECT);
+        vni_of(&out)
+    };
+    assert_eq!(send(&mut f, N, POD_N, 40000, 7), 7, "the Pod's own ID");
+    assert_eq!(
+        send(&mut f, N, N, 40001, 7),
+        7,
+        "a masqueraded flow of the Pod"
+    );
+    assert_eq!(send(&mut f, N, POD_N, 40002, 0xff_ffff), 0xff_ffff);
+    // Forged: another ID for the Pod, another Node for it, the Node's address with an ID none
+    // of its Pods has.
+    assert_eq!(send(&mut f, N, POD_N, 40003, 9), 0xff_ffff);
+    assert_eq!(send(&mut f, N2, POD_N, 40004, 7), 0xff_ffff);
+    assert_eq!(send(&mut f, N, N, 40005, 9), 0xff_ffff);
+    // The hairpin cache's path checks too: the flow's next packet with another VNI.
+    assert_eq!(send(&mut f, N, POD_N, 40000, 7), 7);
+    assert_eq!(send(&mut f, N, POD_N, 40000, 9), 0xff_ffff, "a cached flow");
+    f.assert_counters(&[(Counter::HairpinSnat, 8), (Counter::IdentityRewritten, 4)]);
 }
 
 #[test]

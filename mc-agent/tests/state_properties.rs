@@ -119,15 +119,19 @@ fn inputs() -> BoxedStrategy<Inputs> {
         ),
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
+        prop::sample::select(vec!["198.18.1.2", "198.18.1.3"]),
     )
-        .prop_map(|(ns, name, app, ips, host_network, finished)| PodObject {
-            namespace: ns.to_owned(),
-            name,
-            labels: [("app".to_owned(), app.to_owned())].into(),
-            ips,
-            host_network,
-            finished,
-        });
+        .prop_map(
+            |(ns, name, app, ips, host_network, finished, node)| PodObject {
+                namespace: ns.to_owned(),
+                name,
+                labels: [("app".to_owned(), app.to_owned())].into(),
+                ips,
+                host_network,
+                finished,
+                host_ip: Some(node.to_owned()),
+            },
+        );
     (
         (name(), option::weighted(0.95, (1u8..4, 1u8..4))),
         vec(gateway, 0..3).prop_map(|gws| {
@@ -174,6 +178,9 @@ fn inputs() -> BoxedStrategy<Inputs> {
                     pod_to_pod: p2p,
                     tunnel_port: 0,
                     mtu: 1500,
+                    // On the gateway, stretched policy checks the VNIs of every Pod's Node.
+                    stretched_policy: true,
+                    cluster_pods: pods.clone(),
                     pods,
                     // "gone" has no labels known: its Pods have no identity.
                     namespace_labels: [
@@ -296,6 +303,31 @@ proptest! {
             let claimed = claimed.unwrap();
             prop_assert_eq!(claimed.len(), 1, "{} is claimed with IDs {:?}", ip, claimed);
             prop_assert_eq!(claimed.iter().next().copied().flatten(), Some(identity.id));
+        }
+        // The VNIs the gateway lets Nodes claim: only a Pod's ID, from its own address (every
+        // Pod claiming it agreeing) or its Node's, sent by its Node; only on the gateway.
+        if d.config.role != ROLE_GATEWAY {
+            prop_assert!(d.sender_ids.is_empty());
+        }
+        for (key, sender) in &d.sender_ids {
+            let (addr, node) = (Ipv4Addr::from(key.addr), Ipv4Addr::from(sender.node));
+            let host = |p: &mc_agent::state::PodObject| {
+                p.host_ip.as_deref().and_then(|h| h.parse::<Ipv4Addr>().ok())
+            };
+            let by = inputs.cluster_pods.iter().filter(|p| !p.host_network && !p.finished).any(|p| {
+                let id = inputs
+                    .namespace_labels
+                    .get(&p.namespace)
+                    .and_then(|ns| inputs.label_ids.get(&mc_api::labelidentity::normalized_label(ns, &p.labels)))
+                    .copied();
+                id == Some(key.id)
+                    && host(p) == Some(node)
+                    && (host(p) == Some(addr) || p.ips.iter().any(|ip| ip.parse::<Ipv4Addr>().ok() == Some(addr)))
+            });
+            prop_assert!(by, "{addr} may claim {} from {node}: no such Pod", key.id);
+            if let Some(claimed) = claims.get(&addr) {
+                prop_assert_eq!(claimed.len(), 1, "{} is claimed with IDs {:?}", addr, claimed);
+            }
         }
     }
 }

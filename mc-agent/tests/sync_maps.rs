@@ -18,7 +18,7 @@ use mc_common::{
     dataplane::{
         ACTION_REFUSE_ALL, EXPOSED_SERVICE, Exposed, ExposedKey, FlowKey, MAX_POLICY_ENTRIES,
         NextHop, PEER_LOCAL_NODE, Peer, PodIdentity, PolicyKey, PolicyVerdict, ROLE_GATEWAY,
-        ROLE_NODE, RemoteRoute, SNAT_FORWARD, SnatEntry,
+        ROLE_NODE, RemoteRoute, SNAT_FORWARD, SenderId, SenderIdKey, SnatEntry,
     },
     maps,
 };
@@ -272,6 +272,17 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
         .egress_policy
         .insert(&egress_key, &verdict, 0)
         .expect("egress entry");
+    let sender = SenderIdKey {
+        addr: [10, 244, 1, 6],
+        id: 7,
+    };
+    let node = SenderId {
+        node: [198, 18, 1, 2],
+    };
+    pinned
+        .sender_ids
+        .insert(&sender, &node, 0)
+        .expect("sender identity");
     // The maps only the programs write: one entry each, through their pins.
     pinned_hash(&layout, maps::FLOW_IDS)
         .insert(&flow, &mc_common::dataplane::FlowIdentity { id: 7 }, 0)
@@ -342,6 +353,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             }
             maps::RULE_COUNTERS => &["packets", "bytes"],
             maps::EXPOSED | maps::EXPOSED_PREFIXES => &["kind"],
+            maps::SENDER_IDS => &["node"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

@@ -180,6 +180,12 @@ counters! {
     /// gateway's policy map: it cannot be decided, so it is dropped (the policy's
     /// `EnforcedByStrait` condition names the Pods).
     PolicyDropMapFull = 40, "policy_drop_map_full", true;
+    /// Not a verdict: the gateway, with stretched NetworkPolicy: a local Node's tunnel packet
+    /// for a remote cluster whose VNI claims a label identity its inner source does not have
+    /// (not the ID of the Pod with that address on that Node, nor, from the Node's own address,
+    /// the ID of one of its Pods): sent on with the VNI "unknown" instead, which
+    /// ClusterSet-scoped ingress rules refuse. Each is also counted under its verdict.
+    IdentityRewritten = 41, "identity_rewritten", false;
 }
 
 impl Counter {

@@ -515,6 +515,33 @@ pub struct Exposed {
 
 const _: () = assert!(core::mem::size_of::<Exposed>() == 4);
 
+/// Key of the gateway's sender-identity map (`mc_sender_ids`, stretched NetworkPolicy): an inner
+/// source address a local Node's tunnel packet may come from and a label ID it may claim in its
+/// VNI. Each Pod of the cluster with an ID gives (its address, its ID) and (its Node's address,
+/// its ID): the latter for the flows the CNI masqueraded, which carry the Pod's ID from the
+/// Node's address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SenderIdKey {
+    pub addr: [u8; 4],
+    pub id: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<SenderIdKey>() == 8);
+
+/// Value of the sender-identity map: the Node that may send it (its InternalIP, the outer
+/// source of its tunnel packets).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SenderId {
+    pub node: [u8; 4],
+}
+
+const _: () = assert!(core::mem::size_of::<SenderId>() == 4);
+
+/// (address, label ID) pairs the gateway checks local Nodes' VNIs against.
+pub const MAX_SENDER_IDS: u32 = 131_072;
+
 /// (address, protocol, port) destinations the gateway lets remote clusters open flows to.
 pub const MAX_EXPOSED: u32 = 65_536;
 /// This cluster's Pod CIDRs that remote clusters may reach (Pod-to-Pod connectivity).
@@ -557,6 +584,8 @@ mod pod {
     unsafe impl aya::Pod for super::RejectEvent {}
     unsafe impl aya::Pod for super::ExposedKey {}
     unsafe impl aya::Pod for super::Exposed {}
+    unsafe impl aya::Pod for super::SenderIdKey {}
+    unsafe impl aya::Pod for super::SenderId {}
 }
 
 #[cfg(test)]

@@ -81,6 +81,10 @@ pub mod maps {
     /// This cluster's Pod CIDRs (LPM trie) -> [`crate::dataplane::Exposed`], with Pod-to-Pod
     /// connectivity on: remote clusters may open flows to any of their addresses.
     pub const EXPOSED_PREFIXES: &str = "mc_exposed_prefixes";
+    /// The gateway, with stretched NetworkPolicy: [`crate::dataplane::SenderIdKey`] (inner
+    /// source, label ID) -> [`crate::dataplane::SenderId`], the Node that may claim that ID for
+    /// that source in its VNI.
+    pub const SENDER_IDS: &str = "mc_sender_ids";
     /// Maps an earlier agent pinned that the programs no longer have (the policy program's
     /// kernel offsets, now patched into its instructions): removed when the agent starts and
     /// when it removes its maps.
@@ -106,5 +110,6 @@ pub mod maps {
         MASQ_IDS,
         EXPOSED,
         EXPOSED_PREFIXES,
+        SENDER_IDS,
     ];
 }

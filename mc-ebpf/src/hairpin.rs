@@ -7,7 +7,9 @@
 use aya_ebpf::programs::TcContext;
 use mc_common::{
     Counter,
-    dataplane::{FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop},
+    dataplane::{
+        CONFIG_STRETCHED_POLICY, FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop,
+    },
 };
 
 use crate::{
@@ -34,13 +36,18 @@ pub fn fast(
     };
     // SAFETY: this CPU's slot (see `cached`), read while this program runs.
     let e = unsafe { &*slot };
-    let (src, dst) = (cfg.node_ip, e.dst);
-    let verdict = tunnel::retarget_via(ctx, &tunnel.outer, src, dst, &e.macs, ifindex, peer)?;
     let counter = if e.kind == HAIRPIN_SNAT {
+        // From a local Node: the identity it claims is checked on every packet, as on the
+        // full path.
+        if cfg.flags & CONFIG_STRETCHED_POLICY != 0 {
+            crate::policy::check_identity(ctx, tunnel);
+        }
         Counter::HairpinSnat
     } else {
         Counter::HairpinUnsnat
     };
+    let (src, dst) = (cfg.node_ip, e.dst);
+    let verdict = tunnel::retarget_via(ctx, &tunnel.outer, src, dst, &e.macs, ifindex, peer)?;
     Ok(Some((counter, verdict)))
 }
 

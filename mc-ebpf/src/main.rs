@@ -216,6 +216,9 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
     match peer_kind(&sender) {
         PEER_LOCAL_NODE => {
             if let Some(route) = remote_route(tunnel.inner.dst) {
+                if cfg.flags & CONFIG_STRETCHED_POLICY != 0 {
+                    policy::check_identity(ctx, tunnel);
+                }
                 // The hairpin: SNAT the inner packet and send it on to the remote gateway
                 // without decapsulating it or letting it into the stack.
                 let now = tunnel::now();

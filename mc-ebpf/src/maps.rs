@@ -17,9 +17,9 @@ use mc_common::{
         FlowVerdict, HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
         MAX_EXPOSED, MAX_EXPOSED_PREFIXES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_MASQ_FLOWS,
         MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES,
-        MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SNAT_ENTRIES, NextHop, Peer, PodIdentity,
-        PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SnatEntry,
-        VNI_UNKNOWN,
+        MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SENDER_IDS, MAX_SNAT_ENTRIES, NextHop, Peer,
+        PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute,
+        SenderId, SenderIdKey, SnatEntry, VNI_UNKNOWN,
     },
 };
 
@@ -93,6 +93,9 @@ static EXPOSED: HashMap<ExposedKey, Exposed, { MAX_EXPOSED as usize }> = HashMap
 static EXPOSED_PREFIXES: LpmTrie<[u8; 4], Exposed, { MAX_EXPOSED_PREFIXES as usize }> =
     LpmTrie::new();
 
+#[btf_map(name = "mc_sender_ids")]
+static SENDER_IDS: HashMap<SenderIdKey, SenderId, { MAX_SENDER_IDS as usize }> = HashMap::new();
+
 #[btf_map(name = "mc_rejects")]
 pub(crate) static REJECTS: RingBuf<RejectEvent, { REJECT_RING_BYTES as usize }> = RingBuf::new();
 
@@ -164,6 +167,14 @@ pub(crate) fn exposed(addr: [u8; 4], port: u16, proto: u8) -> bool {
     };
     // SAFETY: only whether the entry exists is read.
     unsafe { EXPOSED.get(&key) }.is_some() || EXPOSED_PREFIXES.get(&Key::new(32, addr)).is_some()
+}
+
+/// Whether the local Node `node` may send a packet from `addr` claiming label ID `id`.
+#[inline(always)]
+pub(crate) fn may_claim(addr: [u8; 4], id: u32, node: [u8; 4]) -> bool {
+    let key = SenderIdKey { addr, id };
+    // SAFETY: the value is compared at once.
+    unsafe { SENDER_IDS.get(&key) }.is_some_and(|s| s.node == node)
 }
 
 /// Whether `addr` lies in the prefixes of the remote cluster whose gateway is `gateway`: only

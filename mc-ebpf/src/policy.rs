@@ -34,7 +34,7 @@ use mc_common::{
 use crate::{
     maps::{
         EGRESS_POLICY, FLOW_IDS, FLOW_VERDICTS, INGRESS_POLICY, MASQ_IDS, PROTECTED_PODS, REJECTS,
-        config, count, count_len, count_rule, flow_cache_slot, peer_kind, same_flow,
+        config, count, count_len, count_rule, flow_cache_slot, may_claim, peer_kind, same_flow,
     },
     nat::key,
     packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
@@ -95,6 +95,32 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
             (*slot).action = CACHE_UNDECIDED;
             (*slot).hits = 0;
         }
+    }
+}
+
+/// The gateway: a local Node's tunnel packet keeps the label identity its VNI claims only if
+/// its inner source has it (`mc_sender_ids`: the Pod with that address, on that Node; or, from
+/// the Node's own address, one of its Pods, for a flow the CNI masqueraded); otherwise the VNI
+/// becomes "unknown" and the packet goes on, counted. A host-network process of the Node cannot
+/// pass for another Pod. A call of its own, as `record_flow`.
+#[inline(never)]
+pub fn check_identity(ctx: &TcContext, tunnel: &Tunnel) {
+    let outer = &tunnel.outer;
+    let off = outer.l4() + UDP_HLEN + 4;
+    // The VNI and the reserved byte after it.
+    let Ok(word) = outer.read::<[u8; 4]>(ctx, off) else {
+        return;
+    };
+    let id = u32::from_be_bytes([0, word[0], word[1], word[2]]);
+    if id == VNI_UNKNOWN || may_claim(tunnel.inner.src, id, outer.src) {
+        return;
+    }
+    // The Geneve header has no checksum, and the outer UDP checksum is 0 (Strait's tunnel).
+    // Written as a word built here (a constant array would become a `.rodata` map, which the
+    // policy program's loader does not have).
+    let unknown = [0xff, 0xff, 0xff, word[3]];
+    if ctx.store(off, &unknown, 0).is_ok() {
+        count(ctx, Counter::IdentityRewritten);
     }
 }
 
