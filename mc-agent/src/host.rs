@@ -109,7 +109,8 @@ pub struct Uninstalled {
 
 /// Takes Strait off this Node: detaches every pinned link under the pin root, removes the pin
 /// directory with its maps (and its parent when that is left empty and is not the bpffs mount),
-/// removes every route with `proto 167`, and restores the recorded sysctls. Safe to run twice;
+/// removes every route with `proto 167` and the rule that looks up Strait's table, and restores
+/// the recorded sysctls. Safe to run twice;
 /// run it after the agent has stopped, or the agent attaches again.
 pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninstalled> {
     use anyhow::Context as _;
@@ -144,6 +145,13 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
         }
     }
     done.routes = routes::flush_own().context("removing Strait's routes")?;
+    if routes::remove_rule().context("removing Strait's routing rule")? {
+        done.routes.push(format!(
+            "rule pref {} lookup {}",
+            routes::RULE_PREF,
+            routes::ROUTE_TABLE
+        ));
+    }
     for (key, value) in state.recorded().context("reading the recorded sysctls")? {
         std::fs::write(Path::new("/proc/sys").join(&key), &value)
             .with_context(|| format!("restoring {key} to {value}"))?;
@@ -157,7 +165,8 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
     Ok(done)
 }
 
-/// What of Strait is still on this Node: the pin directory, routes with `proto 167`, sysctls
+/// What of Strait is still on this Node: the pin directory, routes with `proto 167`, its rule,
+/// sysctls
 /// changed and not restored. Empty once `uninstall` has run with the agent stopped.
 pub fn leftovers(layout: &PinLayout, state: &HostState) -> anyhow::Result<Vec<String>> {
     let mut left = Vec::new();
@@ -169,6 +178,13 @@ pub fn leftovers(layout: &PinLayout, state: &HostState) -> anyhow::Result<Vec<St
     }
     for route in routes::own()? {
         left.push(format!("route {route} (proto {})", routes::ROUTE_PROTO));
+    }
+    if routes::has_rule()? {
+        left.push(format!(
+            "rule pref {} lookup {}",
+            routes::RULE_PREF,
+            routes::ROUTE_TABLE
+        ));
     }
     for (key, value) in state.recorded()? {
         left.push(format!("sysctl {key}: changed by Strait, was {value}"));

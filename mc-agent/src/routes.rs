@@ -1,7 +1,8 @@
 //! Kernel routes for the remote prefixes: packets only meet the uplink's egress hook if the kernel
 //! routes them to the uplink, so every remote prefix gets a route via the uplink's next hop toward
-//! the remote gateways (docs/design.md §4). Strait's routes carry their own protocol number, so a
-//! sync finds and removes exactly the stale ones, and never touches anyone else's.
+//! the remote gateways (docs/design.md §4). Strait's routes live in a table of their own (167),
+//! looked up by one `ip rule` just before the main table's, and carry their own protocol number:
+//! a sync never replaces or removes a route it did not create.
 
 use std::{collections::BTreeSet, net::Ipv4Addr, process::Command};
 
@@ -9,8 +10,70 @@ use serde::Deserialize;
 
 use crate::state::Prefix;
 
-/// `proto` of Strait's routes (`ip route show proto 167`).
+/// `proto` of Strait's routes (`ip route show table all proto 167`).
 pub const ROUTE_PROTO: &str = "167";
+/// The routing table of Strait's routes (`ip route show table 167`).
+pub const ROUTE_TABLE: &str = "167";
+/// The priority of the rule that looks the table up: after every rule other software (a CNI)
+/// put before the main table's (32766), before the main table.
+pub const RULE_PREF: &str = "32000";
+
+#[derive(Debug, Deserialize)]
+struct RuleJson {
+    #[serde(default)]
+    priority: Option<u32>,
+    #[serde(default)]
+    table: Option<String>,
+}
+
+/// Makes the rule that looks Strait's table up exist (once, at `RULE_PREF`).
+fn ensure_rule() -> Result<(), RouteError> {
+    let rules = ip_json::<RuleJson>(&["-4", "rule", "show", "pref", RULE_PREF])?;
+    if rules.iter().any(|r| {
+        r.priority.map(|p| p.to_string()).as_deref() == Some(RULE_PREF)
+            && r.table.as_deref() == Some(ROUTE_TABLE)
+    }) {
+        return Ok(());
+    }
+    ip(&[
+        "-4",
+        "rule",
+        "add",
+        "pref",
+        RULE_PREF,
+        "lookup",
+        ROUTE_TABLE,
+    ])?;
+    Ok(())
+}
+
+/// Removes the rule (uninstall); whether it was there.
+pub fn remove_rule() -> Result<bool, RouteError> {
+    let mut removed = false;
+    while ip(&[
+        "-4",
+        "rule",
+        "del",
+        "pref",
+        RULE_PREF,
+        "lookup",
+        ROUTE_TABLE,
+    ])
+    .is_ok()
+    {
+        removed = true;
+    }
+    Ok(removed)
+}
+
+/// Whether the rule is in place.
+pub fn has_rule() -> Result<bool, RouteError> {
+    Ok(
+        ip_json::<RuleJson>(&["-4", "rule", "show", "pref", RULE_PREF])?
+            .iter()
+            .any(|r| r.table.as_deref() == Some(ROUTE_TABLE)),
+    )
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("{command}: {message}")]
@@ -74,10 +137,42 @@ pub fn sync(
     toward: Option<Ipv4Addr>,
 ) -> Result<RouteReport, RouteError> {
     let mut report = RouteReport::default();
-    let current: BTreeSet<String> = ip_json::<RouteJson>(&["route", "show", "proto", ROUTE_PROTO])?
-        .into_iter()
-        .filter_map(|r| r.dst)
-        .collect();
+    // An earlier Strait's routes in the main table go (its own only: by their protocol).
+    for old in
+        ip_json::<RouteJson>(&["-4", "route", "show", "table", "main", "proto", ROUTE_PROTO])?
+    {
+        if let Some(dst) = old.dst {
+            ip(&[
+                "-4",
+                "route",
+                "del",
+                &dst,
+                "table",
+                "main",
+                "proto",
+                ROUTE_PROTO,
+            ])?;
+            report.removed.push(dst);
+        }
+    }
+    let listed = ip_json::<RouteJson>(&[
+        "-4",
+        "route",
+        "show",
+        "table",
+        ROUTE_TABLE,
+        "proto",
+        ROUTE_PROTO,
+    ]);
+    let current: BTreeSet<String> = match listed {
+        Ok(routes) => routes.into_iter().filter_map(|r| r.dst).collect(),
+        // The kernel makes a table with its first route.
+        Err(e) if e.message.contains("table does not exist") => BTreeSet::new(),
+        Err(e) => return Err(e),
+    };
+    if !prefixes.is_empty() {
+        ensure_rule()?;
+    }
     if let Some(toward) = toward.filter(|_| !prefixes.is_empty()) {
         let target = toward.to_string();
         let hop = ip_json::<RouteJson>(&["route", "get", &target])?
@@ -109,6 +204,8 @@ pub fn sync(
                 uplink,
                 "proto",
                 ROUTE_PROTO,
+                "table",
+                ROUTE_TABLE,
             ];
             ip(&args)?;
             if !current.contains(&dst) {
@@ -122,7 +219,15 @@ pub fn sync(
             .map(|p| prefixes.contains(&p) && toward.is_some())
             .unwrap_or(false);
         if !wanted {
-            ip(&["route", "del", dst, "proto", ROUTE_PROTO])?;
+            ip(&[
+                "route",
+                "del",
+                dst,
+                "proto",
+                ROUTE_PROTO,
+                "table",
+                ROUTE_TABLE,
+            ])?;
             report.removed.push(dst.clone());
         }
     }

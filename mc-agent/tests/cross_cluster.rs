@@ -39,7 +39,7 @@ use mc_agent::{
     state::{ClusterInfoObject, GatewayObject, Inputs, desired},
     sync::apply,
 };
-use support::{Bpffs, NetNs, agent, require_root, run};
+use support::{Bpffs, NetNs, agent, in_netns, require_root, run};
 
 const PORT_HTTP: u16 = 8080;
 /// The Pods keep the full MTU (nothing tuned for the tunnel): full-size TCP segments must get
@@ -86,20 +86,6 @@ fn path_mtu(sock: &UdpSocket) -> libc::c_int {
 
 fn sh_in(ns: &NetNs, line: &str) {
     run(ns.cmd("sh").arg("-c").arg(line));
-}
-
-/// Runs `f` on a thread that has joined the network namespace `ns`.
-fn in_netns<T: Send + 'static>(
-    ns: &NetNs,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> thread::JoinHandle<T> {
-    let path = ns.path();
-    thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
-        f()
-    })
 }
 
 /// The byte at position `i` of a response body: a pattern that shows lost or reordered data.

@@ -7,7 +7,7 @@ mod support;
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
-use support::{Bpffs, NetNs, agent, agent_bin, require_root, run};
+use support::{Bpffs, NetNs, agent, agent_bin, in_netns, require_root, run};
 
 /// Packets of one counter, from `mc-agent counters --json`.
 fn agent_packets(pin_root: &Path, name: &str) -> u64 {
@@ -268,4 +268,105 @@ fn legacy_tc_filters_are_replaced_in_place_and_uninstalled() {
     assert!(tc_filters(&a, "va", "ingress").is_empty());
     assert!(tc_filters(&a, "va", "egress").is_empty());
     assert!(!pin_root.exists());
+}
+
+/// The agent's routes live in a table of their own, looked up by one rule just before the main
+/// table: a route someone else made for the same prefix in the main table is never replaced or
+/// removed, an earlier Strait's routes in the main table go, the rule stays single, and uninstall
+/// takes the table's routes and the rule away.
+#[test]
+fn routes_live_in_a_table_of_their_own_and_touch_no_one_elses() {
+    use std::{collections::BTreeSet, net::Ipv4Addr};
+
+    use mc_agent::{routes, state::Prefix};
+
+    require_root();
+    let ns = NetNs::new("mc-routes");
+    let peer = NetNs::new("mc-routes-peer");
+    run(Command::new("ip").args([
+        "link", "add", "up0", "netns", &ns.name, "type", "veth", "peer", "name", "eth0", "netns",
+        &peer.name,
+    ]));
+    let sh_in = |ns: &NetNs, line: &str| run(ns.cmd("sh").args(["-c", line]));
+    sh_in(
+        &ns,
+        "ip addr add 198.18.40.1/24 dev up0 && ip link set up0 up",
+    );
+    sh_in(
+        &peer,
+        "ip addr add 198.18.40.2/24 dev eth0 && ip link set eth0 up",
+    );
+    // Someone else's route for the very prefix Strait will route, and an earlier Strait's
+    // route in the main table.
+    sh_in(
+        &ns,
+        "ip route add 10.98.0.0/16 via 198.18.40.3 proto static && \
+         ip route add 10.99.0.0/16 via 198.18.40.2 proto 167",
+    );
+    let show = |ns: &NetNs, args: &str| {
+        let out = sh_in(ns, &format!("ip -4 {args}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let prefixes: BTreeSet<Prefix> = [Prefix::parse("10.98.0.0/16").unwrap()].into();
+    let toward = Some(Ipv4Addr::new(198, 18, 40, 2));
+    for _ in 0..2 {
+        let p = prefixes.clone();
+        in_netns(&ns, move || routes::sync("up0", &p, toward))
+            .join()
+            .unwrap()
+            .expect("route sync");
+    }
+    let table = show(&ns, "route show table 167");
+    assert!(
+        table.contains("10.98.0.0/16 via 198.18.40.2 dev up0 proto 167"),
+        "{table}"
+    );
+    let main = show(&ns, "route show table main");
+    assert!(
+        main.contains("10.98.0.0/16 via 198.18.40.3 dev up0 proto static"),
+        "someone else's route stays: {main}"
+    );
+    assert!(
+        !main.contains("proto 167"),
+        "the earlier Strait's route goes: {main}"
+    );
+    let rules = show(&ns, "rule show");
+    assert_eq!(
+        rules.matches("lookup 167").count(),
+        1,
+        "one rule, however many syncs: {rules}"
+    );
+    assert!(rules.contains("32000:"), "{rules}");
+    // Strait's table is looked up before the main table.
+    let get = show(&ns, "route get 10.98.1.1");
+    assert!(get.contains("via 198.18.40.2"), "{get}");
+
+    // No prefixes: the table empties, the other route stays.
+    in_netns(&ns, || routes::sync("up0", &BTreeSet::new(), None))
+        .join()
+        .unwrap()
+        .expect("route sync");
+    assert!(show(&ns, "route show table 167").trim().is_empty());
+    assert!(show(&ns, "route show table main").contains("10.98.0.0/16 via 198.18.40.3"));
+
+    // Uninstall: the rule goes too, and nothing of Strait's is left.
+    let p = prefixes.clone();
+    in_netns(&ns, move || routes::sync("up0", &p, toward))
+        .join()
+        .unwrap()
+        .expect("route sync");
+    let (flushed, rule, has_rule) = in_netns(&ns, || {
+        (
+            routes::flush_own().expect("flush"),
+            routes::remove_rule().expect("rule"),
+            routes::has_rule().expect("rule"),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(flushed, ["10.98.0.0/16"]);
+    assert!(rule && !has_rule);
+    assert!(!show(&ns, "rule show").contains("lookup 167"));
+    assert!(show(&ns, "route show table main").contains("10.98.0.0/16 via 198.18.40.3"));
 }

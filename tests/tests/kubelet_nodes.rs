@@ -685,7 +685,7 @@ fn delete_within(tb: &Testbed, what: &str, pod: &str, limit: Duration) {
 struct NodeState {
     /// Entries of /sys/fs/bpf/mc (the pin directories).
     pins: String,
-    /// `ip route show table all proto 167`.
+    /// `ip route show table all proto 167`, and the rule that looks Strait's table up.
     routes: String,
     /// The pinned TCX link of the uplink's ingress (`bpftool link show pinned`).
     programs: String,
@@ -697,7 +697,7 @@ struct NodeState {
 }
 
 fn node_state(cluster: &str, node: &str) -> NodeState {
-    let script = "ls /sys/fs/bpf/mc 2>/dev/null; echo '#'; ip -4 route show table all proto 167; echo '#'; \
+    let script = "ls /sys/fs/bpf/mc 2>/dev/null; echo '#'; ip -4 route show table all proto 167; ip -4 rule show pref 32000; echo '#'; \
                   bpftool link show pinned /sys/fs/bpf/mc/v1/links/eth0_ingress 2>/dev/null; echo '#'; \
                   cat /proc/sys/net/ipv4/conf/eth0/rp_filter; echo '#'; \
                   cat /proc/sys/net/ipv4/conf/default/rp_filter; echo '#'; \

@@ -64,6 +64,23 @@ impl NetNs {
     }
 }
 
+/// Runs `f` on a thread of its own in `ns` (and the processes it starts: they inherit the
+/// thread's namespace).
+#[allow(dead_code)]
+pub fn in_netns<T: Send + 'static>(
+    ns: &NetNs,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    use std::os::fd::AsFd as _;
+    let path = ns.path();
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+        f()
+    })
+}
+
 impl Drop for NetNs {
     fn drop(&mut self) {
         let _ = Command::new("ip")
