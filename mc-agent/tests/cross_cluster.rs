@@ -20,7 +20,6 @@ mod support;
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
-    os::fd::AsFd as _,
     path::{Path, PathBuf},
     process::Command,
     sync::{
