@@ -422,13 +422,17 @@ pub fn desired(inputs: &Inputs) -> Desired {
                 .push(format!("Gateway {}: serviceCIDR {e}", gateway.name)),
         }
     }
-    for cidr in &inputs.local_pod_cidrs {
-        if let Ok(p) = Prefix::parse(cidr) {
-            taken.push((p, "a local Pod CIDR".to_owned()));
-            if inputs.pod_to_pod {
-                let kind = EXPOSED_POD_CIDR;
-                out.exposed_prefixes.insert(p, Exposed { kind });
-            }
+    let local_pods = mc_api::net::summarize(
+        inputs
+            .local_pod_cidrs
+            .iter()
+            .filter_map(|c| Prefix::parse(c).ok()),
+    );
+    for p in local_pods {
+        taken.push((p, "a local Pod CIDR".to_owned()));
+        if inputs.pod_to_pod {
+            let kind = EXPOSED_POD_CIDR;
+            out.exposed_prefixes.insert(p, Exposed { kind });
         }
     }
     if let Some(exported) = &inputs.exported {

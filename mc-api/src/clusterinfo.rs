@@ -33,9 +33,13 @@ pub struct ClusterInfo {
         skip_serializing_if = "Option::is_none"
     )]
     pub service_cidr: Option<String>,
+    /// At most 16 (a member has one active gateway; the API server refuses more).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub gateway_infos: Vec<GatewayInfo>,
+    /// At most 1024 (the API server refuses more; members announce their Pod CIDRs summarized).
     #[serde(rename = "podCIDRs", default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
     pub pod_cidrs: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire_guard: Option<WireGuardInfo>,

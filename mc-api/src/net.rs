@@ -79,3 +79,127 @@ impl fmt::Display for Prefix {
         write!(f, "{}/{}", self.addr, self.len)
     }
 }
+
+/// The smallest list of prefixes that covers exactly the addresses `prefixes` cover: prefixes
+/// inside another go, and two halves of one prefix become that prefix, until nothing changes
+/// (a cluster's per-Node /24s of one /16 become a few prefixes, or the /16). Sorted.
+pub fn summarize(prefixes: impl IntoIterator<Item = Prefix>) -> Vec<Prefix> {
+    let mut list: Vec<Prefix> = prefixes.into_iter().collect();
+    loop {
+        list.sort();
+        list.dedup();
+        // Sorted by address then length: a prefix that holds later ones comes first.
+        let mut kept: Vec<Prefix> = Vec::with_capacity(list.len());
+        for p in list {
+            if !kept.last().is_some_and(|k| k.contains(&p)) {
+                kept.push(p);
+            }
+        }
+        let mut merged = Vec::with_capacity(kept.len());
+        let mut changed = false;
+        let mut i = 0;
+        while i < kept.len() {
+            let p = kept[i];
+            if let Some(q) = kept.get(i + 1)
+                && p.len == q.len
+                && p.len > 0
+            {
+                let parent = Prefix::new(p.addr, p.len - 1);
+                if parent.addr == p.addr && Prefix::new(q.addr, p.len - 1) == parent {
+                    merged.push(parent);
+                    changed = true;
+                    i += 2;
+                    continue;
+                }
+            }
+            merged.push(p);
+            i += 1;
+        }
+        list = merged;
+        if !changed {
+            list.sort();
+            return list;
+        }
+    }
+}
+
+#[cfg(test)]
+mod summarize_tests {
+    use super::*;
+
+    fn p(s: &str) -> Prefix {
+        Prefix::parse(s).unwrap()
+    }
+
+    #[test]
+    fn per_node_prefixes_become_the_ranges_they_fill() {
+        let nodes: Vec<Prefix> = (0..=255u8)
+            .map(|i| Prefix::new(Ipv4Addr::new(10, 244, i, 0), 24))
+            .collect();
+        assert_eq!(summarize(nodes.clone()), [p("10.244.0.0/16")]);
+        // 300 Nodes of /24s from 10.244.0.0: a /16 and what follows it.
+        let more: Vec<Prefix> = (0..300u32)
+            .map(|i| {
+                Prefix::new(
+                    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 244, 0, 0)) + (i << 8)),
+                    24,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summarize(more),
+            [
+                p("10.244.0.0/16"),
+                p("10.245.0.0/19"),
+                p("10.245.32.0/21"),
+                p("10.245.40.0/22")
+            ]
+        );
+        // Gaps stay gaps; contained and repeated prefixes go.
+        assert_eq!(
+            summarize([
+                p("10.0.0.0/24"),
+                p("10.0.2.0/24"),
+                p("10.0.0.0/25"),
+                p("10.0.2.0/24")
+            ]),
+            [p("10.0.0.0/24"), p("10.0.2.0/24")]
+        );
+        assert_eq!(
+            summarize([p("10.0.1.0/24"), p("10.0.2.0/24")]).len(),
+            2,
+            "not halves of one /23"
+        );
+    }
+
+    #[test]
+    fn the_summary_covers_exactly_the_same_addresses() {
+        // Every /28 of 10.0.0.0/20, taken or not by a pseudo-random pattern.
+        let mut seed = 0x2545_f491u32;
+        for _ in 0..200 {
+            let taken: Vec<Prefix> = (0..256u32)
+                .filter(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    !seed.is_multiple_of(3)
+                })
+                .map(|i| Prefix::new(Ipv4Addr::from((10 << 24) + (i << 4)), 28))
+                .collect();
+            let summary = summarize(taken.clone());
+            for i in 0..4096u32 {
+                let ip = Prefix::new(Ipv4Addr::from((10 << 24) + i), 32);
+                assert_eq!(
+                    taken.iter().any(|t| t.contains(&ip)),
+                    summary.iter().any(|s| s.contains(&ip)),
+                    "{ip}"
+                );
+            }
+            for (i, a) in summary.iter().enumerate() {
+                for b in &summary[i + 1..] {
+                    assert!(!a.overlaps(b), "{a} and {b}");
+                }
+            }
+        }
+    }
+}

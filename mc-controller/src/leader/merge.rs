@@ -306,6 +306,12 @@ pub fn merge(
     out
 }
 
+/// The most a merged Endpoints import may hold of endpoint subsets, as JSON: etcd refuses an
+/// object over 1.5 MiB (its default request limit), and a ResourceImport that cannot be written
+/// stops updating in every member. Exports that would push an import past it are refused,
+/// newest first.
+pub const MAX_MERGED_ENDPOINTS_BYTES: usize = 1 << 20;
+
 /// The live exports by kind and source object; ClusterInfo exports are merged on the way, and
 /// exports of an unknown kind or without a name get their Failure.
 fn group<'a>(
@@ -743,6 +749,8 @@ fn endpoints(
     out: &mut Merged,
 ) {
     let mut subsets = BTreeMap::new();
+    // Bytes of the subsets taken so far, oldest exports first.
+    let mut bytes = 0usize;
     for re in &tuple.exports {
         let cluster = cluster_of(re);
         let served =
@@ -764,10 +772,23 @@ fn endpoints(
                     out.verdicts.insert(re.name_any(), Verdict::Failure(why));
                     continue;
                 }
-                if !withdrawn.contains(&cluster) {
-                    subsets
-                        .entry(cluster)
-                        .or_insert_with(|| serving(&eps.subsets, served));
+                if !withdrawn.contains(&cluster) && !subsets.contains_key(&cluster) {
+                    let mine = serving(&eps.subsets, served);
+                    let size = serde_json::to_vec(&mine).map_or(usize::MAX, |v| v.len());
+                    if bytes.saturating_add(size) > MAX_MERGED_ENDPOINTS_BYTES {
+                        let why = format!(
+                            "the merged endpoints of {}/{} would hold {} KiB with cluster {cluster}'s {} KiB, more than the leader's {} KiB (etcd refuses objects over 1.5 MiB): its endpoints are refused, the older exports keep theirs",
+                            tuple.namespace,
+                            tuple.name,
+                            bytes.saturating_add(size) / 1024,
+                            size / 1024,
+                            MAX_MERGED_ENDPOINTS_BYTES / 1024
+                        );
+                        out.verdicts.insert(re.name_any(), Verdict::Failure(why));
+                        continue;
+                    }
+                    bytes += size;
+                    subsets.insert(cluster, mine);
                 }
                 Verdict::Succeeded
             }
@@ -1064,6 +1085,48 @@ mod tests {
         );
         assert_eq!(spec["internalTrafficPolicy"], "Cluster");
         assert_eq!(spec["trafficDistribution"], "PreferClose");
+    }
+
+    /// Two clusters' endpoints that together would push the merged import past what etcd
+    /// takes: the older export keeps its endpoints, the newer is refused, naming the sizes.
+    #[test]
+    fn endpoints_that_would_make_the_import_too_large_are_refused_newest_first() {
+        let many = |cluster: &str, net: u8, age: i64| {
+            let addresses = (0..30_000u32)
+                .map(|i| EndpointAddress {
+                    ip: format!("10.{net}.{}.{}", i / 250, i % 250 + 1),
+                    ..Default::default()
+                })
+                .collect();
+            let mut e = (*eps(cluster, "10.0.0.1")).clone();
+            e.spec.endpoints.as_mut().unwrap().subsets[0].addresses = Some(addresses);
+            e.metadata.creation_timestamp =
+                Some(Time(Timestamp::from_second(1_700_000_000 + age).unwrap()));
+            Arc::new(e)
+        };
+        let exports = vec![
+            svc("west", 0, vec![port("http", 80)]),
+            svc("east", 1, vec![port("http", 80)]),
+            many("west", 98, 0),
+            many("east", 97, 5),
+        ];
+        let m = merge(NS, &exports, &[], &BTreeSet::new());
+        let merged = &m.imports["default-nginx-endpoints"];
+        let size = serde_json::to_vec(&merged.endpoints.as_ref().unwrap().subsets)
+            .unwrap()
+            .len();
+        assert!(size <= MAX_MERGED_ENDPOINTS_BYTES, "{size}");
+        assert_eq!(ips(&m).len(), 30_000);
+        assert!(ips(&m).iter().all(|ip| ip.starts_with("10.98.")));
+        let east = names::resource_export("east", "default", "nginx", "Endpoints");
+        match &m.verdicts[&east] {
+            Verdict::Failure(why) => {
+                assert!(why.contains("more than the leader's 1024 KiB"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let west = names::resource_export("west", "default", "nginx", "Endpoints");
+        assert_eq!(m.verdicts[&west], Verdict::Succeeded);
     }
 
     #[test]

@@ -116,7 +116,8 @@ impl Member {
 
     /// The Pod CIDRs this cluster announces: the config's `podCIDRs`, or, when it leaves them
     /// empty, the union of the Nodes' `spec.podCIDRs` (kube-controller-manager's IPAM, Flannel
-    /// with `--kube-subnet-mgr`) and of what Calico's IPPools and Cilium's CiliumNodes hold.
+    /// with `--kube-subnet-mgr`) and of what Calico's IPPools and Cilium's CiliumNodes hold,
+    /// summarized.
     pub(super) fn pod_cidrs(&self) -> Vec<String> {
         if !self.config.pod_cidrs.is_empty() {
             return self.config.pod_cidrs.clone();
@@ -135,7 +136,18 @@ impl Member {
             .filter(|c| c.contains('.'))
             .chain(self.cni_cidrs.values().flatten().cloned())
             .collect();
-        cidrs.into_iter().collect()
+        // Summarized (a Node's /24s of one range become that range: fewer prefixes for the
+        // leader to weigh and every other cluster to route); what does not parse is announced
+        // as it is, for the leader to refuse by name.
+        let (good, bad): (Vec<_>, Vec<_>) = cidrs
+            .into_iter()
+            .map(|c| mc_api::net::Prefix::parse(&c).map_err(|_| c))
+            .partition(Result::is_ok);
+        mc_api::net::summarize(good.into_iter().flatten())
+            .iter()
+            .map(ToString::to_string)
+            .chain(bad.into_iter().filter_map(Result::err))
+            .collect()
     }
 
     /// Lists the CNIs' Pod CIDR objects ([`CNI_SOURCES`]) at most every [`FULL_RESYNC`], when
