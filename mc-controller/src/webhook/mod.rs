@@ -50,17 +50,32 @@ use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
 
 pub const SERVICE_NAME: &str = "antrea-mc-webhook-service";
 
-/// The largest AdmissionReview accepted: an object (etcd keeps at most 1.5 MiB) and its old
-/// version, encoded.
-const MAX_REVIEW_BYTES: usize = 4 << 20;
-/// A request must be read and answered within this (the API server gives a webhook 10 s).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// A connection must send its request head within this.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more are closed at once.
-const MAX_CONNECTIONS: usize = 256;
-/// How long one connection may be kept (its requests keep coming).
-const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
+/// What the webhook server takes from its clients ([`Limits::DEPLOYED`]).
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// The largest request body (an AdmissionReview) accepted: 413 beyond.
+    body_bytes: usize,
+    /// A request must be read and answered within this: 408 after.
+    request: Duration,
+    /// A connection must send its request head within this (TLS handshake: the same).
+    header: Duration,
+    /// Connections served at once; more are closed at once.
+    connections: usize,
+    /// How long one connection may be kept (its requests keep coming).
+    connection_age: Duration,
+}
+
+impl Limits {
+    const DEPLOYED: Limits = Limits {
+        // An object (etcd keeps at most 1.5 MiB) and its old version, encoded.
+        body_bytes: 4 << 20,
+        // The API server gives a webhook 10 s.
+        request: Duration::from_secs(10),
+        header: Duration::from_secs(10),
+        connections: 256,
+        connection_age: Duration::from_secs(300),
+    };
+}
 pub const CA_CONFIGMAP: &str = "antrea-mc-ca";
 /// Labels that select the webhook configurations a controller keeps the CA of.
 pub const LABEL_SERVED_BY: (&str, &str) = ("served-by", "antrea-mc-controller");
@@ -251,10 +266,7 @@ pub async fn start(
                 post(validate_gateway),
             ),
     };
-    let app = app
-        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-        .layer(middleware::from_fn(deadline))
-        .with_state(ctx);
+    let app = bounded(app, Limits::DEPLOYED).with_state(ctx);
 
     let publisher = Publisher {
         client,
@@ -274,36 +286,58 @@ pub async fn start(
                 last = report(last, publisher.publish().await);
             }
         });
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            // Full: closed at once (the client retries), so that the listener keeps draining
-            // its backlog and the API server's own connections get the next free slot.
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                tracing::debug!(%peer, "webhook connection refused: {MAX_CONNECTIONS} served already");
-                continue;
-            };
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                connection(acceptor, app, tcp, peer).await;
-                drop(slot);
-            });
-        }
+        serve(listener, acceptor, app, Limits::DEPLOYED).await
     };
     Ok(serve)
 }
 
-/// Answers 408 when a request is not read and answered within [`REQUEST_TIMEOUT`] (a client
-/// sending its body slowly holds a connection slot no longer).
-async fn deadline(request: axum::extract::Request, next: Next) -> Response {
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+/// `app` with the body limit and the request deadline of `limits`.
+fn bounded<S: Clone + Send + Sync + 'static>(app: Router<S>, limits: Limits) -> Router<S> {
+    app.layer(DefaultBodyLimit::max(limits.body_bytes))
+        .layer(middleware::from_fn_with_state(limits.request, deadline))
+}
+
+/// Accepts TLS connections on `listener` and serves `app` on each, at most
+/// `limits.connections` at once.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+    limits: Limits,
+) -> anyhow::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Full: closed at once (the client retries), so that the listener keeps draining its
+        // backlog and the API server's own connections get the next free slot.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            let served = limits.connections;
+            tracing::debug!(%peer, "webhook connection refused: {served} served already");
+            continue;
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            connection(acceptor, app, tcp, peer, limits).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Answers 408 when a request is not read and answered within `timeout` (a client sending its
+/// body slowly holds a connection slot no longer).
+async fn deadline(
+    State(timeout): State<Duration>,
+    request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not completed in time").into_response(),
     }
@@ -343,8 +377,9 @@ async fn connection(
     app: Router,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
+    limits: Limits,
 ) {
-    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+    let tls = match tokio::time::timeout(limits.header, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "webhook TLS handshake failed");
@@ -356,14 +391,14 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
+        .header_read_timeout(limits.header);
     let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
     tokio::pin!(conn);
     // A connection holds its slot for a bounded time: past it, the request in flight is
     // answered and the connection closed (the API server opens another).
     let served = tokio::select! {
         served = conn.as_mut() => served,
-        () = tokio::time::sleep(MAX_CONNECTION_AGE) => {
+        () = tokio::time::sleep(limits.connection_age) => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -787,4 +822,156 @@ async fn validate_gateway(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> 
     };
     let v = rules::gateway(&r.caller);
     answer(&ctx, "gateway", &r, Ok(v))
+}
+
+/// The server's limits on its clients, against a real TLS listener on loopback (with short
+/// timeouts): an oversize body gets 413, a body that stops coming 408, a silent connection is
+/// closed, and connections beyond the bound are closed at once while the served ones go on.
+#[cfg(test)]
+mod limits_tests {
+    use std::time::Instant;
+
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        body_bytes: 64 << 10,
+        request: Duration::from_secs(1),
+        // Long enough that a served connection is not closed as idle while the test waits
+        // for another on a loaded machine.
+        header: Duration::from_secs(2),
+        connections: 2,
+        connection_age: Duration::from_secs(60),
+    };
+
+    type Conn = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+    /// A TLS connection to the server at `addr`, trusting `ca`.
+    async fn dial(addr: SocketAddr, ca: &str) -> std::io::Result<Conn> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.as_bytes()).expect("CA PEM"))
+            .expect("CA");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        connector
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+    }
+
+    /// Sends a request head announcing `length` bytes of body, then `body`; the status the
+    /// server answers with (0: it closed without answering).
+    async fn request(conn: &mut Conn, length: usize, body: &[u8]) -> u16 {
+        let head = format!(
+            "POST /review HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        );
+        if conn.write_all(head.as_bytes()).await.is_err() || conn.write_all(body).await.is_err() {
+            return 0;
+        }
+        let _ = conn.flush().await;
+        // The whole response (head and `content-length` bytes of body), so that the
+        // connection's next read starts at the next response.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await;
+            let Ok(Ok(n)) = read else { return 0 };
+            if n == 0 {
+                return 0;
+            }
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+            let Some(end) = text.find("\r\n\r\n") else {
+                continue;
+            };
+            let length = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+            }
+        }
+    }
+
+    /// Whether the server closed `conn` (a read gives end of file or an error in time).
+    async fn closed(conn: &mut Conn) -> bool {
+        let mut buf = [0u8; 16];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn the_webhook_server_bounds_bodies_time_and_connections() {
+        let authority = tls::Authority::generate("test").expect("CA");
+        let serving = authority.issue(&["localhost".to_owned()]).expect("cert");
+        let config = tls::server_config(tls::Resolver::new(&serving)).expect("TLS");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = bounded(
+            Router::new().route(
+                "/review",
+                post(|body: axum::body::Bytes| async move { format!("{} bytes", body.len()) }),
+            ),
+            LIMITS,
+        );
+        let server = tokio::spawn(serve(listener, acceptor, app, LIMITS));
+        let ca = authority.pem.clone();
+
+        // Within the limits: answered.
+        let mut a = dial(addr, &ca).await.expect("first connection");
+        assert_eq!(request(&mut a, 2, b"{}").await, 200);
+        // A body over the limit: 413.
+        let big = vec![b' '; LIMITS.body_bytes + 1];
+        let mut b = dial(addr, &ca).await.expect("second connection");
+        assert_eq!(request(&mut b, big.len(), &big).await, 413);
+        drop(b);
+        // A body that stops coming: 408 once the request's time is up.
+        let mut c = dial(addr, &ca).await.expect("a connection");
+        let started = Instant::now();
+        assert_eq!(request(&mut c, 100, b"{").await, 408);
+        assert!(
+            started.elapsed() >= LIMITS.request,
+            "{:?}",
+            started.elapsed()
+        );
+        drop(c);
+        // A connection that sends nothing is closed after the head's time.
+        let mut silent = dial(addr, &ca).await.expect("a connection");
+        assert!(closed(&mut silent).await, "a silent connection kept open");
+        drop(silent);
+
+        // An idle connection is closed after the head's time too (`a`, since its request).
+        assert!(closed(&mut a).await, "an idle connection kept open");
+        drop(a);
+        // Two served at once: a third is closed at once, the two go on.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut first = dial(addr, &ca).await.expect("the first slot");
+        let mut second = dial(addr, &ca).await.expect("the second slot");
+        assert_eq!(request(&mut first, 2, b"{}").await, 200);
+        assert_eq!(request(&mut second, 2, b"{}").await, 200);
+        match dial(addr, &ca).await {
+            Err(_) => {}
+            Ok(mut third) => assert!(closed(&mut third).await, "a third connection was served"),
+        }
+        assert_eq!(
+            request(&mut first, 2, b"{}").await,
+            200,
+            "a served one goes on"
+        );
+        server.abort();
+    }
 }
