@@ -463,13 +463,16 @@ fn stretched(i: &mut Inputs) {
     use mc_agent::{policy::PolicyObject, state::PodObject};
     use mc_api::selector::labels;
     let ns = labels(&[("kubernetes.io/metadata.name", "prod")]);
-    let pod = |name: &str, ip: &str, app: &str| PodObject {
+    // Each Pod on its Node (the gateways check the identity a Node's packets claim by it).
+    let pod = |name: &str, ip: &str, app: &str, node: &str| PodObject {
         namespace: "prod".into(),
         name: name.into(),
         labels: labels(&[("app", app)]),
         ips: vec![ip.into()],
+        host_ip: Some(node.into()),
         ..Default::default()
     };
+    let client = || pod("client", "10.244.1.5", "client", "198.18.21.2");
     i.stretched_policy = true;
     i.namespace_labels = [("prod".to_owned(), ns.clone())].into();
     i.label_ids = [
@@ -484,14 +487,15 @@ fn stretched(i: &mut Inputs) {
     ]
     .into();
     i.pods = if i.node_name == "node" {
-        vec![pod("client", "10.244.1.5", "client")]
+        vec![client()]
     } else {
         Vec::new()
     };
-    i.cluster_pods = if i.node_name == "wgw" {
-        vec![pod("server", SERVER, "db")]
-    } else {
-        Vec::new()
+    // The gateways see every Pod of their cluster.
+    i.cluster_pods = match i.node_name.as_str() {
+        "wgw" => vec![pod("server", SERVER, "db", "198.18.22.1")],
+        "egw" => vec![client()],
+        _ => Vec::new(),
     };
     i.policies = vec![PolicyObject {
         namespace: Some("prod".into()),

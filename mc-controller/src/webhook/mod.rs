@@ -958,7 +958,7 @@ mod limits_tests {
         assert!(closed(&mut a).await, "an idle connection kept open");
         drop(a);
         // Two served at once: a third is closed at once, the two go on.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let mut first = dial(addr, &ca).await.expect("the first slot");
         let mut second = dial(addr, &ca).await.expect("the second slot");
         assert_eq!(request(&mut first, 2, b"{}").await, 200);
