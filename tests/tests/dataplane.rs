@@ -1631,8 +1631,9 @@ fn gateways_know_each_other(tb: &Testbed, clusters: &[&str]) {
                 let unrouted: Vec<&String> = cidrs
                     .iter()
                     .filter(|cidr| {
+                        // Strait's routes live in its own table (167).
                         let out = Command::new("ip")
-                            .args(["-n", &netns, "route", "show", cidr.as_str()])
+                            .args(["-n", &netns, "route", "show", "table", "167", cidr.as_str()])
                             .output()
                             .expect("ip route");
                         out.stdout.is_empty()
