@@ -34,13 +34,15 @@ pub struct ExportedService {
     pub endpoints: Vec<(Ipv4Addr, u8, u16)>,
 }
 
-/// TCP and UDP only: the gateways translate nothing else (`drop_unsupported_proto`).
-fn protocol(name: Option<&str>) -> Option<u8> {
-    match name.unwrap_or("TCP") {
-        "TCP" => Some(IPPROTO_TCP),
-        "UDP" => Some(IPPROTO_UDP),
-        _ => None,
-    }
+/// A port's (protocol, number): TCP and UDP only, as the gateways translate nothing else
+/// (`drop_unsupported_proto`).
+fn proto_port(protocol: Option<&str>, port: Option<i32>) -> Option<(u8, u16)> {
+    let proto = match protocol.unwrap_or("TCP") {
+        "TCP" => IPPROTO_TCP,
+        "UDP" => IPPROTO_UDP,
+        _ => return None,
+    };
+    Some((proto, u16::try_from(port?).ok()?))
 }
 
 /// The Services the ServiceExports name, unless the member controller said the export is not
@@ -74,12 +76,7 @@ pub fn exported_services<'a>(
             .ports
             .iter()
             .flatten()
-            .filter_map(|p| {
-                Some((
-                    protocol(p.protocol.as_deref())?,
-                    u16::try_from(p.port).ok()?,
-                ))
-            })
+            .filter_map(|p| proto_port(p.protocol.as_deref(), Some(p.port)))
             .collect();
         let mut endpoints = Vec::new();
         for slice in slices.iter().filter(|s| {
@@ -91,12 +88,7 @@ pub fn exported_services<'a>(
                 .ports
                 .iter()
                 .flatten()
-                .filter_map(|p| {
-                    Some((
-                        protocol(p.protocol.as_deref())?,
-                        u16::try_from(p.port?).ok()?,
-                    ))
-                })
+                .filter_map(|p| proto_port(p.protocol.as_deref(), p.port))
                 .collect();
             for e in slice.endpoints.iter().flatten() {
                 for addr in e.addresses.iter().filter_map(|a| a.parse().ok()) {

@@ -83,36 +83,32 @@ pub fn apply<T: BorrowMut<MapData>>(
             report.routes_written += n;
         }),
     );
-    let mut current_peers: Vec<([u8; 4], Peer)> = Vec::new();
+    // Keyed as the maps are.
+    let peers: BTreeMap<[u8; 4], Peer> = desired
+        .peers
+        .iter()
+        .map(|(a, p)| (a.octets(), *p))
+        .collect();
+    let pod_ids: BTreeMap<[u8; 4], PodIdentity> = desired
+        .pod_ids
+        .iter()
+        .map(|(a, i)| (a.octets(), *i))
+        .collect();
+    let mut held_peers = Vec::new();
     let peers_ok = note(
         mc_common::maps::PEERS,
-        (|| {
-            current_peers = maps.peers.iter().collect::<Result<_, MapError>>()?;
-            for (addr, peer) in &desired.peers {
-                let key = addr.octets();
-                if !current_peers.iter().any(|(k, v)| *k == key && v == peer) {
-                    maps.peers.insert(&key, peer, 0)?;
-                    report.peers_written += 1;
-                }
-            }
-            Ok(())
-        })(),
+        write_changed(&mut maps.peers, &peers).map(|(held, n)| {
+            held_peers = held;
+            report.peers_written += n;
+        }),
     );
-
-    let mut current_ids: Vec<([u8; 4], PodIdentity)> = Vec::new();
+    let mut held_ids = Vec::new();
     let ids_ok = note(
         mc_common::maps::POD_IDS,
-        (|| {
-            current_ids = maps.pod_ids.iter().collect::<Result<_, MapError>>()?;
-            for (addr, id) in &desired.pod_ids {
-                let key = addr.octets();
-                if !current_ids.iter().any(|(k, v)| *k == key && v == id) {
-                    maps.pod_ids.insert(&key, id, 0)?;
-                    report.pod_ids_written += 1;
-                }
-            }
-            Ok(())
-        })(),
+        write_changed(&mut maps.pod_ids, &pod_ids).map(|(held, n)| {
+            held_ids = held;
+            report.pod_ids_written += n;
+        }),
     );
 
     let mut held_senders = Vec::new();
@@ -162,15 +158,7 @@ pub fn apply<T: BorrowMut<MapData>>(
     if peers_ok {
         note(
             mc_common::maps::PEERS,
-            (|| {
-                for (key, _) in &current_peers {
-                    if !desired.peers.contains_key(&Ipv4Addr::from(*key)) {
-                        remove_absent(maps.peers.remove(key))?;
-                        report.peers_removed += 1;
-                    }
-                }
-                Ok(())
-            })(),
+            remove_unwanted(&mut maps.peers, held_peers, &peers).map(|n| report.peers_removed += n),
         );
     }
 
@@ -200,15 +188,8 @@ pub fn apply<T: BorrowMut<MapData>>(
     if ids_ok {
         note(
             mc_common::maps::POD_IDS,
-            (|| {
-                for (key, _) in &current_ids {
-                    if !desired.pod_ids.contains_key(&Ipv4Addr::from(*key)) {
-                        remove_absent(maps.pod_ids.remove(key))?;
-                        report.pod_ids_removed += 1;
-                    }
-                }
-                Ok(())
-            })(),
+            remove_unwanted(&mut maps.pod_ids, held_ids, &pod_ids)
+                .map(|n| report.pod_ids_removed += n),
         );
     }
     if senders_ok {
