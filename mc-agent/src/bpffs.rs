@@ -13,7 +13,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 pub enum PinRootError {
     #[error(
         "pin root {path}: {found} is not on a BPF filesystem; mount one (`mount -t bpf bpf /sys/fs/bpf`) \
-         or, in a Pod, mount the host's /sys/fs/bpf with mountPropagation: Bidirectional"
+         or, in a Pod, run `mc-agent mount-bpffs` in a privileged init container that mounts the host's /sys/fs/bpf with mountPropagation: Bidirectional"
     )]
     NotBpffs { path: PathBuf, found: PathBuf },
     #[error("pin root {path}: {source}")]
@@ -73,6 +73,35 @@ impl PinLayout {
             source,
         })
     }
+}
+
+/// Mounts a BPF filesystem at `path` (created when missing) unless `path` is on one already.
+/// Whether it mounted one. Needs CAP_SYS_ADMIN in the mount namespace's owner.
+pub fn mount(path: &Path) -> std::io::Result<bool> {
+    std::fs::create_dir_all(path)?;
+    if is_bpffs(path)? {
+        return Ok(false);
+    }
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: every argument is a NUL-terminated string we own (or null for no data).
+    let rc = unsafe {
+        libc::mount(
+            c"bpffs".as_ptr(),
+            c_path.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("mounting a BPF filesystem at {}: {e}", path.display()),
+        ));
+    }
+    Ok(true)
 }
 
 /// Whether `path` is on a BPF filesystem.

@@ -84,6 +84,13 @@ impl Direction {
             Direction::Egress => TcAttachType::Egress,
         }
     }
+
+    fn tcx_attach_type(self) -> u32 {
+        match self {
+            Direction::Ingress => crate::bpf_sys::BPF_TCX_INGRESS,
+            Direction::Egress => crate::bpf_sys::BPF_TCX_EGRESS,
+        }
+    }
 }
 
 /// How the programs are attached to the uplink: TCX links (Linux 6.6 and later), or legacy TC
@@ -254,8 +261,10 @@ impl Dataplane {
 
     /// Programs that run before Strait's at a hook of `interface` (attached later with
     /// "before", or an earlier agent's link at the tail), each as `<direction>: <name> (id
-    /// <id>)`: what they end with `TC_ACT_OK` or `TC_ACT_SHOT` never reaches Strait's. Empty
-    /// when Strait's programs come first, or when the chain cannot be read (said in the log).
+    /// <id>)`, or `<direction>: program id <id> ...` where reading its name takes the
+    /// CAP_SYS_ADMIN the agent is not given: what they end with `TC_ACT_OK` or `TC_ACT_SHOT`
+    /// never reaches Strait's. Empty when Strait's programs come first, or when the chain
+    /// cannot be read (said in the log).
     pub fn programs_ahead(&mut self, interface: &str) -> Vec<String> {
         let mut ahead = Vec::new();
         for direction in Direction::BOTH {
@@ -274,23 +283,24 @@ impl Dataplane {
             let Some(index) = if_index(interface) else {
                 continue;
             };
-            let chain = match SchedClassifier::query_tcx(index, direction.attach_type()) {
-                Ok((_, chain)) => chain,
+            let chain = match crate::bpf_sys::tcx_program_ids(index, direction.tcx_attach_type()) {
+                Ok(chain) => chain,
                 Err(e) => {
                     tracing::debug!(interface, "cannot read the TCX chain: {e}");
                     continue;
                 }
             };
-            let Some(at) = chain.iter().position(|p| p.id() == ours) else {
+            let Some(at) = chain.iter().position(|&id| id == ours) else {
                 continue;
             };
-            ahead.extend(chain[..at].iter().map(|p| {
-                format!(
-                    "{}: {} (id {})",
-                    direction.as_str(),
-                    p.name_as_str().unwrap_or("?"),
-                    p.id()
-                )
+            ahead.extend(chain[..at].iter().map(|&id| {
+                let direction = direction.as_str();
+                match crate::bpf_sys::program_name(id) {
+                    Ok(name) => format!("{direction}: {name} (id {id})"),
+                    Err(_) => format!(
+                        "{direction}: program id {id} (`bpftool prog show id {id}` on the Node names it)"
+                    ),
+                }
             }));
         }
         ahead

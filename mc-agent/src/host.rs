@@ -5,6 +5,11 @@
 //! (`/run/strait` on a Node: a tmpfs, so the record lives exactly as long as the change, which a
 //! reboot undoes too). A restarted agent finds its own value in place and records nothing, so
 //! the record keeps the Node's original however often the agent restarts.
+//!
+//! In a container that is not privileged the runtime mounts `/proc/sys` read-only: the DaemonSet
+//! mounts the host's `/proc/sys/net` (a hostPath) at `/host/proc/sys/net` and passes
+//! `--sysctl-root=/host/proc/sys`. The net sysctls read and write the network namespace of the
+//! process that opens them, the Node's with `hostNetwork`.
 
 use std::{
     collections::BTreeMap,
@@ -16,17 +21,34 @@ use crate::{bpffs::PinLayout, dataplane, routes};
 
 /// Where the agent records what it changed (a hostPath in the DaemonSet).
 pub const DEFAULT_STATE_DIR: &str = "/run/strait";
+/// Where the sysctls are read and written unless `--sysctl-root` says otherwise.
+pub const DEFAULT_SYSCTL_ROOT: &str = "/proc/sys";
 const SYSCTLS: &str = "sysctls";
 
 /// The agent's record of the Node's sysctls.
 #[derive(Clone, Debug)]
 pub struct HostState {
     dir: PathBuf,
+    sysctl_root: PathBuf,
 }
 
 impl HostState {
+    /// The record in `dir`, the sysctls under /proc/sys.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            sysctl_root: PathBuf::from(DEFAULT_SYSCTL_ROOT),
+        }
+    }
+
+    /// The sysctls under `root` instead (`/host/proc/sys` in the DaemonSet).
+    pub fn with_sysctl_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.sysctl_root = root.into();
+        self
+    }
+
+    fn sysctl(&self, key: &str) -> PathBuf {
+        self.sysctl_root.join(key)
     }
 
     pub fn dir(&self) -> &Path {
@@ -62,9 +84,10 @@ impl HostState {
     /// Sets the sysctl `key` (a path under /proc/sys) to `value`. When that changes it, the
     /// value it had is recorded first (unless an earlier change recorded one) and returned.
     /// A record that cannot be written is logged, and the sysctl is set all the same: the
-    /// dataplane needs it, and only `uninstall` would miss the record.
+    /// dataplane needs it, and only `uninstall` would miss the record. A sysctl that already
+    /// has the value is not written (nor needs to be writable).
     pub fn set_sysctl(&self, key: &str, value: &str) -> io::Result<Option<String>> {
-        let path = Path::new("/proc/sys").join(key);
+        let path = self.sysctl(key);
         let old = std::fs::read_to_string(&path)?.trim().to_owned();
         if old == value {
             return Ok(None);
@@ -77,9 +100,24 @@ impl HostState {
                 "cannot record the sysctl's value before Strait: `mc-agent uninstall` will not restore it"
             );
         }
-        std::fs::write(&path, value)?;
+        std::fs::write(&path, value).map_err(|e| writing(&path, e))?;
         Ok(Some(old))
     }
+}
+
+/// A failed sysctl write, with the way out when the mount is read-only.
+fn writing(path: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::EROFS) {
+        return io::Error::new(
+            e.kind(),
+            format!(
+                "{} is read-only (a container's /proc/sys is): mount the host's /proc/sys/net \
+                 read-write at /host/proc/sys/net and pass --sysctl-root=/host/proc/sys",
+                path.display()
+            ),
+        );
+    }
+    e
 }
 
 fn parse(text: &str) -> BTreeMap<String, String> {
@@ -153,7 +191,9 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
         ));
     }
     for (key, value) in state.recorded().context("reading the recorded sysctls")? {
-        std::fs::write(Path::new("/proc/sys").join(&key), &value)
+        let path = state.sysctl(&key);
+        std::fs::write(&path, &value)
+            .map_err(|e| writing(&path, e))
             .with_context(|| format!("restoring {key} to {value}"))?;
         done.sysctls.push((key, value));
     }

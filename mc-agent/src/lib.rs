@@ -2,6 +2,7 @@
 //! maps and links pinned under a versioned bpffs directory so that a restart (or an upgrade) of
 //! the agent replaces the programs atomically without detaching them or resetting any state.
 
+pub mod bpf_sys;
 pub mod bpffs;
 pub mod config;
 pub mod counters;

@@ -9,7 +9,7 @@ use mc_agent::{
     config::Multicluster,
     counters,
     dataplane::{self, AttachMode, Dataplane, DataplaneMaps},
-    host::{self, DEFAULT_STATE_DIR, HostState},
+    host::{self, DEFAULT_STATE_DIR, DEFAULT_SYSCTL_ROOT, HostState},
     run::{RunOptions, run},
 };
 use mc_common::{
@@ -31,6 +31,10 @@ struct Cli {
     /// Where the agent records the Node's sysctls from before Strait (a hostPath in a Pod).
     #[arg(long, global = true, env = "MC_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
+    /// Where the Node's sysctls are: /proc/sys, or in a container that is not privileged (whose
+    /// /proc/sys is read-only) the host's /proc/sys/net mounted under `<root>/net`.
+    #[arg(long, global = true, env = "MC_SYSCTL_ROOT", default_value = DEFAULT_SYSCTL_ROOT)]
+    sysctl_root: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -99,6 +103,13 @@ enum Command {
     /// Print the role, remote routes, tunnel peers, Pod label IDs and SNAT table from the pinned
     /// maps.
     Maps,
+    /// Mount a BPF filesystem at --path unless one is there already (the DaemonSet's privileged
+    /// init container, whose mount reaches the host through Bidirectional propagation, so the
+    /// agent itself needs no privilege for its pins to outlive it).
+    MountBpffs {
+        #[arg(long, default_value = "/sys/fs/bpf")]
+        path: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -155,7 +166,7 @@ fn main() -> anyhow::Result<()> {
                     namespace,
                     config,
                     resync: Duration::from_secs(resync.max(1)),
-                    host: HostState::new(&cli.state_dir),
+                    host: HostState::new(&cli.state_dir).with_sysctl_root(&cli.sysctl_root),
                 };
                 // On a worker: a pass that loads the programs keeps its thread for seconds, and a
                 // SIGTERM meanwhile must still stop the agent at once.
@@ -188,7 +199,7 @@ fn main() -> anyhow::Result<()> {
             attach(layout, &uplink, stretched_policy, mode)
         }
         Command::Uninstall { check, stay } => {
-            let state = HostState::new(&cli.state_dir);
+            let state = HostState::new(&cli.state_dir).with_sysctl_root(&cli.sysctl_root);
             if check {
                 let left = host::leftovers(&layout, &state)?;
                 if left.is_empty() {
@@ -246,6 +257,14 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Maps => print_maps(&layout),
+        Command::MountBpffs { path } => {
+            if mc_agent::bpffs::mount(&path)? {
+                println!("mounted a BPF filesystem at {}", path.display());
+            } else {
+                println!("{} is a BPF filesystem already", path.display());
+            }
+            Ok(())
+        }
     }
 }
 

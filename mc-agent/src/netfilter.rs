@@ -27,7 +27,10 @@ use std::{
 use aya::maps::MapData;
 use mc_common::dataplane::{ct_tuple, nf_patch};
 
-use crate::bpffs::PinLayout;
+use crate::{
+    bpf_sys::{put32, put64},
+    bpffs::PinLayout,
+};
 
 /// The policy program's name in the object.
 pub const PROGRAM: &str = "mc_nf_ingress";
@@ -421,24 +424,10 @@ const NF_INET_PRE_ROUTING: u32 = 0;
 const NF_INET_POST_ROUTING: u32 = 4;
 
 fn bpf(cmd: libc::c_long, attr: &mut [u8], what: &str) -> Result<i64, NetfilterError> {
-    // SAFETY: `attr` is a `union bpf_attr` prefix the kernel reads (and may write) within its
-    // length; every pointer in it outlives the call.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
-    if rc < 0 {
-        return Err(NetfilterError::Syscall {
-            what: what.to_owned(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(rc)
-}
-
-fn put32(attr: &mut [u8], at: usize, v: u32) {
-    attr[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-}
-
-fn put64(attr: &mut [u8], at: usize, v: u64) {
-    attr[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+    crate::bpf_sys::bpf(cmd, attr).map_err(|source| NetfilterError::Syscall {
+        what: what.to_owned(),
+        source,
+    })
 }
 
 /// The pinned maps a program refers to, by name: their file descriptors must stay open until the

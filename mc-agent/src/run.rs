@@ -773,10 +773,19 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
             })
             .collect(),
         local_nodes: all_nodes.iter().filter_map(|n| internal_ip(n)).collect(),
+        // The Nodes' and those the member controller announces (it reads the CNI's own
+        // objects: Calico's IPPools, Cilium's CiliumNodes), from the Gateway.
         local_pod_cidrs: all_nodes
             .iter()
             .filter_map(|n| n.spec.as_ref())
             .flat_map(|s| s.pod_cidrs.clone().unwrap_or_default())
+            .chain(gateways.all().iter().flat_map(|g| {
+                g.annotations()
+                    .get(mc_api::names::annotations::POD_CIDRS)
+                    .map(|list| list.split(',').map(|c| c.trim().to_owned()).collect())
+                    .unwrap_or_else(Vec::new)
+            }))
+            .filter(|c| !c.is_empty())
             .collect(),
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,

@@ -550,8 +550,11 @@ fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
     );
     assert!(east_node.counter("tx_to_gateway") > 0);
     let layout = PinLayout::new(east_node.pin_root());
-    let ahead = |layout: PinLayout| {
+    let ahead = |layout: PinLayout, confined: bool| {
         in_netns(&east_node.ns, move || {
+            if confined {
+                support::keep_only_caps_in_this_thread(&support::daemonset_caps());
+            }
             let mut d = mc_agent::dataplane::Dataplane::load(layout).expect("load");
             d.attach_uplink("eth0").expect("attach");
             d.programs_ahead("eth0")
@@ -559,16 +562,29 @@ fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
         .join()
         .unwrap()
     };
-    assert_eq!(ahead(layout.clone()), Vec::<String>::new());
+    assert_eq!(ahead(layout.clone(), false), Vec::<String>::new());
 
     let _before = foreign_tcx(&east_node.ns, mc_integration::bpf::BPF_F_BEFORE);
-    let named = ahead(layout);
+    let named = ahead(layout.clone(), false);
     assert_eq!(named.len(), 2, "{named:?}");
     assert!(
         named[0].starts_with("ingress: foreign_ok (id ")
             && named[1].starts_with("egress: foreign_ok (id "),
         "{named:?}"
     );
+    // With only the DaemonSet's capabilities (no CAP_SYS_ADMIN, which opening another's
+    // program by ID takes) the agent still finds them, by ID.
+    let found = ahead(layout, true);
+    let id = |s: &str| {
+        s.split("id ")
+            .nth(1)
+            .map(|r| r.split([')', ' ']).next().unwrap().to_owned())
+    };
+    assert_eq!(found.len(), 2, "{found:?}");
+    for (found, named) in found.iter().zip(&named) {
+        assert!(found.contains(": program id "), "{found}");
+        assert_eq!(id(found), id(named), "{found} / {named}");
+    }
     assert!(
         !connects(&pod_n, service),
         "a program ahead of Strait's that ends the chain keeps the flow from the tunnel"

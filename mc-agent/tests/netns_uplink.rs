@@ -7,7 +7,9 @@ mod support;
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
-use support::{Bpffs, NetNs, agent, agent_bin, in_netns, require_root, run};
+use support::{
+    Bpffs, NetNs, agent, agent_bin, daemonset_caps, in_netns, require_root, run, setpriv_only,
+};
 
 /// Packets of one counter, from `mc-agent counters --json`.
 fn agent_packets(pin_root: &Path, name: &str) -> u64 {
@@ -140,6 +142,95 @@ fn traffic_moves_counters_and_a_restart_reuses_the_pins() {
     let before = agent_packets(&pin_root, "pass_ipv4");
     ping(&a, "198.18.250.2", 2);
     assert_eq!(agent_packets(&pin_root, "pass_ipv4"), before);
+}
+
+/// The agent binary as the DaemonSet runs it: only the capabilities its container is granted
+/// (deploy/agent/daemonset.yaml), nothing gained on exec. Returns its log.
+fn confined_agent(ns: &NetNs, pin_root: &Path, args: &[&str]) -> String {
+    String::from_utf8_lossy(&run(&mut confined(ns, pin_root, args)).stderr).into_owned()
+}
+
+fn confined(ns: &NetNs, pin_root: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", ns.path()))
+        .args(setpriv_only(&daemonset_caps()))
+        .arg(agent_bin())
+        .arg("--pin-root")
+        .arg(pin_root)
+        .args(args);
+    cmd
+}
+
+/// The capabilities the DaemonSet grants (BPF, PERFMON, NET_ADMIN, NET_RAW; no SYS_ADMIN, no
+/// privileged container) are enough for everything the agent does to the kernel: load the
+/// programs and maps, pin them, attach to the uplink and to netfilter, reuse the pins when it
+/// starts again, and read them back (`counters`, `maps`); real packets are counted. And the
+/// privileged init container's `mount-bpffs` mounts a BPF filesystem where there is none, once.
+#[test]
+fn the_daemonsets_capabilities_are_all_the_agent_needs() {
+    require_root();
+    let caps = daemonset_caps();
+    assert!(
+        !caps.iter().any(|(n, _)| n == "SYS_ADMIN"),
+        "the agent container should not need SYS_ADMIN: {caps:?}"
+    );
+    let a = NetNs::new("mc-caps-a");
+    let b = NetNs::new("mc-caps-b");
+    veth_pair(&a, "va", &b, "vb");
+    ip_in(&a, &["addr add 198.18.250.9/30 dev va", "link set va up"]);
+    ip_in(&b, &["addr add 198.18.250.10/30 dev vb", "link set vb up"]);
+    let fs = Bpffs::new("netns-caps");
+    let pin_root = fs.pin_root();
+    let attach = [
+        "attach",
+        "--uplink",
+        "va",
+        "--stretched-policy",
+        "--tc-attach",
+        &support::tc_attach(),
+    ];
+    let log = confined_agent(&a, &pin_root, &attach);
+    assert!(log.contains(support::attached_log()), "{log}");
+    assert!(pin_root.join("links/va_ingress").exists() || support::tc_attach() == "tc");
+    ping(&a, "198.18.250.10", 3);
+    let out = run(&mut confined(&a, &pin_root, &["counters", "--json"]));
+    let readings: Value = serde_json::from_slice(&out.stdout).expect("counters JSON");
+    let pass = readings
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["name"] == "pass_ipv4"))
+        .and_then(|r| r["packets"].as_u64());
+    assert!(pass >= Some(6), "{readings}");
+    let log = confined_agent(&a, &pin_root, &attach);
+    assert!(log.contains("reused=true"), "second start: {log}");
+    let out = run(&mut confined(&a, &pin_root, &["maps"]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("ROLE "),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    confined_agent(&a, &pin_root, &["detach", "--uplink", "va", "--maps"]);
+
+    // mount-bpffs, in a mount namespace of its own so that nothing of it outlives the test.
+    let dir = std::env::temp_dir().join(format!("strait-mount-bpffs-{}", std::process::id()));
+    let out = run(Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(format!(
+            "{bin} mount-bpffs --path {dir} && {bin} mount-bpffs --path {dir} && stat -f -c %T {dir}",
+            bin = agent_bin().display(),
+            dir = dir.display()
+        )));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("mounted a BPF filesystem at {}", dir.display()).as_str(),
+            format!("{} is a BPF filesystem already", dir.display()).as_str(),
+            "bpf_fs"
+        ],
+        "{said}"
+    );
+    let _ = std::fs::remove_dir(&dir);
 }
 
 /// An uplink that is a Linux bridge works, and the agent warns what it costs: a bridge offers no

@@ -28,6 +28,11 @@ pub mod annotations {
     /// recorded before an import carries it, so that a restarted leader holds back every ID it
     /// may have freed just before (see `labelidentity::IdAllocator::restored`).
     pub const LABEL_IDS_ISSUED: &str = "multicluster.strait.io/label-ids-issued-up-to";
+    /// On a member's Gateway: the Pod CIDRs the cluster announces (comma-separated, as its
+    /// ClusterInfo has them: the config's `podCIDRs`, or the Nodes' and the CNI's), written by
+    /// the member controller, which alone reads the CNI's objects. The gateway's agent lets other
+    /// clusters open flows to them when Pod-to-Pod connectivity is on.
+    pub const POD_CIDRS: &str = "multicluster.strait.io/pod-cidrs";
 }
 
 pub mod labels {

@@ -80,3 +80,21 @@ pub fn packets(counters: &Value, name: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// `mc-agent maps` on `cluster`'s active gateway Node (the one whose maps say `ROLE gateway`).
+pub fn gateway_maps(cluster: &str) -> String {
+    ["node-a", "node-b"]
+        .iter()
+        .map(|n| {
+            xtask(&[
+                "testbed",
+                "exec",
+                &format!("{cluster}/{n}"),
+                "--",
+                agent_bin().to_str().unwrap(),
+                "maps",
+            ])
+        })
+        .find(|m| m.starts_with("ROLE gateway"))
+        .unwrap_or_else(|| panic!("no gateway Node in {cluster}"))
+}

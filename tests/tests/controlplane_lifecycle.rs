@@ -1268,7 +1268,9 @@ fn east_pod_cidrs(tb: &Testbed) -> Result<Vec<String>, String> {
 
 /// Calico and Cilium keep Pod CIDRs in their own objects and leave `Node.spec.podCIDRs` empty:
 /// with the config's `podCIDRs` empty, a member announces the Calico IPPools Pods draw from and
-/// the CiliumNodes' CIDRs as soon as their CRDs exist, and stops once they are gone.
+/// the CiliumNodes' CIDRs as soon as their CRDs exist, and stops once they are gone. Its
+/// gateway lets the other clusters open flows to them (Pod-to-Pod is on in the testbed): the
+/// member controller names them on the Gateway, and the gateway's agent exposes them.
 #[test]
 fn pod_cidrs_come_from_calico_ippools_and_cilium_nodes_where_their_crds_exist() {
     let tb = Testbed::from_env();
@@ -1319,11 +1321,32 @@ fn pod_cidrs_come_from_calico_ippools_and_cilium_nodes_where_their_crds_exist() 
     );
     // The Nodes' own still count.
     assert!(cidrs.iter().any(|c| c.starts_with("10.244.")), "{cidrs:?}");
+    let exposed = |cidr: &str| {
+        mc_integration::agent::gateway_maps("east")
+            .lines()
+            .any(|l| l.starts_with(cidr) && l.ends_with("pod-cidr"))
+    };
+    wait_for("east's gateway to expose the pools' CIDRs", T, || {
+        match (exposed("10.231.0.0/16"), exposed("10.232.1.0/24")) {
+            (true, true) => Ok(()),
+            other => Err(format!(
+                "{other:?}: {}",
+                mc_integration::agent::gateway_maps("east")
+            )),
+        }
+    });
     drop(_crds);
     wait_for("east to withdraw them", 3 * T, || {
         let c = east_pod_cidrs(&tb)?;
         if c.iter().any(|c| c.starts_with("10.23")) {
             Err(format!("{c:?}"))
+        } else {
+            Ok(())
+        }
+    });
+    wait_for("east's gateway to close them", T, || {
+        if exposed("10.231.0.0/16") || exposed("10.232.1.0/24") {
+            Err(mc_integration::agent::gateway_maps("east"))
         } else {
             Ok(())
         }

@@ -478,27 +478,19 @@ fn when_the_gateway_moves_new_connections_work_again_and_every_nodes_maps_follow
     assert_eq!(body, "hello from west/web-move");
 }
 
-/// The image of `cluster`'s agent DaemonSet.
-fn agent_image(tb: &Testbed, cluster: &str) -> String {
-    tb.ok(
+/// The agent container of `cluster`'s DaemonSet, as the API server has it.
+fn agent_container(tb: &Testbed, cluster: &str) -> serde_json::Value {
+    tb.get_json(
         cluster,
-        &[
-            "get",
-            "daemonset",
-            "-n",
-            join::MEMBER_NS,
-            "strait-agent",
-            "-o",
-            "jsonpath={.spec.template.spec.containers[0].image}",
-        ],
-    )
-    .trim()
-    .to_owned()
+        &["get", "daemonset", "-n", join::MEMBER_NS, "strait-agent"],
+    )["spec"]["template"]["spec"]["containers"][0]
+        .clone()
 }
 
 /// A second agent on east/node-b started with a bad setting (its health port `port`): on
 /// kubelet Nodes a Pod of the agent's image as an operator's misconfigured DaemonSet would run
-/// it (host network, privileged, the Node's bpffs, the agent's ServiceAccount), with process
+/// it (host network, the DaemonSet's capabilities, the Node's bpffs and /proc/sys/net, the
+/// agent's ServiceAccount), with process
 /// Nodes a process in the Node's namespaces. Stopped when dropped.
 enum BadAgent {
     Pod(String),
@@ -509,7 +501,7 @@ impl BadAgent {
     fn start(tb: &Testbed, config: &str, port: u16) -> Self {
         let name = format!("strait-bad-agent-{port}");
         if kubelet_nodes() {
-            let image = agent_image(tb, "east");
+            let agent = agent_container(tb, "east");
             let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
                 {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": name, "namespace": join::MEMBER_NS},
@@ -520,14 +512,17 @@ impl BadAgent {
                     "nodeName": "node-b", "hostNetwork": true, "restartPolicy": "Never",
                     "serviceAccountName": "strait-agent", "terminationGracePeriodSeconds": 1,
                     "containers": [{
-                        "name": "agent", "image": image, "imagePullPolicy": "Never",
+                        "name": "agent", "image": agent["image"], "imagePullPolicy": "Never",
                         "args": ["run", "--config=/etc/strait/strait-agent.conf",
+                                 "--sysctl-root=/host/proc/sys",
                                  format!("--health-addr=198.18.11.2:{port}")],
                         "env": [{"name": "NODE_NAME", "value": "node-b"}],
-                        "securityContext": {"privileged": true},
+                        "securityContext": agent["securityContext"],
                         "volumeMounts": [{"name": "bpffs", "mountPath": "/sys/fs/bpf"},
+                                         {"name": "proc-sys-net", "mountPath": "/host/proc/sys/net"},
                                          {"name": "config", "mountPath": "/etc/strait"}]}],
                     "volumes": [{"name": "bpffs", "hostPath": {"path": "/sys/fs/bpf"}},
+                                {"name": "proc-sys-net", "hostPath": {"path": "/proc/sys/net"}},
                                 {"name": "config", "configMap": {"name": name}}]}},
             ]});
             tb.apply("east", join::MEMBER_NS, &objects.to_string());
@@ -848,7 +843,12 @@ impl Upgrade {
         xtask(&["testbed", "load", archive.to_str().unwrap()]);
         let from = ["east", "west"]
             .iter()
-            .map(|c| ((*c).to_owned(), agent_image(tb, c)))
+            .map(|c| {
+                (
+                    (*c).to_owned(),
+                    agent_container(tb, c)["image"].as_str().unwrap().to_owned(),
+                )
+            })
             .collect::<Vec<_>>();
         let to = format!("ghcr.io/strait-net/mc-agent:{tag}");
         assert!(from.iter().all(|(_, i)| *i != to), "two different images");

@@ -121,35 +121,90 @@ fn kubectl_logs_and_exec_show_the_controllers_and_agents() {
                 || agent.contains("replaced the program in the pinned link")),
         "an agent's log: {agent}"
     );
-    // bpftool from the agent image, on the Node's pins, with the maps' field names.
-    let dump = wait_for(
+    // `mc-agent maps` in the agent's container (no privilege needed) shows the route.
+    wait_for(
         "east's route map to hold west's Service CIDR",
         Duration::from_secs(30),
         || {
-            let out = tb
-                .kubectl("east")
-                .args([
+            let maps = tb.ok(
+                "east",
+                &[
                     "exec",
                     "-n",
                     SYSTEM,
                     "daemonset/strait-agent",
                     "--",
-                    "bpftool",
-                    "map",
-                    "dump",
-                    "pinned",
-                    "/sys/fs/bpf/mc/v1/mc_routes",
-                ])
-                .output()
-                .expect("kubectl exec");
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if out.status.success() && text.contains("\"gateway_ip\"") && text.contains("10,98,0,0")
-            {
-                Ok(text)
+                    "mc-agent",
+                    "maps",
+                ],
+            );
+            if maps.contains("10.98.0.0/16") {
+                Ok(())
             } else {
-                Err(format!("{text} {}", String::from_utf8_lossy(&out.stderr)))
+                Err(maps)
             }
         },
+    );
+    // bpftool from the agent image on the Node's pins, with the maps' field names: as the
+    // operator's debugging Pod on the Node (`kubectl debug node --profile=sysadmin`), since
+    // reading a map's BTF takes CAP_SYS_ADMIN, which the agent's container does not have.
+    let image = tb.ok(
+        "east",
+        &[
+            "get",
+            "daemonset",
+            "-n",
+            SYSTEM,
+            "strait-agent",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ],
+    );
+    let created = tb
+        .kubectl("east")
+        .args([
+            "debug",
+            "node/node-a",
+            "--profile=sysadmin",
+            "--image",
+            image.trim(),
+            "--image-pull-policy=Never",
+            "--",
+            "bpftool",
+            "map",
+            "dump",
+            "pinned",
+            "/host/sys/fs/bpf/mc/v1/mc_routes",
+        ])
+        .output()
+        .expect("kubectl debug");
+    let said = String::from_utf8_lossy(&created.stdout).into_owned()
+        + &String::from_utf8_lossy(&created.stderr);
+    let pod = said
+        .split_whitespace()
+        .find(|w| w.starts_with("node-debugger-node-a-"))
+        .unwrap_or_else(|| panic!("kubectl debug: {said}"))
+        .to_owned();
+    let phase = wait_for(
+        "the debugging Pod to finish",
+        Duration::from_secs(60),
+        || {
+            let phase = tb.ok(
+                "east",
+                &["get", "pod", &pod, "-o", "jsonpath={.status.phase}"],
+            );
+            match phase.trim() {
+                "Succeeded" | "Failed" => Ok(phase.trim().to_owned()),
+                other => Err(other.to_owned()),
+            }
+        },
+    );
+    let dump = tb.ok("east", &["logs", &pod]);
+    tb.delete("east", &["pod", &pod]);
+    assert_eq!(phase, "Succeeded", "{dump}");
+    assert!(
+        dump.contains("\"gateway_ip\"") && dump.contains("10,98,0,0"),
+        "{dump}"
     );
     assert!(dump.contains("\"cluster\""), "{dump}");
 }

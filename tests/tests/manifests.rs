@@ -189,19 +189,26 @@ fn the_chart_renders_the_manifests_objects_and_they_validate() {
     let agent = docs(&render(&[
         "agent.enabled=true",
         "agent.extraArgs={--resync=60}",
+        "image.agent=registry.example/strait/mc-agent:dev",
     ]));
     let ds = agent
         .iter()
         .find(|o| o["kind"] == "DaemonSet")
         .expect("DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(
-        ds["spec"]["template"]["spec"]["containers"][0]["args"],
+        pod["containers"][0]["args"],
         serde_json::json!([
             "run",
             "--config=/etc/strait/strait-agent.conf",
+            "--sysctl-root=/host/proc/sys",
             "--resync=60"
         ])
     );
+    // The image of the agent and of the init container that mounts bpffs.
+    for c in [&pod["containers"][0], &pod["initContainers"][0]] {
+        assert_eq!(c["image"], "registry.example/strait/mc-agent:dev", "{c}");
+    }
     // One value per port: the container port (which the probes and the webhook Service name)
     // and the listener's flag move together; the agent follows the member's namespace.
     let moved = docs(&render(&[

@@ -457,20 +457,7 @@ fn another_cluster_reaches_only_what_this_cluster_exported() {
         "west's gateway counted {dropped} drop_not_exported"
     );
     // `mc-agent maps` on west's gateway lists what is open: web's ClusterIP, not hidden's.
-    let maps = ["node-a", "node-b"]
-        .iter()
-        .map(|n| {
-            agent::xtask(&[
-                "testbed",
-                "exec",
-                &format!("west/{n}"),
-                "--",
-                agent::agent_bin().to_str().unwrap(),
-                "maps",
-            ])
-        })
-        .find(|m| m.starts_with("ROLE gateway"))
-        .expect("west's gateway Node");
+    let maps = agent::gateway_maps("west");
     let web_ip = cluster_ip(&ns.name, "web");
     assert!(maps.contains(&format!("{web_ip}:80 ")), "{maps}");
     assert!(!maps.contains(&cluster_ip(&ns.name, "hidden")), "{maps}");
@@ -546,4 +533,99 @@ fn the_controllers_cannot_list_secrets() {
             "kube-system"
         ]
     ));
+}
+
+/// The capabilities the agent's DaemonSet grants: the bits of `CapEff` in /proc/<pid>/status.
+const AGENT_CAPS: [(&str, u32); 4] = [
+    ("BPF", 39),
+    ("PERFMON", 38),
+    ("NET_ADMIN", 12),
+    ("NET_RAW", 13),
+];
+
+/// The agents run unprivileged, with the four capabilities their DaemonSet names and no other:
+/// no container of their Pods is privileged but the init container that mounts bpffs (and exits),
+/// and every running `mc-agent run` process on the testbed's Nodes (they are processes of this
+/// machine) has exactly those capabilities in effect and cannot gain more (no_new_privs); the
+/// members' agents are ready, and the other tests show what they do with them.
+#[test]
+fn the_agents_run_with_their_capabilities_and_no_privilege() {
+    if !mc_integration::kubelet_nodes() {
+        eprintln!("process Nodes: the agents are not in Pods");
+        return;
+    }
+    let tb = Testbed::from_env();
+    let mut pods = 0;
+    for cluster in ["north", "east", "west"] {
+        let list = tb.get_json(
+            cluster,
+            &["get", "pods", "-n", "kube-system", "-l", "app=strait-agent"],
+        );
+        for pod in list["items"].as_array().expect("items") {
+            let name = pod["metadata"]["name"].as_str().unwrap_or("?");
+            let spec = &pod["spec"];
+            for c in spec["containers"].as_array().expect("containers") {
+                let sc = &c["securityContext"];
+                assert_ne!(sc["privileged"], true, "{cluster}/{name}: {c}");
+                assert_eq!(
+                    sc["capabilities"]["drop"],
+                    json!(["ALL"]),
+                    "{cluster}/{name}"
+                );
+                assert_eq!(
+                    sc["capabilities"]["add"],
+                    json!(AGENT_CAPS.map(|(n, _)| n)),
+                    "{cluster}/{name}"
+                );
+            }
+            let init: Vec<_> = spec["initContainers"]
+                .as_array()
+                .map(|a| a.iter().map(|c| c["name"].clone()).collect())
+                .unwrap_or_default();
+            assert_eq!(init, vec![json!("mount-bpffs")], "{cluster}/{name}");
+            let ready = pod["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            // (North, the leader's cluster, has joined no ClusterSet: no Gateway, not ready.)
+            assert!(
+                ready || cluster == "north",
+                "{cluster}/{name} is not ready: {}",
+                pod["status"]
+            );
+            pods += 1;
+        }
+    }
+    let want: u64 = AGENT_CAPS.iter().map(|(_, bit)| 1u64 << bit).sum();
+    let out = Command::new("pgrep")
+        .args(["-f", "mc-agent run --config=/etc/strait/strait-agent.conf"])
+        .output()
+        .expect("pgrep");
+    let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        pids.len(),
+        pods,
+        "one agent process per agent Pod: {pids:?}"
+    );
+    for pid in pids {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
+                .trim()
+                .to_owned()
+        };
+        let eff = u64::from_str_radix(&field("CapEff:"), 16).expect("CapEff");
+        assert_eq!(
+            eff, want,
+            "agent {pid}: effective capabilities {eff:#x}, the DaemonSet grants {want:#x}"
+        );
+        assert_eq!(field("NoNewPrivs:"), "1", "agent {pid}");
+    }
 }

@@ -231,3 +231,86 @@ pub fn hairpin_cache(pin_root: &Path) -> Vec<mc_common::dataplane::HairpinCacheE
     }
     out
 }
+
+/// The capabilities deploy/agent/daemonset.yaml grants the agent container (its `add:` list),
+/// with their numbers: what the kernel tests run the agent with to show they are enough.
+#[allow(dead_code)] // Not every test binary that includes `support` drops capabilities.
+pub fn daemonset_caps() -> Vec<(String, u32)> {
+    const NUMBERS: [(&str, u32); 7] = [
+        ("NET_ADMIN", 12),
+        ("NET_RAW", 13),
+        ("IPC_LOCK", 14),
+        ("SYS_ADMIN", 21),
+        ("SYS_RESOURCE", 24),
+        ("PERFMON", 38),
+        ("BPF", 39),
+    ];
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/agent/daemonset.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("add: ["))
+        .unwrap_or_else(|| panic!("no `add: [...]` capability list in {}", path.display()));
+    line.trim_end_matches(']')
+        .split(',')
+        .map(|name| {
+            let name = name.trim().trim_matches('"').to_owned();
+            let number = NUMBERS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("capability {name}: add its number to NUMBERS"))
+                .1;
+            (name, number)
+        })
+        .collect()
+}
+
+/// Keeps only `caps` in the calling thread's effective and permitted sets (capabilities are
+/// per thread: the rest of the test process keeps its own).
+#[allow(dead_code)]
+pub fn keep_only_caps_in_this_thread(caps: &[(String, u32)]) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mask: u64 = caps.iter().map(|(_, n)| 1u64 << n).sum();
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    for (i, d) in data.iter_mut().enumerate() {
+        let part = (mask >> (32 * i)) as u32;
+        d.effective = part;
+        d.permitted = part;
+    }
+    // SAFETY: capset reads the header and two data structs we own (version 3's layout).
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_mut_ptr()) };
+    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
+}
+
+/// `setpriv` arguments that run a program with only `caps` (bounding set and all), for a binary
+/// run by the tests as the DaemonSet would run it.
+#[allow(dead_code)]
+pub fn setpriv_only(caps: &[(String, u32)]) -> Vec<String> {
+    let list: String = caps
+        .iter()
+        .map(|(n, _)| format!(",+{}", n.to_lowercase()))
+        .collect();
+    vec![
+        "setpriv".into(),
+        format!("--bounding-set=-all{list}"),
+        "--inh-caps=-all".into(),
+        "--no-new-privs".into(),
+        "--".into(),
+    ]
+}

@@ -97,10 +97,13 @@ impl Member {
             ),
             _ => {}
         }
+        let pod_cidrs = self.pod_cidrs().join(",");
         let desired: Vec<Gateway> = chosen
             .into_iter()
             .map(|mut gw| {
                 gw.metadata.namespace = Some(self.ns.clone());
+                gw.metadata.annotations =
+                    Some([(annotations::POD_CIDRS.to_owned(), pod_cidrs.clone())].into());
                 gw
             })
             .collect();

@@ -41,6 +41,9 @@ the container port and, when it is not the binaries' default, the flag that move
 {{- if eq $o.kind "DaemonSet" }}
 {{- $c := index $o.spec.template.spec.containers 0 }}
 {{- $_ := set $c "image" $root.Values.image.agent }}
+{{- range $init := (default list $o.spec.template.spec.initContainers) }}
+{{- $_ := set $init "image" $root.Values.image.agent }}
+{{- end }}
 {{- $args := $c.args }}
 {{- range $port := $c.ports }}
 {{- if eq $port.name "http" }}
