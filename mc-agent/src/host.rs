@@ -147,7 +147,7 @@ pub struct Uninstalled {
 
 /// Takes Strait off this Node: detaches every pinned link under the pin root, removes the pin
 /// directory with its maps (and its parent when that is left empty and is not the bpffs mount),
-/// removes every route with `proto 167` and the rule that looks up Strait's table, and restores
+/// removes every route with `proto 167` (and an earlier version's rule, `lookup 167`), and restores
 /// the recorded sysctls. Safe to run twice;
 /// run it after the agent has stopped, or the agent attaches again.
 pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninstalled> {
@@ -183,11 +183,11 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
         }
     }
     done.routes = routes::flush_own().context("removing Strait's routes")?;
-    if routes::remove_rule().context("removing Strait's routing rule")? {
+    if routes::remove_rule().context("removing an earlier version's routing rule")? {
         done.routes.push(format!(
             "rule pref {} lookup {}",
-            routes::RULE_PREF,
-            routes::ROUTE_TABLE
+            routes::OLD_RULE_PREF,
+            routes::OLD_TABLE
         ));
     }
     for (key, value) in state.recorded().context("reading the recorded sysctls")? {
@@ -205,7 +205,8 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
     Ok(done)
 }
 
-/// What of Strait is still on this Node: the pin directory, routes with `proto 167`, its rule,
+/// What of Strait is still on this Node: the pin directory, routes with `proto 167`, an earlier
+/// version's rule,
 /// sysctls
 /// changed and not restored. Empty once `uninstall` has run with the agent stopped.
 pub fn leftovers(layout: &PinLayout, state: &HostState) -> anyhow::Result<Vec<String>> {
@@ -222,8 +223,8 @@ pub fn leftovers(layout: &PinLayout, state: &HostState) -> anyhow::Result<Vec<St
     if routes::has_rule()? {
         left.push(format!(
             "rule pref {} lookup {}",
-            routes::RULE_PREF,
-            routes::ROUTE_TABLE
+            routes::OLD_RULE_PREF,
+            routes::OLD_TABLE
         ));
     }
     for (key, value) in state.recorded()? {

@@ -878,6 +878,9 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
             if !r.added.is_empty() || !r.removed.is_empty() {
                 tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
             }
+            // Said once per change, as every problem (routes of someone else's win over
+            // Strait's: traffic to those addresses goes where they lead).
+            problems.extend(r.shadowed.iter().map(|s| format!("remote prefix {s}")));
         }
         Some(Err(e)) => {
             a.routed = None;

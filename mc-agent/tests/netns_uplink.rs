@@ -361,12 +361,13 @@ fn legacy_tc_filters_are_replaced_in_place_and_uninstalled() {
     assert!(!pin_root.exists());
 }
 
-/// The agent's routes live in a table of their own, looked up by one rule just before the main
-/// table: a route someone else made for the same prefix in the main table is never replaced or
-/// removed, an earlier Strait's routes in the main table go, the rule stays single, and uninstall
-/// takes the table's routes and the rule away.
+/// The agent's routes are in the main table with their own protocol and metric (1167), with no
+/// `ip rule`: a route someone else made for the same prefix (a lower metric) or for part of it
+/// stays, wins over Strait's and is reported; one with Strait's very metric keeps Strait from
+/// routing that prefix at all (reported) rather than be replaced; an earlier version's table 167
+/// and its rule go; and uninstall takes every route of Strait's away and nobody else's.
 #[test]
-fn routes_live_in_a_table_of_their_own_and_touch_no_one_elses() {
+fn routes_are_strait_s_own_and_replace_no_one_else_s() {
     use std::{collections::BTreeSet, net::Ipv4Addr};
 
     use mc_agent::{routes, state::Prefix};
@@ -387,66 +388,96 @@ fn routes_live_in_a_table_of_their_own_and_touch_no_one_elses() {
         &peer,
         "ip addr add 198.18.40.2/24 dev eth0 && ip link set eth0 up",
     );
-    // Someone else's route for the very prefix Strait will route, and an earlier Strait's
-    // route in the main table.
+    // Someone else's routes: the very prefix Strait will route, a part of another one, and one
+    // with Strait's metric; and an earlier Strait's table 167 with its rule, and its route in
+    // the main table (metric 0).
     sh_in(
         &ns,
         "ip route add 10.98.0.0/16 via 198.18.40.3 proto static && \
-         ip route add 10.99.0.0/16 via 198.18.40.2 proto 167",
+         ip route add 10.97.5.0/24 via 198.18.40.4 proto static && \
+         ip route add 10.95.0.0/16 via 198.18.40.5 proto static metric 1167 && \
+         ip route add 10.99.0.0/16 via 198.18.40.2 proto 167 && \
+         ip route add 10.96.0.0/16 via 198.18.40.2 proto 167 table 167 && \
+         ip rule add pref 32000 lookup 167",
     );
     let show = |ns: &NetNs, args: &str| {
         let out = sh_in(ns, &format!("ip -4 {args}"));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
 
-    let prefixes: BTreeSet<Prefix> = [Prefix::parse("10.98.0.0/16").unwrap()].into();
+    let prefixes: BTreeSet<Prefix> = ["10.98.0.0/16", "10.97.0.0/16", "10.95.0.0/16"]
+        .iter()
+        .map(|p| Prefix::parse(p).unwrap())
+        .collect();
     let toward = Some(Ipv4Addr::new(198, 18, 40, 2));
+    let mut reports = Vec::new();
     for _ in 0..2 {
         let p = prefixes.clone();
-        in_netns(&ns, move || routes::sync("up0", &p, toward))
-            .join()
-            .unwrap()
-            .expect("route sync");
+        reports.push(
+            in_netns(&ns, move || routes::sync("up0", &p, toward))
+                .join()
+                .unwrap()
+                .expect("route sync"),
+        );
     }
-    let table = show(&ns, "route show table 167");
-    assert!(
-        table.contains("10.98.0.0/16 via 198.18.40.2 dev up0 proto 167"),
-        "{table}"
-    );
     let main = show(&ns, "route show table main");
+    for ours in ["10.98.0.0/16", "10.97.0.0/16"] {
+        assert!(
+            main.contains(&format!(
+                "{ours} via 198.18.40.2 dev up0 proto 167 metric 1167"
+            )),
+            "{main}"
+        );
+    }
+    for theirs in [
+        "10.98.0.0/16 via 198.18.40.3 dev up0 proto static",
+        "10.97.5.0/24 via 198.18.40.4 dev up0 proto static",
+        "10.95.0.0/16 via 198.18.40.5 dev up0 proto static metric 1167",
+    ] {
+        assert!(main.contains(theirs), "someone else's route stays: {main}");
+    }
     assert!(
-        main.contains("10.98.0.0/16 via 198.18.40.3 dev up0 proto static"),
-        "someone else's route stays: {main}"
+        !main.contains("10.99.0.0/16") && !main.contains("10.95.0.0/16 via 198.18.40.2"),
+        "the earlier Strait's route goes, and 10.95/16 is not Strait's: {main}"
     );
     assert!(
-        !main.contains("proto 167"),
-        "the earlier Strait's route goes: {main}"
+        show(&ns, "route show table all")
+            .matches("proto 167")
+            .count()
+            == 2
     );
-    let rules = show(&ns, "rule show");
-    assert_eq!(
-        rules.matches("lookup 167").count(),
-        1,
-        "one rule, however many syncs: {rules}"
-    );
-    assert!(rules.contains("32000:"), "{rules}");
-    // Strait's table is looked up before the main table.
-    let get = show(&ns, "route get 10.98.1.1");
-    assert!(get.contains("via 198.18.40.2"), "{get}");
+    assert!(!show(&ns, "rule show").contains("lookup 167"), "no rule");
+    // The same report every sync: what wins over Strait's, and what Strait could not route.
+    assert_eq!(reports[0].shadowed, reports[1].shadowed);
+    let shadowed = reports[1].shadowed.join("\n");
+    assert_eq!(reports[1].shadowed.len(), 3, "{shadowed}");
+    for says in [
+        "10.98.0.0/16: the route 10.98.0.0/16 via 198.18.40.3 dev up0 proto static metric 0 wins",
+        "10.97.0.0/16: the route 10.97.5.0/24 via 198.18.40.4",
+        "10.95.0.0/16 is not routed: the route 10.95.0.0/16 via 198.18.40.5",
+    ] {
+        assert!(shadowed.contains(says), "{says}: {shadowed}");
+    }
+    // Longest prefix, then metric: Strait's route carries what no route of theirs claims.
+    assert!(show(&ns, "route get 10.97.1.1").contains("via 198.18.40.2"));
+    assert!(show(&ns, "route get 10.97.5.1").contains("via 198.18.40.4"));
+    assert!(show(&ns, "route get 10.98.1.1").contains("via 198.18.40.3"));
 
-    // No prefixes: the table empties, the other route stays.
+    // No prefixes: Strait's go, the others stay.
     in_netns(&ns, || routes::sync("up0", &BTreeSet::new(), None))
         .join()
         .unwrap()
         .expect("route sync");
-    assert!(show(&ns, "route show table 167").trim().is_empty());
+    assert!(!show(&ns, "route show table all").contains("proto 167"));
     assert!(show(&ns, "route show table main").contains("10.98.0.0/16 via 198.18.40.3"));
 
-    // Uninstall: the rule goes too, and nothing of Strait's is left.
+    // Uninstall: nothing of Strait's is left, everyone else's stays.
     let p = prefixes.clone();
     in_netns(&ns, move || routes::sync("up0", &p, toward))
         .join()
         .unwrap()
         .expect("route sync");
+    sh_in(&ns, "ip rule add pref 32000 lookup 167");
     let (flushed, rule, has_rule) = in_netns(&ns, || {
         (
             routes::flush_own().expect("flush"),
@@ -456,8 +487,9 @@ fn routes_live_in_a_table_of_their_own_and_touch_no_one_elses() {
     })
     .join()
     .unwrap();
-    assert_eq!(flushed, ["10.98.0.0/16"]);
+    assert_eq!(flushed, ["10.97.0.0/16", "10.98.0.0/16"]);
     assert!(rule && !has_rule);
-    assert!(!show(&ns, "rule show").contains("lookup 167"));
-    assert!(show(&ns, "route show table main").contains("10.98.0.0/16 via 198.18.40.3"));
+    let main = show(&ns, "route show table main");
+    assert!(main.contains("10.98.0.0/16 via 198.18.40.3"), "{main}");
+    assert!(main.contains("10.95.0.0/16 via 198.18.40.5"), "{main}");
 }

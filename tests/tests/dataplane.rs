@@ -1631,9 +1631,10 @@ fn gateways_know_each_other(tb: &Testbed, clusters: &[&str]) {
                 let unrouted: Vec<&String> = cidrs
                     .iter()
                     .filter(|cidr| {
-                        // Strait's routes live in its own table (167).
+                        // Strait's routes: the main table, its protocol number.
                         let out = Command::new("ip")
-                            .args(["-n", &netns, "route", "show", "table", "167", cidr.as_str()])
+                            .args(["-n", &netns, "route", "show", "table", "main"])
+                            .args(["proto", "167", cidr.as_str()])
                             .output()
                             .expect("ip route");
                         out.stdout.is_empty()

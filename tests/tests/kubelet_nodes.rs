@@ -740,7 +740,7 @@ fn delete_within(tb: &Testbed, what: &str, pod: &str, limit: Duration) {
 struct NodeState {
     /// Entries of /sys/fs/bpf/mc (the pin directories).
     pins: String,
-    /// `ip route show table all proto 167`, and the rule that looks Strait's table up.
+    /// `ip route show table all proto 167`, and an earlier version's rule (`lookup 167`).
     routes: String,
     /// The pinned TCX link of the uplink's ingress (`bpftool link show pinned`).
     programs: String,
