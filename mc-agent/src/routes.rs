@@ -146,6 +146,11 @@ pub struct RouteReport {
     /// prefix with a lower metric, or a longer one inside it), each with that route; and those
     /// not routed at all because such a route has Strait's own metric.
     pub shadowed: Vec<String>,
+    /// The prefixes whose every address Strait's route carries (none of them [`shadowed`]):
+    /// only for these may a Node's egress keep the Ethernet header the kernel built.
+    ///
+    /// [`shadowed`]: RouteReport::shadowed
+    pub routed: BTreeSet<Prefix>,
 }
 
 /// Makes Strait's routes equal to `prefixes`, each via the next hop the kernel uses toward
@@ -181,19 +186,30 @@ pub fn sync(
         let metric = ROUTE_METRIC.to_string();
         for prefix in prefixes {
             let theirs = |r: &&RouteJson| r.prefix().is_some_and(|p| prefix.contains(&p));
-            let mut blocked = false;
+            let ours_in_place = current
+                .iter()
+                .any(|r| r.prefix() == Some(*prefix) && r.metric == Some(ROUTE_METRIC));
+            // A route of theirs with Strait's metric: `replace` could take it. Strait adds none
+            // beside it, and one of its own already there (first, so carrying the traffic) is
+            // left as it is.
+            let mut same_metric = false;
+            let mut wholly = true;
             for other in others.iter().filter(theirs) {
                 let same = other.prefix() == Some(*prefix);
-                if same && other.metric.unwrap_or(0) == ROUTE_METRIC {
-                    // `replace` would take it: Strait leaves the prefix unrouted instead.
-                    blocked = true;
-                    report.shadowed.push(format!(
-                        "{prefix} is not routed: the route {} has Strait's metric",
-                        other.describe()
-                    ));
-                } else if same && other.metric.unwrap_or(0) > ROUTE_METRIC {
+                let metric = other.metric.unwrap_or(0);
+                if same && metric == ROUTE_METRIC {
+                    same_metric = true;
+                    if !ours_in_place {
+                        wholly = false;
+                        report.shadowed.push(format!(
+                            "{prefix} is not routed: the route {} has Strait's metric",
+                            other.describe()
+                        ));
+                    }
+                } else if same && metric > ROUTE_METRIC {
                     // A higher metric: Strait's route wins; theirs stays.
                 } else {
+                    wholly = false;
                     report.shadowed.push(format!(
                         "{prefix}: the route {} wins over Strait's for {}",
                         other.describe(),
@@ -201,7 +217,10 @@ pub fn sync(
                     ));
                 }
             }
-            if blocked {
+            if wholly {
+                report.routed.insert(*prefix);
+            }
+            if same_metric {
                 continue;
             }
             let dst = prefix.to_string();

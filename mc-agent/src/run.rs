@@ -872,9 +872,14 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
     match synced {
         None => a.routed = None,
         Some(Ok(r)) => {
+            // Only what Strait's routes carry whole: a prefix another route wins (in part)
+            // keeps the Node's egress looking up the next hop itself (flag 1 stays off).
             a.routed = toward
                 .filter(|_| !prefixes.is_empty())
-                .map(|toward| Routed { toward, prefixes });
+                .map(|toward| Routed {
+                    toward,
+                    prefixes: r.routed.clone(),
+                });
             if !r.added.is_empty() || !r.removed.is_empty() {
                 tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
             }

@@ -405,10 +405,15 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
 
-    let prefixes: BTreeSet<Prefix> = ["10.98.0.0/16", "10.97.0.0/16", "10.95.0.0/16"]
-        .iter()
-        .map(|p| Prefix::parse(p).unwrap())
-        .collect();
+    let prefixes: BTreeSet<Prefix> = [
+        "10.98.0.0/16",
+        "10.97.0.0/16",
+        "10.95.0.0/16",
+        "10.94.0.0/16",
+    ]
+    .iter()
+    .map(|p| Prefix::parse(p).unwrap())
+    .collect();
     let toward = Some(Ipv4Addr::new(198, 18, 40, 2));
     let mut reports = Vec::new();
     for _ in 0..2 {
@@ -421,7 +426,7 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
         );
     }
     let main = show(&ns, "route show table main");
-    for ours in ["10.98.0.0/16", "10.97.0.0/16"] {
+    for ours in ["10.98.0.0/16", "10.97.0.0/16", "10.94.0.0/16"] {
         assert!(
             main.contains(&format!(
                 "{ours} via 198.18.40.2 dev up0 proto 167 metric 1167"
@@ -444,7 +449,7 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
         show(&ns, "route show table all")
             .matches("proto 167")
             .count()
-            == 2
+            == 3
     );
     assert!(!show(&ns, "rule show").contains("lookup 167"), "no rule");
     // The same report every sync: what wins over Strait's, and what Strait could not route.
@@ -458,6 +463,11 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
     ] {
         assert!(shadowed.contains(says), "{says}: {shadowed}");
     }
+    // Only a prefix Strait's route carries whole counts as routed (for the egress's flag 1).
+    assert_eq!(
+        reports[1].routed,
+        [Prefix::parse("10.94.0.0/16").unwrap()].into()
+    );
     // Longest prefix, then metric: Strait's route carries what no route of theirs claims.
     assert!(show(&ns, "route get 10.97.1.1").contains("via 198.18.40.2"));
     assert!(show(&ns, "route get 10.97.5.1").contains("via 198.18.40.4"));
@@ -487,7 +497,7 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
     })
     .join()
     .unwrap();
-    assert_eq!(flushed, ["10.97.0.0/16", "10.98.0.0/16"]);
+    assert_eq!(flushed, ["10.94.0.0/16", "10.97.0.0/16", "10.98.0.0/16"]);
     assert!(rule && !has_rule);
     let main = show(&ns, "route show table main");
     assert!(main.contains("10.98.0.0/16 via 198.18.40.3"), "{main}");

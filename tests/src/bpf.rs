@@ -49,3 +49,25 @@ pub fn foreign_tcx(flags: u32) -> Vec<OwnedFd> {
     }
     links
 }
+
+/// The ID of the program a link (from [`foreign_tcx`]) runs (`BPF_OBJ_GET_INFO_BY_FD`: `struct
+/// bpf_link_info` has `type`, `id`, then `prog_id`).
+pub fn link_program_id(link: &OwnedFd) -> u32 {
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    let mut info = [0u8; 16];
+    let mut attr = [0u8; 16];
+    attr[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
+    attr[4..8].copy_from_slice(&(info.len() as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
+    // SAFETY: `attr` and `info` outlive the call; the kernel writes at most `info.len()` bytes.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            attr.as_mut_ptr(),
+            attr.len(),
+        )
+    };
+    assert_eq!(rc, 0, "link info: {}", std::io::Error::last_os_error());
+    u32::from_ne_bytes(info[8..12].try_into().expect("four bytes"))
+}

@@ -514,9 +514,9 @@ impl BadAgent {
                     "containers": [{
                         "name": "agent", "image": agent["image"], "imagePullPolicy": "Never",
                         "args": ["run", "--config=/etc/strait/strait-agent.conf",
-                                 "--sysctl-root=/host/proc/sys",
                                  format!("--health-addr=198.18.11.2:{port}")],
-                        "env": [{"name": "NODE_NAME", "value": "node-b"}],
+                        "env": [{"name": "NODE_NAME", "value": "node-b"},
+                                {"name": "MC_SYSCTL_ROOT", "value": "/host/proc/sys"}],
                         "securityContext": agent["securityContext"],
                         "volumeMounts": [{"name": "bpffs", "mountPath": "/sys/fs/bpf"},
                                          {"name": "proc-sys-net", "mountPath": "/host/proc/sys/net"},
@@ -729,8 +729,13 @@ fn a_gateway_whose_programs_cannot_run_makes_its_member_not_ready_and_says_why()
         "the Gateway and the ClusterSet to say the gateway's programs do not run",
         "False",
     );
-    let named = "programs run before Strait's on the uplink eth0 (ingress: foreign_ok";
-    assert!(down.dataplane.1.contains(named), "{down:?}");
+    // By its ID: the agent is not given the CAP_SYS_ADMIN that reading another's program name
+    // takes.
+    let named = format!(
+        "programs run before Strait's on the uplink eth0 (ingress: program id {} ",
+        mc_integration::bpf::link_program_id(&links[0])
+    );
+    assert!(down.dataplane.1.contains(&named), "{named}: {down:?}");
     assert_eq!(down.ready.1, "DataplaneNotReady");
     let table = mc_integration::ok(
         "mcctl get clusterset in east",

@@ -201,7 +201,6 @@ fn the_chart_renders_the_manifests_objects_and_they_validate() {
         serde_json::json!([
             "run",
             "--config=/etc/strait/strait-agent.conf",
-            "--sysctl-root=/host/proc/sys",
             "--resync=60"
         ])
     );

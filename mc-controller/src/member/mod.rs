@@ -342,8 +342,9 @@ impl Member {
             if connected { 1.0 } else { 0.0 },
         );
         failures += self.clusterset_status(&set, beat.as_ref(), problem).await;
-        failures += self.elect_gateway().await;
+        // The CNI's Pod CIDRs first: the Gateway names them.
         self.refresh_cni_cidrs().await;
+        failures += self.elect_gateway().await;
         let prefixes = self.own_prefixes();
         if prefixes != self.prefixes_seen {
             work = Work::All;
