@@ -76,9 +76,16 @@ fn the_readmes_inspection_commands_work_on_a_member_and_show_what_it_says() {
         "ROLE gateway",
         "REMOTE PREFIX",
         "10.98.0.0/16",
-        "prog ",
-        "dev eth0",
+        "dev eth0 metric 1167",
+        // bpftool from the debugging Pod on the Node.
+        "\"gateway_ip\"",
     ] {
         assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    // `kubectl debug node` leaves its Pod behind.
+    for pod in tb.ok("east", &["get", "pods", "-o", "name"]).lines() {
+        if pod.starts_with("pod/node-debugger-") {
+            tb.delete("east", &[pod]);
+        }
     }
 }
