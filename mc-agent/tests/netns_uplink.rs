@@ -47,6 +47,23 @@ fn veth_pair(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
     ]));
 }
 
+/// Two namespaces `<prefix>-a` and `<prefix>-b` joined by a veth, `va` (address `a_ip`/30) in
+/// the first and `vb` (`b_ip`/30) in the second, both up.
+fn linked(prefix: &str, a_ip: &str, b_ip: &str) -> (NetNs, NetNs) {
+    let a = NetNs::new(&format!("{prefix}-a"));
+    let b = NetNs::new(&format!("{prefix}-b"));
+    veth_pair(&a, "va", &b, "vb");
+    ip_in(
+        &a,
+        &[&format!("addr add {a_ip}/30 dev va"), "link set va up"],
+    );
+    ip_in(
+        &b,
+        &[&format!("addr add {b_ip}/30 dev vb"), "link set vb up"],
+    );
+    (a, b)
+}
+
 /// Runs each `ip` command line (its arguments, space-separated) in `ns`.
 fn ip_in(ns: &NetNs, lines: &[&str]) {
     for line in lines {
@@ -65,11 +82,7 @@ fn ping(ns: &NetNs, dst: &str, count: u32) {
 #[test]
 fn traffic_moves_counters_and_a_restart_reuses_the_pins() {
     require_root();
-    let a = NetNs::new("mc-uplink-a");
-    let b = NetNs::new("mc-uplink-b");
-    veth_pair(&a, "va", &b, "vb");
-    ip_in(&a, &["addr add 198.18.250.1/30 dev va", "link set va up"]);
-    ip_in(&b, &["addr add 198.18.250.2/30 dev vb", "link set vb up"]);
+    let (a, _b) = linked("mc-uplink", "198.18.250.1", "198.18.250.2");
     let fs = Bpffs::new("netns-uplink");
     let pin_root = fs.pin_root();
 
@@ -174,11 +187,7 @@ fn the_daemonsets_capabilities_are_all_the_agent_needs() {
         !caps.iter().any(|(n, _)| n == "SYS_ADMIN"),
         "the agent container should not need SYS_ADMIN: {caps:?}"
     );
-    let a = NetNs::new("mc-caps-a");
-    let b = NetNs::new("mc-caps-b");
-    veth_pair(&a, "va", &b, "vb");
-    ip_in(&a, &["addr add 198.18.250.9/30 dev va", "link set va up"]);
-    ip_in(&b, &["addr add 198.18.250.10/30 dev vb", "link set vb up"]);
+    let (a, _b) = linked("mc-caps", "198.18.250.9", "198.18.250.10");
     let fs = Bpffs::new("netns-caps");
     let pin_root = fs.pin_root();
     let attach = [
@@ -292,11 +301,7 @@ fn tc_filters(ns: &NetNs, dev: &str, hook: &str) -> Vec<String> {
 #[test]
 fn legacy_tc_filters_are_replaced_in_place_and_uninstalled() {
     require_root();
-    let a = NetNs::new("mc-tc-a");
-    let b = NetNs::new("mc-tc-b");
-    veth_pair(&a, "va", &b, "vb");
-    ip_in(&a, &["addr add 198.18.250.9/30 dev va", "link set va up"]);
-    ip_in(&b, &["addr add 198.18.250.10/30 dev vb", "link set vb up"]);
+    let (a, _b) = linked("mc-tc", "198.18.250.9", "198.18.250.10");
     let fs = Bpffs::new("legacy-tc");
     let pin_root = fs.pin_root();
     let attach = || {
