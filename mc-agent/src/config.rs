@@ -39,9 +39,13 @@ pub struct Multicluster {
     /// Namespace of the member controller (Gateway, ClusterInfoImports); empty: the agent's.
     #[serde(default)]
     pub namespace: String,
-    /// Accepted for compatibility with antrea-agent; only `none` is supported.
+    /// `none` (the default) or `wireGuard`: traffic between gateways goes through WireGuard
+    /// (antrea-agent's setting; Geneve runs inside it, Node-to-gateway stays Geneve).
     #[serde(default)]
     pub traffic_encryption_mode: Option<String>,
+    /// antrea-agent's `wireGuard` section: the port (51821, Antrea Multi-cluster's default).
+    #[serde(default)]
+    pub wire_guard: WireGuard,
     /// Strait: the interface to attach to; empty: the one holding the Node's InternalIP.
     #[serde(default)]
     pub uplink: String,
@@ -62,6 +66,27 @@ pub struct Multicluster {
     pub tunnel_mtu: u32,
 }
 
+/// `multicluster.wireGuard`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WireGuard {
+    /// WireGuard's UDP port on the gateways (the same in every member).
+    #[serde(default = "default_wireguard_port")]
+    pub port: u16,
+}
+
+impl Default for WireGuard {
+    fn default() -> Self {
+        Self {
+            port: default_wireguard_port(),
+        }
+    }
+}
+
+fn default_wireguard_port() -> u16 {
+    crate::wireguard::DEFAULT_PORT
+}
+
 fn default_tunnel_port() -> u16 {
     DEFAULT_TUNNEL_PORT
 }
@@ -78,6 +103,7 @@ impl Default for Multicluster {
             enable_stretched_network_policy: false,
             namespace: String::new(),
             traffic_encryption_mode: None,
+            wire_guard: WireGuard::default(),
             uplink: String::new(),
             tunnel_port: DEFAULT_TUNNEL_PORT,
             pin_path: default_pin_path(),
@@ -88,6 +114,13 @@ impl Default for Multicluster {
 }
 
 impl Multicluster {
+    /// `trafficEncryptionMode: wireGuard` (any case, as antrea-agent reads it).
+    pub fn encryption(&self) -> bool {
+        self.traffic_encryption_mode
+            .as_deref()
+            .is_some_and(|m| m.eq_ignore_ascii_case("wireGuard"))
+    }
+
     /// Parses and validates the config file's text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let file: File = if text.trim().is_empty() {
@@ -111,10 +144,20 @@ impl Multicluster {
         if let Some(mode) = mc.traffic_encryption_mode.as_deref()
             && !mode.is_empty()
             && !mode.eq_ignore_ascii_case("none")
+            && !mode.eq_ignore_ascii_case("wireGuard")
         {
             return Err(ConfigError::Invalid {
                 key: "trafficEncryptionMode",
-                message: format!("{mode:?} is not supported by Strait (only \"none\")"),
+                message: format!("{mode:?} is not a mode (\"none\" or \"wireGuard\")"),
+            });
+        }
+        if mc.wire_guard.port == 0 || mc.wire_guard.port == mc.tunnel_port {
+            return Err(ConfigError::Invalid {
+                key: "wireGuard.port",
+                message: format!(
+                    "{} must be a UDP port (1-65535) other than the tunnel's",
+                    mc.wire_guard.port
+                ),
             });
         }
         if let Err(message) = crate::dataplane::AttachMode::parse(&mc.tc_attach) {
@@ -191,6 +234,23 @@ mod tests {
         assert_eq!(mc.tunnel_mtu, 0);
     }
 
+    /// antrea-agent's shape (docs of Antrea Multi-cluster): the mode and the port.
+    #[test]
+    fn wireguard_as_antrea_agent_conf_says_it() {
+        let mc = Multicluster::parse(
+            "multicluster:\n  enableGateway: true\n  trafficEncryptionMode: wireGuard\n  wireGuard:\n    port: 51821\n",
+        )
+        .unwrap();
+        assert!(mc.encryption());
+        assert_eq!(mc.wire_guard.port, 51821);
+        let mc =
+            Multicluster::parse("multicluster:\n  trafficEncryptionMode: wireguard\n").unwrap();
+        assert!(mc.encryption() && mc.wire_guard.port == 51821);
+        let mc = Multicluster::parse("multicluster:\n  trafficEncryptionMode: none\n").unwrap();
+        assert!(!mc.encryption());
+        assert!(!Multicluster::default().encryption());
+    }
+
     #[test]
     fn bad_values_name_the_key() {
         for (text, key) in [
@@ -203,8 +263,12 @@ mod tests {
                 "enableStretchedNetworkPolicy",
             ),
             (
-                "multicluster:\n  enableGateway: true\n  trafficEncryptionMode: wireGuard\n",
+                "multicluster:\n  enableGateway: true\n  trafficEncryptionMode: ipsec\n",
                 "trafficEncryptionMode",
+            ),
+            (
+                "multicluster:\n  trafficEncryptionMode: wireGuard\n  wireGuard:\n    port: 6081\n",
+                "multicluster.wireGuard.port",
             ),
             ("multicluster:\n  pinPath: relative/dir\n", "pinPath"),
             (

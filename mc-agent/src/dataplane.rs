@@ -23,7 +23,7 @@ use mc_common::{
     CounterValue,
     dataplane::{
         EgressKey, Exposed, ExposedKey, FlowKey, LocalConfig, NextHop, Peer, PodIdentity,
-        PolicyKey, PolicyVerdict, RemoteRoute, SenderId, SenderIdKey, SnatEntry,
+        PolicyKey, PolicyVerdict, RemoteRoute, SenderId, SenderIdKey, SnatEntry, WireGuardConfig,
     },
     maps, programs,
 };
@@ -189,13 +189,36 @@ impl Dataplane {
         for retired in maps::RETIRED {
             let _ = std::fs::remove_file(layout.map(retired));
         }
-        for direction in Direction::BOTH {
-            let name = direction.program();
-            program_of(&mut ebpf, direction)?
+        for name in [
+            programs::INGRESS,
+            programs::EGRESS,
+            programs::WIREGUARD_INGRESS,
+        ] {
+            classifier(&mut ebpf, name)?
                 .load()
                 .map_err(|source| DataplaneError::Program { name, source })?;
         }
         Ok(Self { ebpf, layout })
+    }
+
+    /// Attaches the WireGuard device's program (`mc_wg_ingress`) to `interface`'s ingress with
+    /// TCX. The link is not pinned: it lives as long as this object, and the device (a TUN of
+    /// this process, userspace WireGuard) no longer than the process either.
+    pub fn attach_wireguard(&mut self, interface: &str) -> Result<(), DataplaneError> {
+        let name = programs::WIREGUARD_INGRESS;
+        let if_index = if_index(interface)
+            .ok_or_else(|| DataplaneError::UnknownInterface(interface.to_owned()))?;
+        let program = classifier(&mut self.ebpf, name)?;
+        program
+            .attach(
+                if_index,
+                TcAttach::Tcx {
+                    attach_type: TcAttachType::Ingress,
+                    order: LinkOrder::first(),
+                },
+            )
+            .map_err(|source| DataplaneError::Program { name, source })?;
+        Ok(())
     }
 
     /// Attaches (or re-attaches) the ingress and egress programs to `interface`, with TCX.
@@ -338,6 +361,7 @@ impl Dataplane {
         let mut exposed = None;
         let mut exposed_prefixes = None;
         let mut sender_ids = None;
+        let mut wireguard = None;
         for (name, map) in self.ebpf.maps_mut() {
             match name {
                 maps::CONFIG => config = Some(map),
@@ -352,6 +376,7 @@ impl Dataplane {
                 maps::EXPOSED => exposed = Some(map),
                 maps::EXPOSED_PREFIXES => exposed_prefixes = Some(map),
                 maps::SENDER_IDS => sender_ids = Some(map),
+                maps::WIREGUARD => wireguard = Some(map),
                 _ => {}
             }
         }
@@ -387,6 +412,8 @@ impl Dataplane {
             )
             .map_err(map_err)?,
             sender_ids: HashMap::try_from(sender_ids.ok_or_else(|| missing(maps::SENDER_IDS))?)
+                .map_err(map_err)?,
+            wireguard: Array::try_from(wireguard.ok_or_else(|| missing(maps::WIREGUARD))?)
                 .map_err(map_err)?,
         })
     }
@@ -427,6 +454,8 @@ pub struct DataplaneMaps<T> {
     pub exposed_prefixes: LpmTrie<T, [u8; 4], Exposed>,
     /// The gateway, stretched policy: which Node may claim which label ID for which source.
     pub sender_ids: HashMap<T, SenderIdKey, SenderId>,
+    /// The gateway with encryption on: its WireGuard device.
+    pub wireguard: Array<T, WireGuardConfig>,
 }
 
 impl DataplaneMaps<MapData> {
@@ -447,6 +476,7 @@ impl DataplaneMaps<MapData> {
             exposed: open(maps::EXPOSED)?.try_into()?,
             exposed_prefixes: open(maps::EXPOSED_PREFIXES)?.try_into()?,
             sender_ids: open(maps::SENDER_IDS)?.try_into()?,
+            wireguard: open(maps::WIREGUARD)?.try_into()?,
         })
     }
 }
@@ -465,7 +495,13 @@ fn program_of(
     ebpf: &mut Ebpf,
     direction: Direction,
 ) -> Result<&mut SchedClassifier, DataplaneError> {
-    let name = direction.program();
+    classifier(ebpf, direction.program())
+}
+
+fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, DataplaneError> {
     let program = ebpf.program_mut(name).ok_or(DataplaneError::Program {
         name,
         source: ProgramError::UnexpectedProgramType,

@@ -17,6 +17,7 @@ pub mod routes;
 pub mod run;
 pub mod state;
 pub mod sync;
+pub mod wireguard;
 
 /// This build's version: the package version, or `STRAIT_BUILD_ID` when the build set it (an
 /// operator's own release tag; the upgrade test tells two builds apart by it).

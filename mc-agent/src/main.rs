@@ -61,6 +61,14 @@ enum Command {
         /// Seconds between full resyncs (besides every watch event).
         #[arg(long, default_value_t = 30)]
         resync: u64,
+        /// This Node's WireGuard private key (`trafficEncryptionMode: wireGuard`), created on
+        /// first use: a hostPath, so that a restarted agent keeps its key.
+        #[arg(
+            long,
+            env = "MC_WIREGUARD_KEY",
+            default_value = "/var/lib/strait/wireguard/private.key"
+        )]
+        wireguard_key: PathBuf,
     },
     /// Load, attach and pin the programs on the uplink, then exit (the pins keep them attached).
     Attach {
@@ -135,6 +143,7 @@ fn main() -> anyhow::Result<()> {
             pod_namespace,
             health_addr,
             resync,
+            wireguard_key,
         } => {
             let mut config = match &config {
                 Some(path) => Multicluster::parse(
@@ -167,6 +176,7 @@ fn main() -> anyhow::Result<()> {
                     config,
                     resync: Duration::from_secs(resync.max(1)),
                     host: HostState::new(&cli.state_dir).with_sysctl_root(&cli.sysctl_root),
+                    wireguard_key,
                 };
                 // On a worker: a pass that loads the programs keeps its thread for seconds, and a
                 // SIGTERM meanwhile must still stop the agent at once.

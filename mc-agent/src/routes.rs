@@ -409,12 +409,27 @@ pub fn flush_own() -> Result<Vec<String>, RouteError> {
 
 /// An interface's MTU (`SIOCGIFMTU` on a socket of this network namespace).
 pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
+    let data = ifreq(name, libc::SIOCGIFMTU)?;
+    Ok(i32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as u32)
+}
+
+/// An interface's MAC address (`SIOCGIFHWADDR`, this network namespace).
+pub fn mac_address(name: &str) -> std::io::Result<[u8; 6]> {
+    let data = ifreq(name, libc::SIOCGIFHWADDR)?;
+    // A `struct sockaddr`: the family (2 bytes), then the address.
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&data[2..8]);
+    Ok(mac)
+}
+
+/// One `struct ifreq` ioctl on a socket of this network namespace: the 24 bytes of the union
+/// that follows the name, as the kernel wrote them.
+fn ifreq(name: &str, request: libc::c_ulong) -> std::io::Result<[u8; 24]> {
     use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
     #[repr(C)]
-    struct IfReqMtu {
+    struct IfReq {
         name: [libc::c_char; libc::IFNAMSIZ],
-        mtu: libc::c_int,
-        _pad: [u8; 20],
+        data: [u8; 24],
     }
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         return Err(std::io::Error::new(
@@ -422,10 +437,9 @@ pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
             format!("{name:?} is not an interface name"),
         ));
     }
-    let mut req = IfReqMtu {
+    let mut req = IfReq {
         name: [0; libc::IFNAMSIZ],
-        mtu: 0,
-        _pad: [0; 20],
+        data: [0; 24],
     };
     for (dst, src) in req.name.iter_mut().zip(name.bytes()) {
         *dst = src as libc::c_char;
@@ -437,13 +451,13 @@ pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
     }
     // SAFETY: fd is a new, valid descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: SIOCGIFMTU reads the name and writes the int that follows it in `req`, which is
-    // as large as a struct ifreq.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    // SAFETY: the request reads the name and writes within the union that follows it in `req`,
+    // which is as large as a struct ifreq.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request, &mut req) };
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(req.mtu as u32)
+    Ok(req.data)
 }
 
 #[cfg(test)]
@@ -456,5 +470,8 @@ mod tests {
         assert_eq!(interface_mtu("lo").unwrap(), 65536);
         assert!(interface_mtu("no-such-if0").is_err());
         assert!(interface_mtu("a-name-longer-than-ifnamsiz").is_err());
+        // Loopback's address is all zero; an unknown device has none.
+        assert_eq!(mac_address("lo").unwrap(), [0; 6]);
+        assert!(mac_address("no-such-if0").is_err());
     }
 }

@@ -44,7 +44,7 @@ use crate::{
     policy::{Coverage, ENFORCED_CONDITION, PolicyObject},
     routes,
     state::{ClusterInfoObject, Desired, GatewayObject, Inputs, PodObject, Routed, desired},
-    sync,
+    sync, wireguard,
 };
 
 /// How often counters and map occupancy are read for /metrics.
@@ -61,6 +61,8 @@ pub struct RunOptions {
     pub resync: Duration,
     /// Where the Node's sysctls from before Strait are recorded (for `mc-agent uninstall`).
     pub host: HostState,
+    /// This Node's WireGuard private key (encryption on; created on first use).
+    pub wireguard_key: std::path::PathBuf,
 }
 
 /// The attached dataplane of this Node.
@@ -76,6 +78,15 @@ struct Attached {
     /// With stretched policy: the masquerade program at POSTROUTING, linked from the start
     /// (its links outlive the agent like the uplink's).
     masq: Option<PolicyHook>,
+    /// Encryption on, while this Node is the gateway: its WireGuard device.
+    wireguard: Option<WireGuardUp>,
+}
+
+/// The gateway's WireGuard device, up, with what the programs are told of it.
+struct WireGuardUp {
+    device: wireguard::Device,
+    config: mc_common::dataplane::WireGuardConfig,
+    public_key: String,
 }
 
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
@@ -572,6 +583,9 @@ impl Reconciler for Agent {
         }
         self.not_ready = outcome.not_ready;
         failures += self.gateway_condition().await;
+        if let Some(key) = &outcome.wireguard_key {
+            failures += self.publish_wireguard_key(key).await;
+        }
         if let (Some(coverage), Some(s)) = (&outcome.coverage, &self.stretched) {
             failures += s
                 .write_conditions(&self.client, &self.writer, coverage)
@@ -642,6 +656,47 @@ impl Agent {
         }
     }
 
+    /// On the gateway with encryption on: its WireGuard public key in its Gateway object
+    /// (`wireGuard.publicKey`, as antrea-agent writes it), which the member's controller carries
+    /// in the ClusterInfo to every other member. The private key never leaves the Node.
+    async fn publish_wireguard_key(&self, key: &str) -> usize {
+        let (ns, node) = (&self.opts.namespace, &self.opts.node_name);
+        let Some(gateway) = self.gateways.get(Some(ns), node) else {
+            return 0;
+        };
+        let published = gateway
+            .spec
+            .wire_guard
+            .as_ref()
+            .and_then(|w| w.public_key.as_deref());
+        if published == Some(key) {
+            return 0;
+        }
+        let api = Api::<Gateway>::namespaced(self.client.clone(), ns);
+        let patch = serde_json::json!({"wireGuard": {"publicKey": key}});
+        match api
+            .patch(
+                node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(
+                    public_key = key,
+                    "WireGuard public key published in the Gateway"
+                );
+                0
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => 0,
+            Err(e) => {
+                tracing::warn!("publishing the WireGuard public key in the Gateway: {e}");
+                1
+            }
+        }
+    }
+
     /// An Event on this Node: Warning `StraitDataplaneNotReady` with the reason when the
     /// dataplane is not ready (or the reason changed), Normal `StraitDataplaneReady` when it is
     /// again. A failed write is logged; the readiness endpoint says the same.
@@ -683,6 +738,8 @@ impl Agent {
 }
 
 struct Pass {
+    /// The gateway with encryption on: the public key its Gateway object must carry.
+    wireguard_key: Option<String>,
     not_ready: Option<String>,
     /// Everything wrong right now (logged when it first appears).
     problems: Vec<String>,
@@ -711,6 +768,7 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         exported,
     } = seen;
     let fail = |why: String| Pass {
+        wireguard_key: None,
         not_ready: Some(why.clone()),
         problems: vec![why],
         coverage: None,
@@ -770,6 +828,12 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
                     .filter_map(|g| g.gateway_ip.clone())
                     .collect(),
                 pod_cidrs: c.spec.0.pod_cidrs.clone(),
+                wireguard_public_key: c
+                    .spec
+                    .0
+                    .wire_guard
+                    .as_ref()
+                    .and_then(|w| w.public_key.clone()),
             })
             .collect(),
         local_nodes: all_nodes.iter().filter_map(|n| internal_ip(n)).collect(),
@@ -790,7 +854,13 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
         uplink_subnets: routes::subnets_of(&a.uplink),
-        mtu: tunnel_mtu(uplink_mtu(&a.uplink), opts.config.tunnel_mtu),
+        mtu: tunnel_mtu(
+            uplink_mtu(&a.uplink),
+            opts.config.tunnel_mtu,
+            opts.config.encryption(),
+        ),
+        encryption: opts.config.encryption(),
+        wireguard_port: opts.config.wire_guard.port,
         uplink_peer: a.uplink_peer.current(&a.uplink),
         exported,
         policy_capacity: a.dataplane.policy_capacity(),
@@ -805,6 +875,20 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         inputs.proxy_mode = proxy_mode.cloned();
     }
     let mut want = desired(&inputs);
+    // Encryption on: the gateway's WireGuard device (a Node that is no longer the gateway
+    // closes its own), then the state again with the device in it.
+    let mut wireguard_problem = None;
+    if opts.config.encryption() {
+        let is_gateway = want.config.role == mc_common::dataplane::ROLE_GATEWAY;
+        match wireguard_up(opts, a, is_gateway, inputs.mtu) {
+            Ok(Some(device)) => {
+                inputs.wireguard_device = Some(device);
+                want = desired(&inputs);
+            }
+            Ok(None) => {}
+            Err(e) => wireguard_problem = Some(e),
+        }
+    }
     let toward = want.routes_toward();
     // Only routes already in place toward this gateway, for every prefix, let the programs keep
     // the kernel's Ethernet header (after a gateway change or a new cluster, the flag follows
@@ -814,6 +898,20 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
     let mut not_ready = want.not_ready.clone();
     if let Some(why) = &want.not_ready {
         problems.push(why.clone());
+    }
+    if let Some(e) = wireguard_problem {
+        problems.push(e.clone());
+        not_ready = Some(e);
+    }
+    // The remote gateways as the device's peers (before the maps send anything their way).
+    let mut wireguard_key = None;
+    if let Some(wg) = a.wireguard.as_mut() {
+        if let Err(e) = wg.device.set_peers(&want.wireguard_peers) {
+            let e = e.to_string();
+            problems.push(e.clone());
+            not_ready = Some(e);
+        }
+        wireguard_key = Some(wg.public_key.clone());
     }
     let mut write_maps = |want: &Desired| match a
         .dataplane
@@ -924,10 +1022,64 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         && !link_failed)
         .then(|| std::mem::take(&mut want.policy.coverage));
     Pass {
+        wireguard_key,
         not_ready,
         problems,
         coverage,
     }
+}
+
+/// Encryption on: the WireGuard device while this Node is the gateway (started with the Node's
+/// key and the program on its ingress), none otherwise; what the programs are told of it.
+fn wireguard_up(
+    opts: &RunOptions,
+    a: &mut Attached,
+    is_gateway: bool,
+    mtu: u32,
+) -> Result<Option<mc_common::dataplane::WireGuardConfig>, String> {
+    if !is_gateway {
+        if a.wireguard.take().is_some() {
+            tracing::info!(
+                "no longer the gateway: WireGuard device {} closed",
+                wireguard::DEVICE
+            );
+        }
+        return Ok(None);
+    }
+    if let Some(wg) = &a.wireguard {
+        return Ok(Some(wg.config));
+    }
+    let key = wireguard::KeyPair::load_or_create(&opts.wireguard_key).map_err(|e| e.to_string())?;
+    let port = opts.config.wire_guard.port;
+    let device =
+        wireguard::Device::start(wireguard::DEVICE, port, mtu, &key).map_err(|e| e.to_string())?;
+    a.dataplane
+        .attach_wireguard(device.name())
+        .map_err(|e| format!("attaching to {}: {e}", device.name()))?;
+    let index = |dev: &str| {
+        nix::net::if_::if_nametoindex(dev).map_err(|e| format!("no interface {dev}: {e}"))
+    };
+    let mac = routes::mac_address(&a.uplink).map_err(|e| e.to_string())?;
+    let config = mc_common::dataplane::WireGuardConfig {
+        ifindex: index(device.name())?,
+        uplink_ifindex: index(&a.uplink)?,
+        uplink_mac: mac,
+        port,
+    };
+    let public_key = key.public_base64();
+    tracing::info!(
+        device = device.name(),
+        port,
+        mtu,
+        public_key,
+        "WireGuard device up: traffic between gateways is encrypted"
+    );
+    a.wireguard = Some(WireGuardUp {
+        device,
+        config,
+        public_key,
+    });
+    Ok(Some(config))
 }
 
 /// Links the policy program at PREROUTING when this Node has something to decide, else takes it
@@ -1106,6 +1258,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         routed: None,
         policy,
         masq,
+        wireguard: None,
     })
 }
 
@@ -1252,11 +1405,18 @@ impl UplinkPeer {
 /// belong to another namespace, as in a container with the host's sysfs).
 /// The MTU the programs fit tunnel packets to: the uplink's, or the configured `tunnelMTU` where
 /// that is smaller (a path narrower than the uplink).
-fn tunnel_mtu(uplink: u32, configured: u32) -> u32 {
-    if configured == 0 {
+/// The largest tunnel packet: the narrower of the uplink and `tunnelMTU`, less WireGuard's
+/// overhead with encryption on (on every Node: their packets cross it at the gateway).
+fn tunnel_mtu(uplink: u32, configured: u32, encryption: bool) -> u32 {
+    let path = if configured == 0 {
         uplink
     } else {
         uplink.min(configured)
+    };
+    if encryption {
+        path.saturating_sub(wireguard::OVERHEAD)
+    } else {
+        path
     }
 }
 
@@ -1274,9 +1434,12 @@ mod tests {
     /// The programs fit tunnel packets to the narrower of the uplink and `tunnelMTU`.
     #[test]
     fn the_tunnel_mtu_is_the_uplinks_unless_the_path_is_narrower() {
-        assert_eq!(tunnel_mtu(1500, 0), 1500);
-        assert_eq!(tunnel_mtu(9001, 1500), 1500);
-        assert_eq!(tunnel_mtu(1500, 9001), 1500);
+        assert_eq!(tunnel_mtu(1500, 0, false), 1500);
+        assert_eq!(tunnel_mtu(9001, 1500, false), 1500);
+        assert_eq!(tunnel_mtu(1500, 9001, false), 1500);
+        // WireGuard's 60 bytes come off the narrower of the two.
+        assert_eq!(tunnel_mtu(1500, 0, true), 1440);
+        assert_eq!(tunnel_mtu(9001, 1500, true), 1440);
     }
 
     #[test]

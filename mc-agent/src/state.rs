@@ -15,9 +15,10 @@ pub use mc_api::net::Prefix;
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
     CONFIG_MASQ_IDS, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
-    CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, DEFAULT_TUNNEL_PORT, EXPOSED_POD_CIDR, Exposed,
-    ExposedKey, LocalConfig, MAX_EXPOSED, MAX_POLICY_ENTRIES, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY,
-    Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE, RemoteRoute, SenderId, SenderIdKey,
+    CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER, CONFIG_WIREGUARD, DEFAULT_TUNNEL_PORT,
+    EXPOSED_POD_CIDR, Exposed, ExposedKey, LocalConfig, MAX_EXPOSED, MAX_POLICY_ENTRIES,
+    PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, Peer, PodIdentity, ROLE_GATEWAY, ROLE_NODE,
+    ROUTE_NO_WIREGUARD_PEER, RemoteRoute, SenderId, SenderIdKey, WireGuardConfig,
 };
 
 /// A Pod of this Node, as read from the API.
@@ -55,6 +56,8 @@ pub struct ClusterInfoObject {
     pub service_cidr: Option<String>,
     pub gateway_ips: Vec<String>,
     pub pod_cidrs: Vec<String>,
+    /// `wireGuard.publicKey` (base64): its gateway's WireGuard key, when it encrypts.
+    pub wireguard_public_key: Option<String>,
 }
 
 /// Everything the desired state depends on.
@@ -101,6 +104,22 @@ pub struct Inputs {
     /// This cluster's exported Services, on a Node that may be the gateway once their watches
     /// have listed them; `None`: not known here (the exposure map is left as it is).
     pub exported: Option<Vec<crate::exposure::ExportedService>>,
+    /// `trafficEncryptionMode: wireGuard`: traffic between gateways goes through WireGuard.
+    pub encryption: bool,
+    /// WireGuard's UDP port (the same on every gateway of the ClusterSet, as in Antrea).
+    pub wireguard_port: u16,
+    /// The gateway's WireGuard device as the agent found it (its `port` is not read here);
+    /// `None`: not up.
+    pub wireguard_device: Option<WireGuardConfig>,
+}
+
+/// A remote gateway as a WireGuard peer of this gateway: its key, where it listens, and the one
+/// address it may send from inside the tunnel (its `gatewayIP`, the outer source of its Geneve).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WireGuardPeer {
+    pub cluster_id: String,
+    pub public_key: [u8; 32],
+    pub endpoint: std::net::SocketAddrV4,
 }
 
 /// A remote cluster as it ended up in the maps.
@@ -138,6 +157,10 @@ pub struct Desired {
     pub exposed: Option<BTreeMap<ExposedKey, Exposed>>,
     /// The Pod CIDRs remote clusters may reach (`mc_exposed_prefixes`; Pod-to-Pod only).
     pub exposed_prefixes: BTreeMap<Prefix, Exposed>,
+    /// The gateway with encryption on: `mc_wireguard` (all zero elsewhere).
+    pub wireguard: WireGuardConfig,
+    /// The gateway with encryption on: the remote gateways as WireGuard peers.
+    pub wireguard_peers: Vec<WireGuardPeer>,
     /// Human-readable reasons for every skipped object or entry.
     pub skipped: Vec<String>,
     /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
@@ -368,9 +391,26 @@ pub fn desired(inputs: &Inputs) -> Desired {
             CONFIG_MASQ_IDS
         } else {
             0
+        } | if is_gateway && inputs.encryption {
+            CONFIG_WIREGUARD
+        } else {
+            0
         },
         ..Default::default()
     };
+    if is_gateway && inputs.encryption {
+        match inputs.wireguard_device {
+            Some(device) => {
+                out.wireguard = WireGuardConfig {
+                    port: inputs.wireguard_port,
+                    ..device
+                };
+            }
+            None => out.skipped.push(
+                "trafficEncryptionMode is wireGuard and the WireGuard device is not up: traffic to remote clusters is dropped (never sent in plaintext)".to_owned(),
+            ),
+        }
+    }
     if inputs.stretched_policy && is_gateway {
         out.sender_ids = sender_identities(inputs);
     }
@@ -509,6 +549,11 @@ pub fn desired(inputs: &Inputs) -> Desired {
             continue;
         }
         let index = out.clusters.len() as u32 + 1;
+        let encrypted_route = if is_gateway {
+            wireguard_peer(inputs, info, &cluster_id, remote_gw, &mut out)
+        } else {
+            0
+        };
         let mut wanted: Vec<&str> = info.service_cidr.as_deref().into_iter().collect();
         if inputs.pod_to_pod {
             wanted.extend(info.pod_cidrs.iter().map(String::as_str));
@@ -553,7 +598,7 @@ pub fn desired(inputs: &Inputs) -> Desired {
             out.routes.insert(
                 prefix,
                 RemoteRoute {
-                    cluster: index,
+                    cluster: index | encrypted_route,
                     gateway_ip: remote_gw.octets(),
                 },
             );
@@ -590,6 +635,54 @@ pub fn desired(inputs: &Inputs) -> Desired {
     }
     out.config.route_generation = route_generation(&out);
     out
+}
+
+/// The gateway: the remote cluster's gateway as a WireGuard peer (encryption on) and the flag
+/// its routes get ([`ROUTE_NO_WIREGUARD_PEER`] when it has no usable key: its traffic is
+/// dropped, counted, never sent in plaintext). A member that disagrees on the mode is reported
+/// either way: one side would drop the other's traffic.
+fn wireguard_peer(
+    inputs: &Inputs,
+    info: &ClusterInfoObject,
+    cluster_id: &str,
+    remote_gw: Ipv4Addr,
+    out: &mut Desired,
+) -> u32 {
+    let key = info
+        .wireguard_public_key
+        .as_deref()
+        .filter(|k| !k.is_empty());
+    if !inputs.encryption {
+        if key.is_some() {
+            out.skipped.push(format!(
+                "cluster {cluster_id} encrypts its gateway's traffic (WireGuard) and this cluster does not (trafficEncryptionMode): it drops this cluster's tunnel traffic; set the same trafficEncryptionMode in every member"
+            ));
+        }
+        return 0;
+    }
+    let Some(key) = key else {
+        out.skipped.push(format!(
+            "cluster {cluster_id} announces no WireGuard public key (its members run without trafficEncryptionMode: wireGuard, or its gateway has not published its key yet): traffic to it is dropped, never sent in plaintext"
+        ));
+        return ROUTE_NO_WIREGUARD_PEER;
+    };
+    match crate::wireguard::parse_key(key) {
+        Ok(public_key) => {
+            out.wireguard_peers.push(WireGuardPeer {
+                cluster_id: cluster_id.to_owned(),
+                public_key,
+                endpoint: std::net::SocketAddrV4::new(remote_gw, inputs.wireguard_port),
+            });
+            0
+        }
+        Err(e) => {
+            out.skipped.push(format!(
+                "ClusterInfoImport {}: wireGuard.publicKey {e}: traffic to cluster {cluster_id} is dropped",
+                info.name
+            ));
+            ROUTE_NO_WIREGUARD_PEER
+        }
+    }
 }
 
 /// [`LocalConfig::route_generation`]: a 16-bit digest (FNV-1a, folded) of everything the
@@ -644,6 +737,7 @@ mod tests {
                 service_cidr: Some("10.98.0.0/16".into()),
                 gateway_ips: vec!["198.18.2.1".into()],
                 pod_cidrs: vec!["10.245.0.0/16".into()],
+                ..Default::default()
             }],
             local_nodes: vec![ip("198.18.1.1"), ip("198.18.1.2")],
             local_pod_cidrs: vec!["10.244.0.0/16".into()],
@@ -670,6 +764,7 @@ mod tests {
                 "198.18.2.0/24".into(),
                 "10.99.0.0/16".into(),
             ],
+            ..Default::default()
         });
         let d = desired(&i);
         let routed: Vec<String> = d.routes.keys().map(ToString::to_string).collect();
@@ -891,6 +986,7 @@ mod tests {
             service_cidr: Some("10.97.128.0/17".into()), // inside east's own Service CIDR
             gateway_ips: vec!["198.18.3.1".into()],
             pod_cidrs: vec![],
+            ..Default::default()
         });
         i.cluster_infos.push(ClusterInfoObject {
             name: "x-clusterinfo".into(),
@@ -898,6 +994,7 @@ mod tests {
             service_cidr: Some("10.99.0.0/16".into()),
             gateway_ips: vec!["not-an-ip".into()],
             pod_cidrs: vec![],
+            ..Default::default()
         });
         i.cluster_infos.push(ClusterInfoObject {
             name: "y-clusterinfo".into(),
@@ -905,6 +1002,7 @@ mod tests {
             service_cidr: Some("10.98.7.0/24".into()), // inside west's
             gateway_ips: vec!["198.18.4.1".into()],
             pod_cidrs: vec![],
+            ..Default::default()
         });
         let d = desired(&i);
         assert_eq!(

@@ -167,6 +167,18 @@ pub fn apply<T: BorrowMut<MapData>>(
     // map that failed gets a generation no complete state has, so that nothing learned from
     // the mixed maps is kept once they are complete (the next pass writes the real one); the
     // rest of the config (a new gateway, role or MTU) is written all the same.
+    // The WireGuard device before the config turns encryption on (or after it is off: a zero
+    // entry while the flag is still set only drops, counted).
+    note(
+        mc_common::maps::WIREGUARD,
+        maps.wireguard.get(&0, 0).and_then(|current| {
+            if current != desired.wireguard {
+                maps.wireguard.set(0, &desired.wireguard, 0)?;
+                report.config_changed = true;
+            }
+            Ok(())
+        }),
+    );
     let mut config = desired.config;
     if !(routes_ok && peers_ok) {
         config.route_generation = config.route_generation.wrapping_add(1);

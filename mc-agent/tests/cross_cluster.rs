@@ -307,6 +307,7 @@ fn inputs(
             service_cidr: Some(remote.2.into()),
             gateway_ips: vec![ip(remote.1)],
             pod_cidrs: vec![remote.3.into()],
+            ..Default::default()
         }],
         local_nodes: nodes.iter().map(|&n| Ipv4Addr::from(n)).collect(),
         local_pod_cidrs: vec![gateway.3.into()],
@@ -1508,4 +1509,316 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     for s in servers {
         s.join().unwrap();
     }
+}
+
+/// The gateway's side of WireGuard in a test: its device and the object whose program is on the
+/// device's ingress (both go with it), and what its peers and maps are told.
+struct WireGuardGateway {
+    _dataplane: mc_agent::dataplane::Dataplane,
+    device: mc_agent::wireguard::Device,
+    public_key: String,
+    config: mc_common::dataplane::WireGuardConfig,
+}
+
+/// Starts `node`'s WireGuard device (a key of its own under `dir`) in its namespace and
+/// attaches the device's program, as the agent does on the gateway.
+fn wireguard_gateway(node: &Node, dir: &Path, mtu: u32) -> WireGuardGateway {
+    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, KeyPair};
+    let layout = PinLayout::new(node.pin_root());
+    let key_path = dir.join(&node.ns.name).join("private.key");
+    in_netns(&node.ns, move || {
+        let key = KeyPair::load_or_create(&key_path).expect("key");
+        let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key).expect("WireGuard device");
+        let mut dataplane = mc_agent::dataplane::Dataplane::load(layout).expect("load");
+        dataplane
+            .attach_wireguard(DEVICE)
+            .expect("attach to the device");
+        let index = |dev: &str| nix::net::if_::if_nametoindex(dev).expect("ifindex");
+        WireGuardGateway {
+            _dataplane: dataplane,
+            device,
+            public_key: key.public_base64(),
+            config: mc_common::dataplane::WireGuardConfig {
+                ifindex: index(DEVICE),
+                uplink_ifindex: index("eth0"),
+                uplink_mac: mc_agent::routes::mac_address("eth0").expect("MAC"),
+                port: DEFAULT_PORT,
+            },
+        }
+    })
+    .join()
+    .unwrap()
+}
+
+/// The datagrams a server got.
+type Received = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// A UDP server in pod-w on port 5353 that echoes every datagram and keeps what it got.
+fn udp_echo_keeping(pod_w: &NetNs, stop: Arc<AtomicBool>) -> (thread::JoinHandle<()>, Received) {
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = got.clone();
+    let server = in_netns(pod_w, move || {
+        let sock = UdpSocket::bind("10.245.0.7:5353").expect("bind udp");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                kept.lock().unwrap().push(buf[..n].to_vec());
+                let _ = sock.send_to(&buf[..n], from);
+            }
+        }
+    });
+    (server, got)
+}
+
+/// From the router (on the underlay between the gateways): Strait's plaintext Geneve with
+/// east's gateway's address as source, addressed to west's gateway, carrying a flow "east
+/// opened" to pod-w with a forged label identity (VNI 7) and `payload`.
+fn forge_geneve_from_east(router: &NetNs, payload: &'static [u8]) {
+    in_netns(router, move || {
+        let inner =
+            support::frames::udp([198, 18, 1, 1], [10, 245, 0, 7], 40000, 5353, payload, true);
+        let mut packet = support::frames::geneve([198, 18, 1, 1], [198, 18, 2, 1], 6081, &inner);
+        // The VNI (bytes 4-6 of the Geneve header, after the outer IPv4 and UDP headers).
+        packet[20 + 8 + 4..20 + 8 + 7].copy_from_slice(&[0, 0, 7]);
+        // SAFETY: plain socket calls on a descriptor owned here.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
+            assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+            let mut to: libc::sockaddr_in = std::mem::zeroed();
+            to.sin_family = libc::AF_INET as libc::sa_family_t;
+            to.sin_addr.s_addr = u32::from_ne_bytes([198, 18, 2, 1]);
+            let sent = libc::sendto(
+                fd,
+                packet.as_ptr().cast(),
+                packet.len(),
+                0,
+                (&to as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            );
+            assert_eq!(
+                sent,
+                packet.len() as isize,
+                "{}",
+                std::io::Error::last_os_error()
+            );
+            libc::close(fd);
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// `trafficEncryptionMode: wireGuard` on real packets (docs/design.md §4c): both gateways run
+/// the agent's WireGuard device (boringtun; this kernel has no WireGuard module) with their own
+/// keys, told each other's as the ClusterInfoImports carry them. East's Pod reaches west's
+/// Service (TCP, a bulk transfer) and west's Pod (UDP) through east's regular Node, east's
+/// hairpin, WireGuard, west's decapsulation and back; a capture between the router and west
+/// sees nothing but WireGuard between the two gateways' WireGuard ports, and not the marker the
+/// Pod sent. Plaintext Geneve forged with east's gateway's address (and a label identity),
+/// which west took before encryption was on, is dropped and counted once it is, and nothing of
+/// it reaches the Pod.
+#[test]
+fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways() {
+    require_root();
+    let World {
+        router,
+        east_gw,
+        east_node,
+        west_gw,
+        east_node_inputs,
+        west_gw_inputs,
+        pod_n,
+        pod_w,
+        ..
+    } = world("wg", &[], true);
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = pod_w_http(&pod_w, stop.clone());
+    let (udp, got) = udp_echo_keeping(&pod_w, stop.clone());
+    thread::sleep(Duration::from_millis(200));
+
+    // Without encryption, west takes the forged packet: the test's forgery is a real one.
+    forge_geneve_from_east(&router, b"forged-before");
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        got.lock().unwrap().iter().any(|d| d == b"forged-before"),
+        "without encryption west's gateway must take plaintext Geneve from east's address: {:?}",
+        west_gw.nonzero()
+    );
+
+    // Encryption on: the tunnel MTU less WireGuard's 60 bytes on every Node.
+    const MTU: u32 = 1440;
+    let dir = std::env::temp_dir().join(format!("strait-wg-keys-{}", std::process::id()));
+    let east_wg = wireguard_gateway(&east_gw, &dir, MTU);
+    let mut west_wg = wireguard_gateway(&west_gw, &dir, MTU);
+    let encrypted = |inputs: Inputs, wg: &WireGuardGateway, peer_key: &str| {
+        let mut inputs = Inputs {
+            encryption: true,
+            wireguard_port: mc_agent::wireguard::DEFAULT_PORT,
+            wireguard_device: Some(wg.config),
+            mtu: MTU,
+            ..inputs
+        };
+        inputs.cluster_infos[0].wireguard_public_key = Some(peer_key.to_owned());
+        inputs
+    };
+    let east_gw_inputs = encrypted(
+        Inputs {
+            uplink_peer: true,
+            ..inputs(
+                "east-gw",
+                [198, 18, 1, 1],
+                ("east-gw", [198, 18, 1, 1], "10.97.0.0/16", "10.244.0.0/16"),
+                ("west", [198, 18, 2, 1], "10.98.0.0/16", "10.245.0.0/16"),
+                &[[198, 18, 1, 1], [198, 18, 1, 2]],
+            )
+        },
+        &east_wg,
+        &west_wg.public_key,
+    );
+    let west_inputs = encrypted(west_gw_inputs, &west_wg, &east_wg.public_key);
+    east_node.sync(&Inputs {
+        mtu: MTU,
+        ..east_node_inputs
+    });
+    let mut east_wg = east_wg;
+    for (node, wg, inputs) in [
+        (&east_gw, &mut east_wg, &east_gw_inputs),
+        (&west_gw, &mut west_wg, &west_inputs),
+    ] {
+        let want = desired(inputs);
+        assert_eq!(want.wireguard_peers.len(), 1, "{want:?}");
+        assert!(wg.device.set_peers(&want.wireguard_peers).expect("peers"));
+        node.sync(inputs);
+    }
+
+    let pcap = std::env::temp_dir().join(format!("strait-wg-{}.pcap", std::process::id()));
+    let mut capture = router
+        .cmd("tcpdump")
+        .args(["-i", "gw-w", "-n", "-U", "-w"])
+        .arg(&pcap)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    thread::sleep(Duration::from_millis(500));
+
+    // The first packet starts WireGuard's handshake: UDP until an echo comes back.
+    const MARKER: &[u8] = b"strait-wireguard-marker-9f3c";
+    let echoed = in_netns(&pod_n, || {
+        let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut answers = 0;
+        for _ in 0..20 {
+            sock.send_to(MARKER, "10.245.0.7:5353").unwrap();
+            let mut buf = [0u8; 200];
+            if let Ok((n, _)) = sock.recv_from(&mut buf)
+                && buf[..n] == *MARKER
+            {
+                answers += 1;
+                if answers == 3 {
+                    break;
+                }
+            }
+        }
+        answers
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        echoed,
+        3,
+        "UDP Pod to Pod through WireGuard: east gw {:?}, west gw {:?}",
+        east_gw.nonzero(),
+        west_gw.nonzero()
+    );
+    let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
+    let small = in_netns(&pod_n, move || http_get(service, "/1000"))
+        .join()
+        .unwrap();
+    assert_body(&small.expect("HTTP through the Service"), 1000, "small GET");
+    let bulk = in_netns(&pod_n, move || http_get(service, "/4000000"))
+        .join()
+        .unwrap();
+    assert_body(&bulk.expect("bulk GET"), 4_000_000, "bulk GET");
+    thread::sleep(Duration::from_millis(300));
+    let _ = capture.kill();
+    let _ = capture.wait();
+
+    // Only WireGuard between the gateways, on its port both ways, and no marker in the clear.
+    let out = run(Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&pcap)
+        .arg("ip"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.len() > 100,
+        "too few packets captured: {}",
+        lines.len()
+    );
+    for line in &lines {
+        let outer = line.split(" IP ").nth(1).unwrap_or("");
+        let ok = outer.starts_with("198.18.1.1.51821 > 198.18.2.1.51821: UDP")
+            || outer.starts_with("198.18.2.1.51821 > 198.18.1.1.51821: UDP");
+        assert!(
+            ok,
+            "a packet between the router and west that is not WireGuard between the gateways:\n{line}"
+        );
+    }
+    let raw = std::fs::read(&pcap).unwrap();
+    assert!(
+        !raw.windows(MARKER.len()).any(|w| w == MARKER),
+        "the marker crossed the underlay in the clear"
+    );
+    let _ = std::fs::remove_file(&pcap);
+    for (name, node) in [("east", &east_gw), ("west", &west_gw)] {
+        assert!(
+            node.counter("rx_wireguard") > 0,
+            "{name}'s gateway took nothing from WireGuard: {:?}",
+            node.nonzero()
+        );
+        // East's only drop: pod-w's echo of the first forgery, a reply to a flow east never
+        // opened.
+        let drops = node.drops();
+        assert!(
+            drops
+                .iter()
+                .all(|&(n, c)| n == "drop_no_snat_entry" && c == 1),
+            "{name}'s gateway dropped packets: {drops:?}"
+        );
+    }
+    assert!(east_gw.counter("hairpin_snat") > 0 && east_gw.counter("hairpin_unsnat") > 0);
+    assert!(west_gw.counter("rx_from_remote") > 0 && west_gw.counter("tx_reply_to_remote") > 0);
+    let stats = west_wg.device.stats().expect("stats");
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert_eq!(stats[0].public_key, east_wg.public_key);
+    // West sent the bulk transfer (its server answered the GET) through the tunnel.
+    assert!(
+        stats[0].since_handshake.is_some() && stats[0].tx_bytes > 4_000_000,
+        "{stats:?}"
+    );
+
+    // The forgery again, now that west takes remote gateways' tunnel traffic only through
+    // WireGuard: dropped, counted, not delivered.
+    for _ in 0..3 {
+        forge_geneve_from_east(&router, b"forged-after");
+    }
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        west_gw.counter("drop_plaintext_from_remote"),
+        3,
+        "{:?}",
+        west_gw.nonzero()
+    );
+    assert!(
+        !got.lock().unwrap().iter().any(|d| d == b"forged-after"),
+        "plaintext Geneve from a remote gateway's address reached the Pod"
+    );
+    stop.store(true, Ordering::Relaxed);
+    http.join().unwrap();
+    udp.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -103,6 +103,7 @@ fn inputs() -> BoxedStrategy<Inputs> {
                 service_cidr,
                 gateway_ips,
                 pod_cidrs,
+                ..Default::default()
             }
         });
     let pod = (

@@ -42,6 +42,7 @@ fn inputs(node: &str, gateway: &str, clusters: &[(&str, &str, &str)]) -> Inputs 
                 service_cidr: Some((*cidr).into()),
                 gateway_ips: vec![(*gw).into()],
                 pod_cidrs: vec![],
+                ..Default::default()
             })
             .collect(),
         local_nodes: vec![Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 1, 2)],

@@ -186,6 +186,23 @@ counters! {
     /// the ID of one of its Pods): sent on with the VNI "unknown" instead, which
     /// ClusterSet-scoped ingress rules refuse. Each is also counted under its verdict.
     IdentityRewritten = 41, "identity_rewritten", false;
+    /// Not a verdict of the uplink's programs: the WireGuard device's program handed a
+    /// decrypted tunnel packet from a remote gateway to the uplink's ingress (where it is
+    /// counted again under its verdict).
+    RxWireGuard = 42, "rx_wireguard", false;
+    /// Gateway, encryption on: Strait's tunnel packet from a remote gateway's address that did
+    /// not come through WireGuard (plaintext on the underlay: a spoofed source, or a member
+    /// running without encryption).
+    DropPlaintextFromRemote = 43, "drop_plaintext_from_remote", true;
+    /// Gateway, encryption on: a tunnel packet for a remote gateway while the WireGuard device
+    /// is not up (never sent in plaintext).
+    DropWireGuardNotReady = 44, "drop_wireguard_not_ready", true;
+    /// Gateway, encryption on: a packet for a remote cluster whose gateway announces no
+    /// WireGuard key (its member runs without encryption, or has not published its key yet).
+    DropWireGuardNoPeer = 45, "drop_wireguard_no_peer", true;
+    /// The WireGuard device's program: a decrypted packet that is not Strait's tunnel traffic
+    /// to this gateway (a peer may only tunnel, not reach the gateway Node itself).
+    DropWireGuardNotTunnel = 46, "drop_wireguard_not_tunnel", true;
 }
 
 impl Counter {

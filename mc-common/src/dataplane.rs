@@ -127,6 +127,44 @@ pub const CONFIG_UPLINK_PEER: u32 = 16;
 /// program looks a packet up there when its source is not one of the Node's Pods.
 pub const CONFIG_MASQ_IDS: u32 = 32;
 
+/// [`LocalConfig::flags`], the gateway: traffic between gateways is encrypted
+/// (`trafficEncryptionMode: wireGuard`). Tunnel packets for remote gateways go into the
+/// WireGuard device that `mc_wireguard` names ([`WireGuardConfig`]), with the gateway's
+/// `gatewayIP` as their source, and the ingress program takes tunnel traffic from a remote
+/// gateway only as that device hands it over (marked [`WIREGUARD_MARK`]): plaintext Geneve from
+/// a remote gateway's address is dropped (`drop_plaintext_from_remote`).
+pub const CONFIG_WIREGUARD: u32 = 64;
+
+/// `skb->mark` of a decrypted tunnel packet the WireGuard device's program hands to the
+/// uplink's ingress: the uplink's ingress program takes it as come through WireGuard and clears
+/// the mark (a packet from the wire has none at that hook). Marks never cross the wire.
+pub const WIREGUARD_MARK: u32 = 0x5354_5747;
+
+/// [`RemoteRoute::cluster`]: encryption is on and the remote cluster's gateway announces no
+/// WireGuard key (its member runs without encryption, or has not published one yet): packets
+/// for its prefixes are dropped, counted (`drop_wireguard_no_peer`), never sent in plaintext.
+/// The low bits stay the cluster's index.
+pub const ROUTE_NO_WIREGUARD_PEER: u32 = 1 << 31;
+
+/// Value of `mc_wireguard` (one entry), the gateway with encryption on: the WireGuard device
+/// and the uplink it hands decrypted tunnel packets to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireGuardConfig {
+    /// The WireGuard device (0: not up: packets for remote gateways are dropped, counted
+    /// `drop_wireguard_not_ready`).
+    pub ifindex: u32,
+    /// The uplink, whose ingress takes the device's decrypted tunnel packets.
+    pub uplink_ifindex: u32,
+    /// The uplink's MAC address: the destination of the Ethernet header those packets get
+    /// (the stack takes a frame only when addressed to the device).
+    pub uplink_mac: [u8; 6],
+    /// WireGuard's UDP port: its own datagrams on the uplink's egress are left alone.
+    pub port: u16,
+}
+
+const _: () = assert!(core::mem::size_of::<WireGuardConfig>() == 16);
+
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).
 #[repr(C)]
@@ -570,6 +608,7 @@ mod pod {
     unsafe impl aya::Pod for super::LocalConfig {}
     unsafe impl aya::Pod for super::RemoteRoute {}
     unsafe impl aya::Pod for super::Peer {}
+    unsafe impl aya::Pod for super::WireGuardConfig {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::SnatEntry {}
     unsafe impl aya::Pod for super::NextHop {}

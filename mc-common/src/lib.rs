@@ -23,6 +23,9 @@ pub mod programs {
     pub const INGRESS: &str = "mc_ingress";
     /// TC classifier on the uplink's egress: packets for remote clusters get tunnelled.
     pub const EGRESS: &str = "mc_egress";
+    /// TC classifier on the WireGuard device's ingress (encryption on): decrypted tunnel
+    /// packets, handed to the uplink's ingress.
+    pub const WIREGUARD_INGRESS: &str = "mc_wg_ingress";
 }
 
 /// Names of the maps in the eBPF object; they are also the file names of their pins.
@@ -85,6 +88,8 @@ pub mod maps {
     /// source, label ID) -> [`crate::dataplane::SenderId`], the Node that may claim that ID for
     /// that source in its VNI.
     pub const SENDER_IDS: &str = "mc_sender_ids";
+    /// The gateway with encryption on: [`crate::dataplane::WireGuardConfig`] (one entry).
+    pub const WIREGUARD: &str = "mc_wireguard";
     /// Maps an earlier agent pinned that the programs no longer have (the policy program's
     /// kernel offsets, now patched into its instructions): removed when the agent starts and
     /// when it removes its maps.
@@ -111,5 +116,6 @@ pub mod maps {
         EXPOSED,
         EXPOSED_PREFIXES,
         SENDER_IDS,
+        WIREGUARD,
     ];
 }

@@ -29,9 +29,11 @@ pub fn fast(
     cfg: &LocalConfig,
     ifindex: u32,
     peer: bool,
+    plaintext: bool,
 ) -> Result<Option<(Counter, i32)>, Counter> {
     let sender = tunnel.outer.src;
-    let Some(slot) = cached(ctx, &tunnel.inner, sender, cfg.route_generation, ifindex)? else {
+    let generation = cfg.route_generation;
+    let Some(slot) = cached(ctx, &tunnel.inner, sender, generation, ifindex, plaintext)? else {
         return Ok(None);
     };
     // SAFETY: this CPU's slot (see `cached`), read while this program runs.
@@ -53,7 +55,8 @@ pub fn fast(
 
 /// Translates the inner packet `ip` from `sender` as this CPU's cache says, when it holds the
 /// flow under `generation` for `ifindex` and has not expired; returns the slot. `None`: not
-/// cached (or not TCP or UDP, or not a packet the full path would translate), nothing written;
+/// cached (or not TCP or UDP, or not a packet the full path would translate, or `plaintext`
+/// from a remote gateway while encryption is on), nothing written;
 /// the caller takes the full path, which decides (and counts) every case as without the cache.
 #[inline(always)]
 fn cached(
@@ -62,6 +65,7 @@ fn cached(
     sender: [u8; 4],
     generation: u16,
     ifindex: u32,
+    plaintext: bool,
 ) -> Result<Option<*mut HairpinCacheEntry>, Counter> {
     if (ip.proto != IPPROTO_TCP && ip.proto != IPPROTO_UDP) || ip.is_later_fragment() {
         return Ok(None);
@@ -82,6 +86,9 @@ fn cached(
         || e.ifindex != ifindex
         || !same_flow(&e.flow, &key)
         || tunnel::now() >= e.until_ns
+        // With encryption on, a remote gateway's packet that did not come through WireGuard:
+        // the full path drops it.
+        || (plaintext && e.kind != HAIRPIN_SNAT)
     {
         return Ok(None);
     }

@@ -24,7 +24,9 @@ mod policy;
 mod tunnel;
 
 use aya_ebpf::{
-    bindings::{TC_ACT_OK, TC_ACT_SHOT, TC_ACT_UNSPEC},
+    EbpfContext as _,
+    bindings::{__sk_buff, BPF_F_INGRESS, TC_ACT_OK, TC_ACT_SHOT, TC_ACT_UNSPEC},
+    helpers::generated::{bpf_redirect, bpf_skb_change_head},
     macros::classifier,
     programs::TcContext,
 };
@@ -32,14 +34,15 @@ use mc_common::{
     Counter,
     dataplane::{
         CONFIG_MASQ_IDS, CONFIG_ROUTED_VIA_GATEWAY, CONFIG_STRETCHED_POLICY, CONFIG_UPLINK_PEER,
-        DEFAULT_TUNNEL_PORT, HAIRPIN_SNAT, HAIRPIN_UNSNAT, LocalConfig, PEER_LOCAL_NODE,
-        PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE, VNI_UNKNOWN,
+        CONFIG_WIREGUARD, DEFAULT_TUNNEL_PORT, HAIRPIN_SNAT, HAIRPIN_UNSNAT, LocalConfig,
+        PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE, ROUTE_NO_WIREGUARD_PEER,
+        VNI_UNKNOWN, WIREGUARD_MARK,
     },
 };
 
 use crate::{
     maps::{config, count, peer_kind, pod_vni, remote_route},
-    packet::{IPPROTO_TCP, IPPROTO_UDP, dst_port, eth_ipv4},
+    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, dst_port, eth_ipv4},
     tunnel::Tunnel,
 };
 
@@ -91,6 +94,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
     }
     let port = tunnel_port(&cfg);
+    let encrypted = cfg.flags & CONFIG_WIREGUARD != 0;
     // Our own encapsulations sent by `bpf_redirect_neigh`, and the hairpin's packets when it
     // transmits on the uplink (not when it hands them to a veth's other end), come through here
     // again: leave them alone.
@@ -106,6 +110,15 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     // address, kube-proxy having reversed its DNAT) goes into the tunnel.
     if route.is_none() && peer_kind(&ip.dst) != PEER_REMOTE_GATEWAY {
         return Ok((Counter::PassIpv4, VERDICT_NEXT));
+    }
+    // WireGuard's own datagrams to a remote gateway: left alone too.
+    if route.is_none()
+        && encrypted
+        && ip.proto == IPPROTO_UDP
+        && !ip.is_later_fragment()
+        && dst_port(ctx, &ip)? == maps::wireguard().port
+    {
+        return Ok((Counter::PassOwnTunnel, VERDICT_NEXT));
     }
     let gso_flags = match fit_tunnel(ctx, &ip, &cfg)? {
         Ok(flags) => flags,
@@ -136,22 +149,31 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     }
     if let Some(route) = route {
         // A process or Pod on the gateway Node itself opens a cross-cluster flow.
+        if encrypted && route.cluster & ROUTE_NO_WIREGUARD_PEER != 0 {
+            return Err(Counter::DropWireGuardNoPeer);
+        }
         let now = tunnel::now();
         let _ = nat::snat(ctx, &ip, cfg.gateway_ip, cfg.node_ip, now)?;
-        tunnel::encap(
-            ctx,
-            &ip,
-            cfg.node_ip,
-            route.gateway_ip,
-            port,
-            vni,
-            gso_flags,
-        )?;
-        let verdict = tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now);
+        let src = if encrypted {
+            cfg.gateway_ip
+        } else {
+            cfg.node_ip
+        };
+        tunnel::encap(ctx, &ip, src, route.gateway_ip, port, vni, gso_flags)?;
+        let verdict = if encrypted {
+            tunnel::into_wireguard(&maps::wireguard())?
+        } else {
+            tunnel::send_out(ctx, cfg.node_ip, route.gateway_ip, now)
+        };
         return Ok((Counter::TxSnatToRemote, verdict));
     }
     // A reply to a flow a remote gateway opened: the tunnel packet goes to the address the
     // kernel just routed this one to, so the Ethernet header it wrote is already right.
+    if encrypted {
+        tunnel::encap(ctx, &ip, cfg.gateway_ip, ip.dst, port, vni, gso_flags)?;
+        let verdict = tunnel::into_wireguard(&maps::wireguard())?;
+        return Ok((Counter::TxReplyToRemote, verdict));
+    }
     tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port, vni, gso_flags)?;
     Ok((Counter::TxReplyToRemote, VERDICT_PASS))
 }
@@ -209,8 +231,12 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
     let sender = tunnel.outer.src;
     let ifindex = tunnel::ifindex(ctx);
     let peer = cfg.flags & CONFIG_UPLINK_PEER != 0;
+    let encrypted = cfg.flags & CONFIG_WIREGUARD != 0;
+    // With encryption on, tunnel traffic from remote gateways comes only as the WireGuard
+    // device's program hands it over, marked (a frame from the wire has no mark here).
+    let plaintext = encrypted && !take_wireguard_mark(ctx);
     // A flow the hairpin handled on this CPU in this second: as then, without the lookups.
-    if let Some(done) = hairpin::fast(ctx, tunnel, cfg, ifindex, peer)? {
+    if let Some(done) = hairpin::fast(ctx, tunnel, cfg, ifindex, peer, plaintext)? {
         return Ok(done);
     }
     match peer_kind(&sender) {
@@ -235,6 +261,16 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                     )
                 });
                 let dst = route.gateway_ip;
+                if encrypted {
+                    // Not cached: the slot stays expired, so the flow's packets take this path.
+                    if route.cluster & ROUTE_NO_WIREGUARD_PEER != 0 {
+                        return Err(Counter::DropWireGuardNoPeer);
+                    }
+                    let hop = (cfg.gateway_ip, dst);
+                    let wg = maps::wireguard();
+                    let verdict = tunnel::retarget_into_wireguard(ctx, &tunnel.outer, hop, &wg)?;
+                    return Ok((Counter::HairpinSnat, verdict));
+                }
                 let hop = (cfg.node_ip, dst);
                 let verdict = tunnel::retarget(ctx, &tunnel.outer, hop, now, slot, peer)?;
                 return Ok((Counter::HairpinSnat, verdict));
@@ -247,6 +283,9 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             Err(Counter::DropNotRemote)
         }
         PEER_REMOTE_GATEWAY => {
+            if plaintext {
+                return Err(Counter::DropPlaintextFromRemote);
+            }
             if tunnel.inner.dst != cfg.gateway_ip {
                 // A flow a remote cluster opened to a local ClusterIP or Pod. Its gateway SNATed
                 // it to the gateway's own address, the tunnel's source: any other inner source
@@ -292,6 +331,67 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
         // dropped here, counted, before the stack spends anything on it.
         _ => Err(Counter::DropUnknownPeer),
     }
+}
+
+/// Whether the packet came through the WireGuard device (`mc_wg_ingress` marked it); the mark
+/// is cleared, so that nothing after Strait (a CNI's rules by mark) sees it.
+#[inline(always)]
+fn take_wireguard_mark(ctx: &TcContext) -> bool {
+    let skb = ctx.as_ptr() as *mut __sk_buff;
+    // SAFETY: the context pointer is valid for the whole program run; TC programs may write
+    // `mark`.
+    unsafe {
+        if (*skb).mark != WIREGUARD_MARK {
+            return false;
+        }
+        (*skb).mark = 0;
+    }
+    true
+}
+
+/// The WireGuard device's ingress (encryption on): a decrypted packet from a peer, bare IPv4.
+/// Only Strait's tunnel traffic to this gateway may come this way: it gets the Ethernet header
+/// the uplink's frames have, the mark, and goes to the uplink's ingress, where `mc_ingress`
+/// takes it as any tunnel packet (and as one that came encrypted). Anything else a peer sends
+/// (WireGuard lets it use only its gateway's address as source) is dropped: a remote cluster
+/// may tunnel, not reach the gateway Node.
+#[classifier]
+pub fn mc_wg_ingress(ctx: TcContext) -> i32 {
+    finish(&ctx, try_wg_ingress(&ctx))
+}
+
+fn try_wg_ingress(ctx: &TcContext) -> Outcome {
+    let wg = maps::wireguard();
+    let skb = ctx.as_ptr() as *mut __sk_buff;
+    // SAFETY: the context pointer is valid for the whole program run.
+    let protocol = unsafe { (*skb).protocol };
+    if wg.uplink_ifindex == 0 || protocol != u32::from(ETH_P_IP.to_be()) {
+        return Err(Counter::DropWireGuardNotTunnel);
+    }
+    // SAFETY: plain helper call on this program's packet.
+    if unsafe { bpf_skb_change_head(ctx.as_ptr().cast(), ETH_HLEN as u32, 0) } != 0 {
+        return Err(Counter::DropRewriteFailed);
+    }
+    let mac = wg.uplink_mac;
+    let eth: [u8; ETH_HLEN] = [
+        mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[0], mac[1], mac[2], mac[3], mac[4],
+        mac[5], 0x08, 0x00,
+    ];
+    ctx.store(0, &eth, 0)
+        .map_err(|_| Counter::DropRewriteFailed)?;
+    let Some(outer) = eth_ipv4(ctx)? else {
+        return Err(Counter::DropWireGuardNotTunnel);
+    };
+    let cfg = config();
+    match tunnel::parse(ctx, &outer, tunnel_port(&cfg))? {
+        tunnel::Parsed::Tunnel(t) if t.outer.dst == cfg.gateway_ip => {}
+        _ => return Err(Counter::DropWireGuardNotTunnel),
+    }
+    // SAFETY: as above; TC programs may write `mark`.
+    unsafe { (*skb).mark = WIREGUARD_MARK };
+    // SAFETY: plain helper call.
+    let verdict = unsafe { bpf_redirect(wg.uplink_ifindex, u64::from(BPF_F_INGRESS)) as i32 };
+    Ok((Counter::RxWireGuard, verdict))
 }
 
 /// The destination port the exposure map is keyed by: a TCP or UDP packet's (its first

@@ -19,7 +19,7 @@ use mc_common::{
         MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES,
         MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SENDER_IDS, MAX_SNAT_ENTRIES, NextHop, Peer,
         PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute,
-        SenderId, SenderIdKey, SnatEntry, VNI_UNKNOWN,
+        SenderId, SenderIdKey, SnatEntry, VNI_UNKNOWN, WireGuardConfig,
     },
 };
 
@@ -28,6 +28,9 @@ static COUNTERS: PerCpuArray<CounterValue, { COUNTER_SLOTS as usize }> = PerCpuA
 
 #[btf_map(name = "mc_config")]
 static CONFIG: Array<LocalConfig, 1> = Array::new();
+
+#[btf_map(name = "mc_wireguard")]
+static WIREGUARD: Array<WireGuardConfig, 1> = Array::new();
 
 #[btf_map(name = "mc_routes")]
 static ROUTES: LpmTrie<[u8; 4], RemoteRoute, { MAX_REMOTE_PREFIXES as usize }> = LpmTrie::new();
@@ -148,6 +151,12 @@ fn flow_words(flow: &FlowKey) -> [u32; 4] {
 #[inline(always)]
 pub(crate) fn config() -> LocalConfig {
     CONFIG.get(0).copied().unwrap_or_default()
+}
+
+/// The WireGuard device and the uplink it hands over to (all zero: no device).
+#[inline(always)]
+pub(crate) fn wireguard() -> WireGuardConfig {
+    WIREGUARD.get(0).copied().unwrap_or_default()
 }
 
 #[inline(always)]

@@ -20,7 +20,7 @@ use aya_ebpf::{
 };
 use mc_common::{
     Counter,
-    dataplane::{HairpinCacheEntry, NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN},
+    dataplane::{HairpinCacheEntry, NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN, WireGuardConfig},
 };
 
 use crate::{
@@ -245,13 +245,49 @@ pub fn retarget(
         }
         return retarget_via(ctx, outer, src, dst, &hop.macs, ifindex, peer);
     }
+    readdress(ctx, outer, src, dst)?;
+    // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
+    Ok(unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 })
+}
+
+/// Writes a tunnel packet's outer IPv4 and UDP headers afresh for `src` -> `dst` (the Ethernet
+/// header is left as it is).
+#[inline(always)]
+fn readdress(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Result<(), Counter> {
     let frame = retargeted_frame(ctx, outer, src, dst, &[0; 12])?;
     // SAFETY: words 7..21 of the 21-word frame: the outer IPv4 and UDP headers.
     let headers = unsafe { &*(frame.as_ptr().add(7) as *const [u16; 14]) };
     ctx.store(ETH_HLEN, headers, 0)
-        .map_err(|_| Counter::DropRewriteFailed)?;
-    // SAFETY: a NULL params pointer (with length 0) asks the kernel to do the route lookup.
-    Ok(unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) as i32 })
+        .map_err(|_| Counter::DropRewriteFailed)
+}
+
+/// [`retarget`] into the WireGuard device (encryption on): the tunnel packet re-addressed from
+/// `src` to the remote gateway `dst` and handed to the device, which encrypts it for that peer.
+#[inline(always)]
+pub fn retarget_into_wireguard(
+    ctx: &TcContext,
+    outer: &Ipv4,
+    (src, dst): ([u8; 4], [u8; 4]),
+    wg: &WireGuardConfig,
+) -> Result<i32, Counter> {
+    if wg.ifindex == 0 {
+        return Err(Counter::DropWireGuardNotReady);
+    }
+    readdress(ctx, outer, src, dst)?;
+    into_wireguard(wg)
+}
+
+/// Hands a tunnel packet for a remote gateway to the WireGuard device (`CONFIG_WIREGUARD`): the
+/// device encrypts it for the peer whose allowed address is its destination, and WireGuard's
+/// own datagram leaves by the uplink. The kernel strips the Ethernet header (the device carries
+/// bare IP). No device: dropped, never sent in plaintext.
+#[inline(always)]
+pub fn into_wireguard(wg: &WireGuardConfig) -> Result<i32, Counter> {
+    if wg.ifindex == 0 {
+        return Err(Counter::DropWireGuardNotReady);
+    }
+    // SAFETY: plain helper call.
+    Ok(unsafe { bpf_redirect(wg.ifindex, 0) as i32 })
 }
 
 /// The Ethernet header (with `m`'s addresses) and the outer IPv4 and UDP headers of a tunnel

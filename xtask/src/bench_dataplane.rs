@@ -445,6 +445,7 @@ fn inputs(
             service_cidr: Some(remote.2.into()),
             gateway_ips: vec![remote.1.into()],
             pod_cidrs: vec![remote.3.into()],
+            ..Default::default()
         }],
         local_nodes: nodes
             .iter()

@@ -1,0 +1,328 @@
+//! Encryption between gateways (`trafficEncryptionMode: wireGuard`, docs/design.md §4c): this
+//! Node's WireGuard key pair and the gateway's WireGuard device.
+//!
+//! WireGuard itself is not Strait's: the device is boringtun's (Cloudflare's userspace
+//! implementation, in this process), configured through its cross-platform UAPI, the text
+//! protocol `wg` speaks. The programs hand it Geneve packets for remote gateways
+//! (`bpf_redirect` to its TUN) and take the decrypted ones back from its ingress
+//! (`mc_wg_ingress`); WireGuard's own datagrams leave and arrive on the uplink.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    net::Ipv4Addr,
+    os::{fd::IntoRawFd, unix::net::UnixStream},
+    path::Path,
+    process::Command,
+};
+
+use base64::Engine as _;
+use boringtun::{
+    device::{DeviceConfig, DeviceHandle},
+    x25519::{PublicKey, StaticSecret},
+};
+
+pub use crate::state::WireGuardPeer;
+
+/// The gateway's WireGuard device (Antrea's is `antrea-mc-wg0`).
+pub const DEVICE: &str = "strait-wg0";
+/// WireGuard's UDP port between gateways: Antrea Multi-cluster's default.
+pub const DEFAULT_PORT: u16 = 51821;
+/// What WireGuard adds to each tunnel packet over IPv4: outer IPv4 (20) and UDP (8) headers,
+/// its data header (16) and the authentication tag (16).
+pub const OVERHEAD: u32 = 60;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireGuardError {
+    #[error("the WireGuard key {path}: {message}")]
+    Key { path: String, message: String },
+    #[error("starting the WireGuard device {name}: {message}")]
+    Device { name: String, message: String },
+    #[error("configuring the WireGuard device: {0}")]
+    Api(String),
+}
+
+/// A WireGuard key in its text form (base64 of 32 bytes, as `wg` prints it and the Gateway and
+/// ClusterInfo objects carry it).
+pub fn parse_key(text: &str) -> Result<[u8; 32], String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("{text:?} is not base64: {e}"))?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| format!("{text:?} is {} bytes, not a 32-byte key", bytes.len()))
+}
+
+fn base64(key: &[u8; 32]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+fn hex(key: &[u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This Node's WireGuard key pair. The private half stays in its file on the Node (mode 0600)
+/// and in the device; the public half is published in the Gateway object.
+pub struct KeyPair {
+    secret: StaticSecret,
+    public: PublicKey,
+}
+
+impl KeyPair {
+    /// The key in `path`, or a new one written there (the directory is created) when there is
+    /// none: a restarted agent keeps its key, so its peers need not learn a new one.
+    pub fn load_or_create(path: &Path) -> Result<Self, WireGuardError> {
+        let err = |message: String| WireGuardError::Key {
+            path: path.display().to_string(),
+            message,
+        };
+        let secret = match std::fs::read_to_string(path) {
+            Ok(text) => StaticSecret::from(parse_key(&text).map_err(err)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let secret = StaticSecret::from(random_key().map_err(|e| err(e.to_string()))?);
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+                }
+                write_private(path, &base64(&secret.to_bytes())).map_err(|e| err(e.to_string()))?;
+                secret
+            }
+            Err(e) => return Err(err(e.to_string())),
+        };
+        let public = PublicKey::from(&secret);
+        Ok(Self { secret, public })
+    }
+
+    /// The public key as the API carries it (`wireGuard.publicKey`).
+    pub fn public_base64(&self) -> String {
+        base64(self.public.as_bytes())
+    }
+}
+
+/// 32 bytes from the kernel's random source (the secret clamps them as X25519 requires).
+fn random_key() -> std::io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    // SAFETY: the buffer is valid for its length; getrandom(2) writes at most that much.
+    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
+    if n != key.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(key)
+}
+
+/// Writes `text` to a new file readable by its owner only, then renames it into place: a
+/// crash never leaves half a key.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// A peer's counters, as the device reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    pub public_key: String,
+    pub endpoint: Option<String>,
+    /// Seconds since the last handshake; `None`: none yet.
+    pub since_handshake: Option<u64>,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+/// The gateway's WireGuard device: a TUN of this process (boringtun), gone with it.
+pub struct Device {
+    name: String,
+    api: BufReader<UnixStream>,
+    peers: BTreeMap<[u8; 32], WireGuardPeer>,
+    // Dropped last: its threads end when the API socket closes.
+    _handle: DeviceHandle,
+}
+
+impl Device {
+    /// Creates the device `name` with `key`, listening on `port`, with `mtu` (the largest
+    /// tunnel packet it carries: the tunnel MTU less WireGuard's overhead), and sets it up.
+    pub fn start(name: &str, port: u16, mtu: u32, key: &KeyPair) -> Result<Self, WireGuardError> {
+        let device_err = |message: String| WireGuardError::Device {
+            name: name.to_owned(),
+            message,
+        };
+        let (ours, theirs) = UnixStream::pair().map_err(|e| device_err(e.to_string()))?;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+        let handle = DeviceHandle::new(
+            name,
+            DeviceConfig {
+                n_threads: threads,
+                use_connected_socket: true,
+                use_multi_queue: true,
+                uapi_fd: theirs.into_raw_fd(),
+            },
+        )
+        .map_err(|e| {
+            device_err(format!(
+                "{e} (the agent needs /dev/net/tun and CAP_NET_ADMIN)"
+            ))
+        })?;
+        let mut device = Self {
+            name: name.to_owned(),
+            api: BufReader::new(ours),
+            peers: BTreeMap::new(),
+            _handle: handle,
+        };
+        device.set(&format!(
+            "private_key={}\nlisten_port={port}\n",
+            hex(&key.secret.to_bytes())
+        ))?;
+        let out = Command::new("ip")
+            .args(["link", "set", name, "mtu", &mtu.to_string(), "up"])
+            .output()
+            .map_err(|e| device_err(format!("running ip: {e}")))?;
+        if !out.status.success() {
+            return Err(device_err(format!(
+                "ip link set {name} up: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(device)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Makes the device's peers exactly `peers`: a peer whose key is new is added, one whose
+    /// endpoint changed is replaced (boringtun changes a peer only by removing it first), one no
+    /// longer wanted is removed. Each peer may send from its endpoint's address only.
+    pub fn set_peers(&mut self, peers: &[WireGuardPeer]) -> Result<bool, WireGuardError> {
+        let wanted: BTreeMap<[u8; 32], &WireGuardPeer> =
+            peers.iter().map(|p| (p.public_key, p)).collect();
+        let mut commands = String::new();
+        for (key, have) in &self.peers {
+            if wanted.get(key).is_none_or(|w| *w != have) {
+                commands.push_str(&format!("public_key={}\nremove=true\n", hex(key)));
+            }
+        }
+        for (key, want) in &wanted {
+            if self.peers.get(key) != Some(*want) {
+                let ip: Ipv4Addr = *want.endpoint.ip();
+                commands.push_str(&format!(
+                    "public_key={}\nendpoint={}\nreplace_allowed_ips=true\nallowed_ip={ip}/32\n",
+                    hex(key),
+                    want.endpoint
+                ));
+            }
+        }
+        if commands.is_empty() {
+            return Ok(false);
+        }
+        self.set(&commands)?;
+        self.peers = wanted.into_iter().map(|(k, p)| (k, p.clone())).collect();
+        Ok(true)
+    }
+
+    /// Every peer's handshake and byte counters.
+    pub fn stats(&mut self) -> Result<Vec<PeerStats>, WireGuardError> {
+        let lines = self.request("get=1\n\n")?;
+        let mut out: Vec<PeerStats> = Vec::new();
+        for line in lines {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key == "public_key" {
+                let mut bytes = [0u8; 32];
+                for (i, b) in bytes.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(value.get(2 * i..2 * i + 2).unwrap_or("00"), 16)
+                        .unwrap_or(0);
+                }
+                out.push(PeerStats {
+                    public_key: base64(&bytes),
+                    ..Default::default()
+                });
+                continue;
+            }
+            let Some(peer) = out.last_mut() else {
+                continue;
+            };
+            match key {
+                "endpoint" => peer.endpoint = Some(value.to_owned()),
+                "last_handshake_time_sec" => peer.since_handshake = value.parse().ok(),
+                "rx_bytes" => peer.rx_bytes = value.parse().unwrap_or(0),
+                "tx_bytes" => peer.tx_bytes = value.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn set(&mut self, body: &str) -> Result<(), WireGuardError> {
+        let lines = self.request(&format!("set=1\n{body}\n"))?;
+        match lines.iter().find_map(|l| l.strip_prefix("errno=")) {
+            Some("0") => Ok(()),
+            Some(errno) => Err(WireGuardError::Api(format!(
+                "the device refused the settings (errno {errno})"
+            ))),
+            None => Err(WireGuardError::Api("no answer from the device".into())),
+        }
+    }
+
+    /// One UAPI exchange: the request, then the answer's lines up to the empty line that ends
+    /// it.
+    fn request(&mut self, text: &str) -> Result<Vec<String>, WireGuardError> {
+        let api_err = |e: std::io::Error| WireGuardError::Api(e.to_string());
+        self.api
+            .get_mut()
+            .write_all(text.as_bytes())
+            .map_err(api_err)?;
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            if self.api.read_line(&mut line).map_err(api_err)? == 0 {
+                return Err(WireGuardError::Api("the device closed its API".into()));
+            }
+            let line = line.trim_end().to_owned();
+            if line.is_empty() {
+                // `get` answers with its values, then errno, then the empty line.
+                if lines.iter().any(|l: &String| l.starts_with("errno=")) {
+                    return Ok(lines);
+                }
+                continue;
+            }
+            lines.push(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_as_wg_prints_them_and_nothing_else() {
+        let key = [7u8; 32];
+        assert_eq!(parse_key(&base64(&key)), Ok(key));
+        assert_eq!(parse_key(&format!(" {}\n", base64(&key))), Ok(key));
+        assert!(parse_key("not base64!").unwrap_err().contains("not base64"));
+        assert!(parse_key("AAAA").unwrap_err().contains("3 bytes"));
+    }
+
+    #[test]
+    fn a_key_is_kept_where_a_restarted_agent_finds_it() {
+        let dir = std::env::temp_dir().join(format!("strait-wg-key-{}", std::process::id()));
+        let path = dir.join("wireguard").join("private.key");
+        let first = KeyPair::load_or_create(&path).unwrap();
+        let again = KeyPair::load_or_create(&path).unwrap();
+        assert_eq!(first.public_base64(), again.public_base64());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::write(&path, "garbage").unwrap();
+        let e = KeyPair::load_or_create(&path).err().unwrap().to_string();
+        assert!(e.contains("private.key") && e.contains("not base64"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
