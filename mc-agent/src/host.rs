@@ -25,11 +25,15 @@ pub const DEFAULT_STATE_DIR: &str = "/run/strait";
 pub const DEFAULT_SYSCTL_ROOT: &str = "/proc/sys";
 const SYSCTLS: &str = "sysctls";
 
-/// The agent's record of the Node's sysctls.
+/// Where the Node's WireGuard private key is kept unless `--wireguard-key` says otherwise.
+pub const DEFAULT_WIREGUARD_KEY: &str = "/var/lib/strait/wireguard/private.key";
+
+/// The agent's record of the Node's sysctls, and the Node's WireGuard key.
 #[derive(Clone, Debug)]
 pub struct HostState {
     dir: PathBuf,
     sysctl_root: PathBuf,
+    wireguard_key: PathBuf,
 }
 
 impl HostState {
@@ -38,7 +42,19 @@ impl HostState {
         Self {
             dir: dir.into(),
             sysctl_root: PathBuf::from(DEFAULT_SYSCTL_ROOT),
+            wireguard_key: PathBuf::from(DEFAULT_WIREGUARD_KEY),
         }
+    }
+
+    /// The WireGuard key at `path` instead.
+    pub fn with_wireguard_key(mut self, path: impl Into<PathBuf>) -> Self {
+        self.wireguard_key = path.into();
+        self
+    }
+
+    /// The Node's WireGuard private key (`trafficEncryptionMode: wireGuard`).
+    pub fn wireguard_key(&self) -> &Path {
+        &self.wireguard_key
     }
 
     /// The sysctls under `root` instead (`/host/proc/sys` in the DaemonSet).
@@ -143,12 +159,14 @@ pub struct Uninstalled {
     pub routes: Vec<String>,
     /// Sysctls put back: (key, value restored).
     pub sysctls: Vec<(String, String)>,
+    /// The Node's WireGuard private key was removed.
+    pub wireguard_key_removed: bool,
 }
 
 /// Takes Strait off this Node: detaches every pinned link under the pin root, removes the pin
 /// directory with its maps (and its parent when that is left empty and is not the bpffs mount),
 /// removes every route with `proto 167` (and an earlier version's rule, `lookup 167`), and restores
-/// the recorded sysctls. Safe to run twice;
+/// the recorded sysctls, and removes the Node's WireGuard key. Safe to run twice;
 /// run it after the agent has stopped, or the agent attaches again.
 pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninstalled> {
     use anyhow::Context as _;
@@ -202,6 +220,11 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).context("removing the sysctl record"),
     }
+    match std::fs::remove_file(state.wireguard_key()) {
+        Ok(()) => done.wireguard_key_removed = true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).context("removing the WireGuard key"),
+    }
     Ok(done)
 }
 
@@ -229,6 +252,12 @@ pub fn leftovers(layout: &PinLayout, state: &HostState) -> anyhow::Result<Vec<St
     }
     for (key, value) in state.recorded()? {
         left.push(format!("sysctl {key}: changed by Strait, was {value}"));
+    }
+    if state.wireguard_key().exists() {
+        left.push(format!(
+            "WireGuard private key {}",
+            state.wireguard_key().display()
+        ));
     }
     Ok(left)
 }

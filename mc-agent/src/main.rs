@@ -9,14 +9,14 @@ use mc_agent::{
     config::Multicluster,
     counters,
     dataplane::{self, AttachMode, Dataplane, DataplaneMaps},
-    host::{self, DEFAULT_STATE_DIR, DEFAULT_SYSCTL_ROOT, HostState},
+    host::{self, DEFAULT_STATE_DIR, DEFAULT_SYSCTL_ROOT, DEFAULT_WIREGUARD_KEY, HostState},
     run::{RunOptions, run},
 };
 use mc_common::{
     DEFAULT_PIN_ROOT,
     dataplane::{
-        EXPOSED_SERVICE, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY, ROLE_NODE,
-        SNAT_FORWARD,
+        CONFIG_WIREGUARD, EXPOSED_SERVICE, PEER_LOCAL_NODE, PEER_REMOTE_GATEWAY, ROLE_GATEWAY,
+        ROLE_NODE, ROUTE_NO_WIREGUARD_PEER, SNAT_FORWARD,
     },
     maps,
 };
@@ -35,6 +35,10 @@ struct Cli {
     /// /proc/sys is read-only) the host's /proc/sys/net mounted under `<root>/net`.
     #[arg(long, global = true, env = "MC_SYSCTL_ROOT", default_value = DEFAULT_SYSCTL_ROOT)]
     sysctl_root: PathBuf,
+    /// This Node's WireGuard private key (`trafficEncryptionMode: wireGuard`), created on first
+    /// use: a hostPath, so that a restarted agent keeps its key (`uninstall` removes it).
+    #[arg(long, global = true, env = "MC_WIREGUARD_KEY", default_value = DEFAULT_WIREGUARD_KEY)]
+    wireguard_key: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,14 +65,6 @@ enum Command {
         /// Seconds between full resyncs (besides every watch event).
         #[arg(long, default_value_t = 30)]
         resync: u64,
-        /// This Node's WireGuard private key (`trafficEncryptionMode: wireGuard`), created on
-        /// first use: a hostPath, so that a restarted agent keeps its key.
-        #[arg(
-            long,
-            env = "MC_WIREGUARD_KEY",
-            default_value = "/var/lib/strait/wireguard/private.key"
-        )]
-        wireguard_key: PathBuf,
     },
     /// Load, attach and pin the programs on the uplink, then exit (the pins keep them attached).
     Attach {
@@ -143,7 +139,6 @@ fn main() -> anyhow::Result<()> {
             pod_namespace,
             health_addr,
             resync,
-            wireguard_key,
         } => {
             let mut config = match &config {
                 Some(path) => Multicluster::parse(
@@ -175,8 +170,9 @@ fn main() -> anyhow::Result<()> {
                     namespace,
                     config,
                     resync: Duration::from_secs(resync.max(1)),
-                    host: HostState::new(&cli.state_dir).with_sysctl_root(&cli.sysctl_root),
-                    wireguard_key,
+                    host: HostState::new(&cli.state_dir)
+                        .with_sysctl_root(&cli.sysctl_root)
+                        .with_wireguard_key(&cli.wireguard_key),
                 };
                 // On a worker: a pass that loads the programs keeps its thread for seconds, and a
                 // SIGTERM meanwhile must still stop the agent at once.
@@ -209,7 +205,9 @@ fn main() -> anyhow::Result<()> {
             attach(layout, &uplink, stretched_policy, mode)
         }
         Command::Uninstall { check, stay } => {
-            let state = HostState::new(&cli.state_dir).with_sysctl_root(&cli.sysctl_root);
+            let state = HostState::new(&cli.state_dir)
+                .with_sysctl_root(&cli.sysctl_root)
+                .with_wireguard_key(&cli.wireguard_key);
             if check {
                 let left = host::leftovers(&layout, &state)?;
                 if left.is_empty() {
@@ -292,6 +290,9 @@ fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
     for (key, value) in &done.sysctls {
         tracing::info!(key, value, "restored the sysctl");
     }
+    if done.wireguard_key_removed {
+        tracing::info!(key = %state.wireguard_key().display(), "removed the WireGuard private key");
+    }
     let left = host::leftovers(layout, state)?;
     anyhow::ensure!(
         left.is_empty(),
@@ -358,6 +359,19 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
         c.tunnel_port,
         c.mtu
     );
+    let encrypted = c.flags & CONFIG_WIREGUARD != 0;
+    if encrypted {
+        let wg = maps.wireguard.get(&0, 0)?;
+        println!(
+            "ENCRYPTION wireGuard  DEVICE {}  UDP {}",
+            if wg.ifindex == 0 {
+                "not up (traffic to remote gateways is dropped)".to_owned()
+            } else {
+                format!("ifindex {}", wg.ifindex)
+            },
+            wg.port
+        );
+    }
     println!(
         "\n{:<20} {:>8} {:<16}",
         "REMOTE PREFIX", "CLUSTER", "REMOTE GATEWAY"
@@ -366,10 +380,16 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
     routes.sort_by_key(|(k, _)| (k.data(), k.prefix_len()));
     for (k, v) in routes {
         let prefix = format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len());
+        let unkeyed = encrypted && v.cluster & ROUTE_NO_WIREGUARD_PEER != 0;
         println!(
-            "{prefix:<20} {:>8} {:<16}",
-            v.cluster,
-            Ipv4Addr::from(v.gateway_ip).to_string()
+            "{prefix:<20} {:>8} {:<16}{}",
+            v.cluster & !ROUTE_NO_WIREGUARD_PEER,
+            Ipv4Addr::from(v.gateway_ip).to_string(),
+            if unkeyed {
+                " no WireGuard key: dropped"
+            } else {
+                ""
+            }
         );
     }
     println!("\n{:<16} {:<16} {:>8}", "PEER", "KIND", "CLUSTER");

@@ -25,7 +25,7 @@ use mc_api::{
     antrea::{ClusterNetworkPolicy, NetworkPolicy as AntreaNetworkPolicy, PolicyCondition, Tier},
     clusterinfo::ClusterInfoImport,
     conditions::{Condition, condition, keep_transition_time, same},
-    gateway::{DATAPLANE_READY, Gateway},
+    gateway::{DATAPLANE_READY, Gateway, TRAFFIC_ENCRYPTED},
     labelidentity::LabelIdentity,
     mcs::{ServiceExport, ServiceImport},
     names::annotations,
@@ -59,10 +59,9 @@ pub struct RunOptions {
     pub config: Multicluster,
     /// Full resync period (besides every watch event).
     pub resync: Duration,
-    /// Where the Node's sysctls from before Strait are recorded (for `mc-agent uninstall`).
+    /// Where the Node's sysctls from before Strait are recorded (for `mc-agent uninstall`), and
+    /// its WireGuard key.
     pub host: HostState,
-    /// This Node's WireGuard private key (encryption on; created on first use).
-    pub wireguard_key: std::path::PathBuf,
 }
 
 /// The attached dataplane of this Node.
@@ -582,7 +581,7 @@ impl Reconciler for Agent {
             self.node_event(outcome.not_ready.as_deref()).await;
         }
         self.not_ready = outcome.not_ready;
-        failures += self.gateway_condition().await;
+        failures += self.gateway_condition(outcome.encryption.as_ref()).await;
         if let Some(key) = &outcome.wireguard_key {
             failures += self.publish_wireguard_key(key).await;
         }
@@ -627,17 +626,35 @@ impl Agent {
     /// On the gateway Node: the Gateway's `DataplaneReady` condition, written where it changed
     /// (the member's controller shows it in the ClusterSet's status, `mcctl get clusterset`).
     /// The agent is its only writer: a merge patch of the whole list.
-    async fn gateway_condition(&self) -> usize {
+    async fn gateway_condition(
+        &self,
+        encryption: Option<&(&'static str, &'static str, String)>,
+    ) -> usize {
         let (ns, node) = (&self.opts.namespace, &self.opts.node_name);
         let Some(gateway) = self.gateways.get(Some(ns), node) else {
             return 0;
         };
-        let Some(c) = dataplane_condition(self.not_ready.as_deref(), gateway.dataplane_ready())
-        else {
+        let stored_encryption = gateway.condition(TRAFFIC_ENCRYPTED);
+        let mut encrypted = encryption
+            .map(|(status, reason, message)| condition(TRAFFIC_ENCRYPTED, status, reason, message));
+        let encryption_same = match (&encrypted, stored_encryption) {
+            (Some(want), Some(have)) => same(have, want),
+            (None, None) => true,
+            _ => false,
+        };
+        let dataplane = dataplane_condition(self.not_ready.as_deref(), gateway.dataplane_ready());
+        if dataplane.is_none() && encryption_same {
+            return 0;
+        }
+        let Some(c) = dataplane.or_else(|| gateway.dataplane_ready().cloned()) else {
             return 0;
         };
+        if let Some(e) = encrypted.as_mut() {
+            keep_transition_time(e, stored_encryption.map(std::slice::from_ref));
+        }
         let api = Api::<Gateway>::namespaced(self.client.clone(), ns);
-        let status = serde_json::json!({"conditions": [c]});
+        let conditions: Vec<&Condition> = std::iter::once(&c).chain(encrypted.as_ref()).collect();
+        let status = serde_json::json!({"conditions": conditions});
         match self.writer.patch_status(&api, node, status).await {
             Ok(()) => {
                 tracing::info!(
@@ -740,6 +757,9 @@ impl Agent {
 struct Pass {
     /// The gateway with encryption on: the public key its Gateway object must carry.
     wireguard_key: Option<String>,
+    /// The gateway: its `TrafficEncrypted` condition (status, reason, message), when encryption
+    /// is on here or anywhere in the ClusterSet.
+    encryption: Option<(&'static str, &'static str, String)>,
     not_ready: Option<String>,
     /// Everything wrong right now (logged when it first appears).
     problems: Vec<String>,
@@ -769,6 +789,7 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
     } = seen;
     let fail = |why: String| Pass {
         wireguard_key: None,
+        encryption: None,
         not_ready: Some(why.clone()),
         problems: vec![why],
         coverage: None,
@@ -1021,12 +1042,67 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         && stretched.is_some()
         && !link_failed)
         .then(|| std::mem::take(&mut want.policy.coverage));
+    let encryption = (want.config.role == mc_common::dataplane::ROLE_GATEWAY)
+        .then(|| encryption_condition(opts, &want, a.wireguard.is_some()))
+        .flatten();
     Pass {
         wireguard_key,
+        encryption,
         not_ready,
         problems,
         coverage,
     }
+}
+
+/// The gateway's `TrafficEncrypted` condition: with encryption on, True when the device is up
+/// and every remote cluster is a WireGuard peer, else False naming what is missing; with it off,
+/// False when some remote cluster encrypts (it drops this cluster's traffic), else none.
+fn encryption_condition(
+    opts: &RunOptions,
+    want: &Desired,
+    device_up: bool,
+) -> Option<(&'static str, &'static str, String)> {
+    let others = want.encryption_mismatch.join(", ");
+    if !opts.config.encryption() {
+        return (!others.is_empty()).then(|| {
+            (
+                "False",
+                "ModeMismatch",
+                format!(
+                    "clusters {others} encrypt traffic between gateways (WireGuard) and this cluster does not: they drop its traffic; set the same trafficEncryptionMode in every member"
+                ),
+            )
+        });
+    }
+    Some(if !device_up {
+        (
+            "False",
+            "DeviceNotUp",
+            format!(
+                "the WireGuard device {} is not up: traffic to remote clusters is dropped (the agent's log says why)",
+                wireguard::DEVICE
+            ),
+        )
+    } else if !others.is_empty() {
+        (
+            "False",
+            "ModeMismatch",
+            format!(
+                "clusters {others} announce no WireGuard key (they run without trafficEncryptionMode: wireGuard, or have not published one yet): traffic to them is dropped, never sent in plaintext"
+            ),
+        )
+    } else {
+        (
+            "True",
+            "WireGuard",
+            format!(
+                "traffic to {} remote clusters goes through WireGuard ({}, UDP {})",
+                want.wireguard_peers.len(),
+                wireguard::DEVICE,
+                opts.config.wire_guard.port
+            ),
+        )
+    })
 }
 
 /// Encryption on: the WireGuard device while this Node is the gateway (started with the Node's
@@ -1049,7 +1125,8 @@ fn wireguard_up(
     if let Some(wg) = &a.wireguard {
         return Ok(Some(wg.config));
     }
-    let key = wireguard::KeyPair::load_or_create(&opts.wireguard_key).map_err(|e| e.to_string())?;
+    let key =
+        wireguard::KeyPair::load_or_create(opts.host.wireguard_key()).map_err(|e| e.to_string())?;
     let port = opts.config.wire_guard.port;
     let device =
         wireguard::Device::start(wireguard::DEVICE, port, mtu, &key).map_err(|e| e.to_string())?;

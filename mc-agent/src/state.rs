@@ -161,6 +161,9 @@ pub struct Desired {
     pub wireguard: WireGuardConfig,
     /// The gateway with encryption on: the remote gateways as WireGuard peers.
     pub wireguard_peers: Vec<WireGuardPeer>,
+    /// The gateway: remote clusters that disagree on the encryption mode (without a usable key
+    /// while this one encrypts, with one while it does not), by cluster ID.
+    pub encryption_mismatch: Vec<String>,
     /// Human-readable reasons for every skipped object or entry.
     pub skipped: Vec<String>,
     /// Why the Node cannot carry cross-cluster traffic at all (no usable Gateway, unknown Node
@@ -654,6 +657,7 @@ fn wireguard_peer(
         .filter(|k| !k.is_empty());
     if !inputs.encryption {
         if key.is_some() {
+            out.encryption_mismatch.push(cluster_id.to_owned());
             out.skipped.push(format!(
                 "cluster {cluster_id} encrypts its gateway's traffic (WireGuard) and this cluster does not (trafficEncryptionMode): it drops this cluster's tunnel traffic; set the same trafficEncryptionMode in every member"
             ));
@@ -661,6 +665,7 @@ fn wireguard_peer(
         return 0;
     }
     let Some(key) = key else {
+        out.encryption_mismatch.push(cluster_id.to_owned());
         out.skipped.push(format!(
             "cluster {cluster_id} announces no WireGuard public key (its members run without trafficEncryptionMode: wireGuard, or its gateway has not published its key yet): traffic to it is dropped, never sent in plaintext"
         ));
@@ -676,6 +681,7 @@ fn wireguard_peer(
             0
         }
         Err(e) => {
+            out.encryption_mismatch.push(cluster_id.to_owned());
             out.skipped.push(format!(
                 "ClusterInfoImport {}: wireGuard.publicKey {e}: traffic to cluster {cluster_id} is dropped",
                 info.name
@@ -746,6 +752,109 @@ mod tests {
             mtu: 1500,
             ..Default::default()
         }
+    }
+
+    /// Encryption on the gateway: a remote cluster with a key is a WireGuard peer at its
+    /// gatewayIP and WireGuard's port; one without (or with a bad one) keeps its routes, flagged
+    /// so its packets are dropped, and is named; a regular Node has no peers. Encryption off
+    /// with a remote cluster that encrypts: named too.
+    #[test]
+    fn encryption_makes_peers_of_keyed_clusters_and_names_those_that_disagree() {
+        let key = "HHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHE=";
+        let device = WireGuardConfig {
+            ifindex: 9,
+            uplink_ifindex: 2,
+            uplink_mac: [2, 0, 0, 0, 0, 1],
+            port: 0,
+        };
+        let mut i = inputs("east-gw", "198.18.1.1");
+        i.encryption = true;
+        i.wireguard_port = 51821;
+        i.wireguard_device = Some(device);
+        i.cluster_infos[0].wireguard_public_key = Some(key.into());
+        for (id, gw, cidr, k) in [
+            ("north", "198.18.3.1", "10.96.0.0/16", None),
+            ("south", "198.18.4.1", "10.95.0.0/16", Some("short")),
+        ] {
+            i.cluster_infos.push(ClusterInfoObject {
+                name: format!("{id}-clusterinfo"),
+                cluster_id: Some(id.into()),
+                service_cidr: Some(cidr.into()),
+                gateway_ips: vec![gw.into()],
+                wireguard_public_key: k.map(Into::into),
+                ..Default::default()
+            });
+        }
+        let d = desired(&i);
+        assert_eq!(d.config.flags & CONFIG_WIREGUARD, CONFIG_WIREGUARD);
+        assert_eq!(
+            d.wireguard,
+            WireGuardConfig {
+                port: 51821,
+                ..device
+            }
+        );
+        assert_eq!(d.wireguard_peers.len(), 1, "{:?}", d.wireguard_peers);
+        let peer = &d.wireguard_peers[0];
+        assert_eq!(peer.cluster_id, "west");
+        assert_eq!(peer.endpoint.to_string(), "198.18.2.1:51821");
+        assert_eq!(crate::wireguard::parse_key(key), Ok(peer.public_key));
+        let flag =
+            |cidr: &str| d.routes[&Prefix::parse(cidr).unwrap()].cluster & ROUTE_NO_WIREGUARD_PEER;
+        assert_eq!(flag("10.98.0.0/16"), 0);
+        assert_eq!(flag("10.96.0.0/16"), ROUTE_NO_WIREGUARD_PEER);
+        assert_eq!(flag("10.95.0.0/16"), ROUTE_NO_WIREGUARD_PEER);
+        assert_eq!(d.encryption_mismatch, ["north", "south"]);
+        assert!(
+            d.skipped
+                .iter()
+                .any(|s| s.contains("cluster north announces no WireGuard public key")),
+            "{:?}",
+            d.skipped
+        );
+        assert!(
+            d.skipped
+                .iter()
+                .any(|s| s.contains("wireGuard.publicKey") && s.contains("cluster south")),
+            "{:?}",
+            d.skipped
+        );
+
+        // The device not up yet: the flag stays (nothing leaves in plaintext), the entry is
+        // empty, and it is said.
+        i.wireguard_device = None;
+        let d = desired(&i);
+        assert_eq!(d.config.flags & CONFIG_WIREGUARD, CONFIG_WIREGUARD);
+        assert_eq!(d.wireguard, WireGuardConfig::default());
+        assert!(
+            d.skipped
+                .iter()
+                .any(|s| s.contains("WireGuard device is not up"))
+        );
+
+        // A regular Node: Geneve to its gateway as always; no peers, no flag.
+        let mut n = i.clone();
+        n.node_name = "east-node".into();
+        n.node_ip = Some(ip("198.18.1.2"));
+        let d = desired(&n);
+        assert_eq!(d.config.flags & CONFIG_WIREGUARD, 0);
+        assert!(d.wireguard_peers.is_empty() && d.encryption_mismatch.is_empty());
+        assert!(
+            d.routes
+                .values()
+                .all(|r| r.cluster & ROUTE_NO_WIREGUARD_PEER == 0)
+        );
+
+        // Encryption off here, on in west (and south, whose key is bad): named; no flags.
+        i.encryption = false;
+        let d = desired(&i);
+        assert_eq!(d.config.flags & CONFIG_WIREGUARD, 0);
+        assert_eq!(d.encryption_mismatch, ["south", "west"]);
+        assert!(
+            d.routes
+                .values()
+                .all(|r| r.cluster & ROUTE_NO_WIREGUARD_PEER == 0)
+        );
     }
 
     #[test]

@@ -95,6 +95,11 @@ impl KeyPair {
     pub fn public_base64(&self) -> String {
         base64(self.public.as_bytes())
     }
+
+    /// The public key's bytes.
+    pub fn public(&self) -> [u8; 32] {
+        *self.public.as_bytes()
+    }
 }
 
 /// 32 bytes from the kernel's random source (the secret clamps them as X25519 requires).
@@ -223,6 +228,24 @@ impl Device {
         self.set(&commands)?;
         self.peers = wanted.into_iter().map(|(k, p)| (k, p.clone())).collect();
         Ok(true)
+    }
+
+    /// Adds one peer that may send from `allowed` (CIDRs): for a plain WireGuard tunnel
+    /// between subnets (the benchmark's bare tunnel), outside what [`Device::set_peers`] keeps.
+    pub fn add_peer(
+        &mut self,
+        public_key: &[u8; 32],
+        endpoint: std::net::SocketAddrV4,
+        allowed: &[&str],
+    ) -> Result<(), WireGuardError> {
+        let mut body = format!(
+            "public_key={}\nendpoint={endpoint}\nreplace_allowed_ips=true\n",
+            hex(public_key)
+        );
+        for cidr in allowed {
+            body.push_str(&format!("allowed_ip={cidr}\n"));
+        }
+        self.set(&body)
     }
 
     /// Every peer's handshake and byte counters.

@@ -12,6 +12,9 @@ use crate::conditions::Condition;
 /// The condition the gateway Node's agent writes: `True` when its programs are attached and
 /// current, `False` with the reason (the agent's not-ready reason) when they are not.
 pub const DATAPLANE_READY: &str = "DataplaneReady";
+/// The gateway's agent, when traffic between gateways is (or should be) encrypted: whether it
+/// goes through WireGuard to every remote cluster, or which members disagree on the mode.
+pub const TRAFFIC_ENCRYPTED: &str = "TrafficEncrypted";
 
 #[derive(
     CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize,
@@ -69,10 +72,15 @@ pub struct GatewayStatus {
 impl Gateway {
     /// The gateway's `DataplaneReady` condition, if its agent wrote one.
     pub fn dataplane_ready(&self) -> Option<&Condition> {
+        self.condition(DATAPLANE_READY)
+    }
+
+    /// The condition of that type its agent wrote, if any.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.status
             .as_ref()?
             .conditions
             .iter()
-            .find(|c| c.type_.as_deref() == Some(DATAPLANE_READY))
+            .find(|c| c.type_.as_deref() == Some(type_))
     }
 }

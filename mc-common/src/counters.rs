@@ -203,6 +203,9 @@ counters! {
     /// The WireGuard device's program: a decrypted packet that is not Strait's tunnel traffic
     /// to this gateway (a peer may only tunnel, not reach the gateway Node itself).
     DropWireGuardNotTunnel = 46, "drop_wireguard_not_tunnel", true;
+    /// Egress, encryption on: WireGuard's own datagram to a remote gateway (what the device
+    /// made of the tunnel packets the programs handed it), left alone.
+    PassOwnWireGuard = 47, "pass_own_wireguard", false;
 }
 
 impl Counter {

@@ -118,7 +118,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         && !ip.is_later_fragment()
         && dst_port(ctx, &ip)? == maps::wireguard().port
     {
-        return Ok((Counter::PassOwnTunnel, VERDICT_NEXT));
+        return Ok((Counter::PassOwnWireGuard, VERDICT_NEXT));
     }
     let gso_flags = match fit_tunnel(ctx, &ip, &cfg)? {
         Ok(flags) => flags,

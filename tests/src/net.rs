@@ -59,7 +59,8 @@ pub fn http_get(
 
 /// tcpdump on one of the router's bridges (in the testbed's `strait-core` namespace), writing a
 /// pcap, not promiscuous: it sees what the router routes (between clusters, to the API servers),
-/// not a cluster's own Node-to-Node frames crossing the bridge. Stopped and removed when dropped.
+/// not a cluster's own Node-to-Node frames crossing the bridge; or on a device of a Node.
+/// Stopped and removed when dropped.
 pub struct RouterCapture {
     child: std::process::Child,
     pcap: std::path::PathBuf,
@@ -68,6 +69,16 @@ pub struct RouterCapture {
 impl RouterCapture {
     /// Starts capturing on `bridge` (`br-west`, say) what `filter` (tcpdump syntax) selects.
     pub fn start(bridge: &str, filter: &str) -> Self {
+        Self::start_in("strait-core", bridge, filter)
+    }
+
+    /// Starts capturing on `device` of a testbed Node (`west`, `node-a`): its namespace is
+    /// `strait-<cluster>-<node>` (on the gateway, `strait-wg0` shows what WireGuard decrypted).
+    pub fn on_node(cluster: &str, node: &str, device: &str, filter: &str) -> Self {
+        Self::start_in(&format!("strait-{cluster}-{node}"), device, filter)
+    }
+
+    fn start_in(netns: &str, device: &str, filter: &str) -> Self {
         use std::process::{Command, Stdio};
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let pcap = std::env::temp_dir().join(format!(
@@ -76,15 +87,7 @@ impl RouterCapture {
             N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                "strait-core",
-                "tcpdump",
-                "-p",
-                "-i",
-                bridge,
-            ])
+            .args(["netns", "exec", netns, "tcpdump", "-p", "-i", device])
             .args(["-n", "-U", "-w"])
             .arg(&pcap)
             .arg(filter)
@@ -108,6 +111,11 @@ impl RouterCapture {
             .lines()
             .map(str::to_owned)
             .collect()
+    }
+
+    /// The capture file's bytes (every packet as it crossed, payloads included).
+    pub fn bytes(&self) -> Vec<u8> {
+        std::fs::read(&self.pcap).unwrap_or_default()
     }
 
     /// Stops capturing (what was captured stays readable).

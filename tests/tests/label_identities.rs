@@ -345,7 +345,8 @@ fn the_source_pods_label_id_is_the_vni_between_the_gateways() {
             svc["spec"]["clusterIP"].as_str().ok_or("no IP")?
         ))
     });
-    let capture = RouterCapture::start("br-west", "udp port 6081");
+    // What west's gateway decrypted from WireGuard: east's gateway's Geneve as it sent it.
+    let capture = RouterCapture::on_node("west", "node-a", "strait-wg0", "udp port 6081");
     // A client on the regular Node (its VNI is written there and kept by the gateway's
     // hairpin) and one on the gateway Node (written there, after the SNAT).
     for (pod, node) in [("client-b", "node-b"), ("client-a", "node-a")] {

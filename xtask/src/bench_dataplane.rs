@@ -1,4 +1,4 @@
-//! `cargo xtask bench dataplane`: one namespace topology, six ways through it (six copies, up
+//! `cargo xtask bench dataplane`: one namespace topology, eight ways through it (eight copies, up
 //! at once), measured in the same run (issue: the dataplane's Measure section).
 //!
 //! ```text
@@ -23,7 +23,12 @@
 //!   its packets to the other end (`bpf_redirect_peer`, since 2026-11-29), which skips the veth
 //!   transmit and backlog queue that plain routing's forward pays at that hop;
 //! - (d') as (d), but the hairpin transmits on the uplink, as it does on any other device (a
-//!   NIC): the comparison that does not credit Strait with the veth's shortcut.
+//!   NIC): the comparison that does not credit Strait with the veth's shortcut;
+//! - (e) Strait with `trafficEncryptionMode: wireGuard`: as (c), Geneve between the gateways
+//!   inside WireGuard (boringtun's userspace device, in this process, as in the agent); Pods'
+//!   MTU lowered by 36 + 60 bytes;
+//! - (f) a bare WireGuard tunnel of the same implementation between egw and wgw (plain routing
+//!   otherwise, no Strait, no NAT); Pods' MTU lowered by 60 bytes: what (e) is held to.
 //!
 //! In every variant conntrack is on in every Node's namespace (node, egw, wgw), as kube-proxy
 //! has it on a real Node whichever way its traffic goes (before 2026-11-26's late series, only (d)
@@ -87,6 +92,8 @@ enum Variant {
     Strait,
     StraitPolicy,
     StraitPolicyTransmit,
+    StraitWireGuard,
+    WireGuardBare,
 }
 
 impl Variant {
@@ -98,6 +105,8 @@ impl Variant {
             Variant::Strait => "(c) Strait",
             Variant::StraitPolicy => "(d) Strait + policy",
             Variant::StraitPolicyTransmit => "(d') (d), hairpin transmits",
+            Variant::StraitWireGuard => "(e) Strait + WireGuard",
+            Variant::WireGuardBare => "(f) bare WireGuard",
         }
     }
 
@@ -111,6 +120,8 @@ impl Variant {
             Variant::Strait => "c",
             Variant::StraitPolicy => "d",
             Variant::StraitPolicyTransmit => "d2",
+            Variant::StraitWireGuard => "e",
+            Variant::WireGuardBare => "f",
         }
     }
 
@@ -120,25 +131,91 @@ impl Variant {
             Variant::PlainTunnelMtu => 1464,
             Variant::Kernel => 1450,
             Variant::Strait | Variant::StraitPolicy | Variant::StraitPolicyTransmit => 1464,
+            // Geneve's 36 bytes and WireGuard's 60.
+            Variant::StraitWireGuard => 1404,
+            Variant::WireGuardBare => 1500 - WIREGUARD_OVERHEAD,
         }
     }
 }
 
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 8] = [
     Variant::Plain,
     Variant::PlainTunnelMtu,
     Variant::Kernel,
     Variant::Strait,
     Variant::StraitPolicy,
     Variant::StraitPolicyTransmit,
+    Variant::StraitWireGuard,
+    Variant::WireGuardBare,
 ];
 
 /// The variants that run Strait's programs.
-const STRAIT_VARIANTS: [Variant; 3] = [
+const STRAIT_VARIANTS: [Variant; 4] = [
     Variant::Strait,
     Variant::StraitPolicy,
     Variant::StraitPolicyTransmit,
+    Variant::StraitWireGuard,
 ];
+
+const WIREGUARD_OVERHEAD: u32 = mc_agent::wireguard::OVERHEAD;
+
+/// The WireGuard devices of (e) and (f) (userspace, boringtun: threads of this process) and, for
+/// (e), the objects whose program is on their ingress: kept until the bench ends.
+static WIREGUARD: std::sync::Mutex<Vec<WireGuardEnd>> = std::sync::Mutex::new(Vec::new());
+
+struct WireGuardEnd {
+    _device: mc_agent::wireguard::Device,
+    _dataplane: Option<mc_agent::dataplane::Dataplane>,
+}
+
+/// Starts a WireGuard device in `node` of `v` with a key of its own (`MTU`: the tunnel's), with
+/// Strait's program on its ingress when `strait`; returns its key and the device's facts for
+/// the agent's inputs.
+fn wireguard_device(
+    v: Variant,
+    node: &str,
+    mtu: u32,
+    strait: bool,
+) -> anyhow::Result<(
+    mc_agent::wireguard::KeyPair,
+    mc_common::dataplane::WireGuardConfig,
+)> {
+    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, KeyPair};
+    let key_path = std::env::temp_dir()
+        .join(format!("sbench-wg-{}", std::process::id()))
+        .join(format!("{}-{node}.key", v.tag()));
+    let _ = std::fs::remove_file(&key_path);
+    let layout = PinLayout::new(bpffs(v, node).join("mc/v1"));
+    let (key, device, dataplane, config) = in_ns(v, node, move || -> anyhow::Result<_> {
+        let key = KeyPair::load_or_create(&key_path)?;
+        let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key)?;
+        let dataplane = if strait {
+            let mut d = mc_agent::dataplane::Dataplane::load(layout)?;
+            d.attach_wireguard(DEVICE)?;
+            Some(d)
+        } else {
+            None
+        };
+        let index = |dev: &str| nix::net::if_::if_nametoindex(dev).context(dev.to_owned());
+        let config = mc_common::dataplane::WireGuardConfig {
+            ifindex: index(DEVICE)?,
+            uplink_ifindex: index("eth0")?,
+            uplink_mac: routes::mac_address("eth0")?,
+            port: DEFAULT_PORT,
+        };
+        Ok((key, device, dataplane, config))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("WireGuard thread in {node}"))??;
+    WIREGUARD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(WireGuardEnd {
+            _device: device,
+            _dataplane: dataplane,
+        });
+    Ok((key, config))
+}
 
 fn ns(v: Variant, name: &str) -> String {
     format!("{PREFIX}-{}-{name}", v.tag())
@@ -363,8 +440,43 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                  ip addr add 169.254.42.2/30 dev vxlan0 && ip link set vxlan0 up",
             )?;
         }
-        Variant::Strait | Variant::StraitPolicy | Variant::StraitPolicyTransmit => {
-            let policy = variant != Variant::Strait;
+        Variant::WireGuardBare => {
+            // Plain routing, with egw and wgw joined by a WireGuard tunnel between the Pod
+            // subnets (no Strait, no NAT): the same implementation's cost alone.
+            let mtu = 1500 - WIREGUARD_OVERHEAD;
+            let (east_key, _) = wireguard_device(v, "egw", mtu, false)?;
+            let (west_key, _) = wireguard_device(v, "wgw", mtu, false)?;
+            {
+                let mut devices = WIREGUARD.lock().unwrap_or_else(|e| e.into_inner());
+                let n = devices.len();
+                let port = mc_agent::wireguard::DEFAULT_PORT;
+                devices[n - 2]._device.add_peer(
+                    &west_key.public(),
+                    std::net::SocketAddrV4::new([198, 18, 22, 1].into(), port),
+                    &["10.245.0.0/16"],
+                )?;
+                devices[n - 1]._device.add_peer(
+                    &east_key.public(),
+                    std::net::SocketAddrV4::new([198, 18, 21, 1].into(), port),
+                    &["10.244.0.0/16"],
+                )?;
+            }
+            sh(v, "node", "ip route add 10.245.0.0/16 via 198.18.21.1")?;
+            sh(
+                v,
+                "egw",
+                "ip route add 10.245.0.0/16 dev strait-wg0 && ip route add 10.244.1.0/24 via 198.18.21.2",
+            )?;
+            sh(v, "wgw", "ip route add 10.244.0.0/16 dev strait-wg0")?;
+        }
+        Variant::Strait
+        | Variant::StraitPolicy
+        | Variant::StraitPolicyTransmit
+        | Variant::StraitWireGuard => {
+            let policy = matches!(
+                variant,
+                Variant::StraitPolicy | Variant::StraitPolicyTransmit
+            );
             let east_gw = ("egw", "198.18.21.1", "10.97.0.0/16");
             let west = ("west", "198.18.22.1", "10.98.0.0/16", "10.245.0.0/16");
             let east_nodes = ["198.18.21.1", "198.18.21.2"];
@@ -414,6 +526,34 @@ fn build(variant: Variant, agent: &Path) -> anyhow::Result<()> {
                 // decide (here west's gateway, whose server the policy covers).
                 let link_policy = policy && desired(node_inputs).decides_policy();
                 attach(v, n, agent, link_policy)?;
+            }
+            let mut nodes = nodes;
+            if variant == Variant::StraitWireGuard {
+                // As the agents do with `trafficEncryptionMode: wireGuard`: every Node's tunnel
+                // MTU 60 bytes smaller, each gateway's device up with its program, each told
+                // the other's key.
+                let mtu = 1500 - WIREGUARD_OVERHEAD;
+                let (east_key, east_device) = wireguard_device(v, "egw", mtu, true)?;
+                let (west_key, west_device) = wireguard_device(v, "wgw", mtu, true)?;
+                for (n, i) in &mut nodes {
+                    i.encryption = true;
+                    i.wireguard_port = mc_agent::wireguard::DEFAULT_PORT;
+                    i.mtu = mtu;
+                    let (device, peer) = match *n {
+                        "egw" => (Some(east_device), Some(&west_key)),
+                        "wgw" => (Some(west_device), Some(&east_key)),
+                        _ => (None, None),
+                    };
+                    i.wireguard_device = device;
+                    i.cluster_infos[0].wireguard_public_key = peer.map(|k| k.public_base64());
+                }
+                let mut devices = WIREGUARD.lock().unwrap_or_else(|e| e.into_inner());
+                let n = devices.len();
+                for (end, inputs) in [(n - 2, &nodes[0].1), (n - 1, &nodes[2].1)] {
+                    devices[end]
+                        ._device
+                        .set_peers(&desired(inputs).wireguard_peers)?;
+                }
             }
             for (n, node_inputs) in &nodes {
                 sync(v, n, node_inputs)?;
@@ -1197,6 +1337,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         rows[4].1.clone(),
         rows[5].1.clone(),
     );
+    let (e, f) = (rows[6].1.clone(), rows[7].1.clone());
     println!(
         "\ndataplane: medians of {runs} rounds, {seconds} s per test, every variant's topology up at once and the variants taking turns test by test; Pod MTU lowered by each tunnel's overhead (and for (a'))"
     );
@@ -1239,6 +1380,9 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ("(d)/(a')", &d, &a2),
         ("(d)/(c)", &d, &c),
         ("(d')/(a)", &d2, &a),
+        ("(e)/(f)", &e, &f),
+        ("(e)/(c)", &e, &c),
+        ("(f)/(a)", &f, &a),
     ] {
         let r = [
             c.tcp1 / base.tcp1,
@@ -1265,6 +1409,8 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ("(d)/(c)", 4, 3),
         ("(d')/(a)", 5, 0),
         ("(d)/(d')", 4, 5),
+        ("(e)/(f)", 6, 7),
+        ("(e)/(c)", 6, 3),
     ] {
         let ratios: Vec<[f64; 6]> = samples[x]
             .iter()
@@ -1289,6 +1435,9 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
     }
     println!(
         "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a) (the issue's reference figures lower the sender's MTU by the tunnel's overhead: (a')); softirq/pkt is the whole path's kernel time; (d') is (d) with the gateway's hairpin transmitting on its uplink, as on a NIC, instead of handing packets to the veth's other end (which plain routing's forward does not skip)"
+    );
+    println!(
+        "encryption (issue 56): (e) >= 0.9x (f) on TCP throughput and request/response (WireGuard is the cost, not Strait's handling of it); (e)/(c) is what encryption costs Strait; both tunnels are boringtun's userspace device (this kernel has no WireGuard), whose threads' CPU time is user time, not softirq"
     );
     println!(
         "\nStrait's programs over one extra request/response and UDP run with kernel.bpf_stats_enabled (helpers included; not during the runs above):"

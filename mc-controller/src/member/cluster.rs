@@ -101,6 +101,11 @@ impl Member {
         let desired: Vec<Gateway> = chosen
             .into_iter()
             .map(|mut gw| {
+                // The WireGuard key is the gateway's agent's to write: kept as it wrote it.
+                gw.spec.wire_guard = gateways
+                    .iter()
+                    .find(|g| g.name_any() == gw.name_any())
+                    .and_then(|g| g.spec.wire_guard.clone());
                 gw.metadata.namespace = Some(self.ns.clone());
                 gw.metadata.annotations =
                     Some([(annotations::POD_CIDRS.to_owned(), pod_cidrs.clone())].into());

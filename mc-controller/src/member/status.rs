@@ -1,7 +1,10 @@
 //! The member's ClusterSet status: whether it reaches its leader, and why not.
 
 use super::*;
-use mc_api::{conditions::Condition, gateway::DATAPLANE_READY};
+use mc_api::{
+    conditions::Condition,
+    gateway::{DATAPLANE_READY, TRAFFIC_ENCRYPTED},
+};
 
 /// The member's own `DataplaneReady`: its elected gateway's, as the gateway Node's agent wrote it.
 pub fn dataplane(gateway: Option<&Gateway>) -> Condition {
@@ -97,10 +100,28 @@ pub fn member_status(
     let old_overall = old.map(|o| o.conditions.as_slice());
     keep_transition_time(&mut overall, old_overall);
     keep_transition_time(&mut dataplane, old_overall);
+    let mut conditions_own = vec![overall, dataplane];
+    // Encryption between gateways, as the gateway's agent says it (only when it says anything).
+    if let Some(g) = gateway
+        && let Some(c) = g.condition(TRAFFIC_ENCRYPTED)
+    {
+        let mut c = condition(
+            TRAFFIC_ENCRYPTED,
+            c.status.as_deref().unwrap_or("Unknown"),
+            c.reason.as_deref().unwrap_or_default(),
+            &format!(
+                "gateway {}: {}",
+                g.name_any(),
+                c.message.as_deref().unwrap_or_default()
+            ),
+        );
+        keep_transition_time(&mut c, old_overall);
+        conditions_own.push(c);
+    }
     ClusterSetStatus {
         total_clusters: Some(1),
         ready_clusters: Some(ready_count),
-        conditions: vec![overall, dataplane],
+        conditions: conditions_own,
         cluster_statuses: vec![ClusterStatus {
             cluster_id: Some(leader_id.to_owned()),
             conditions,

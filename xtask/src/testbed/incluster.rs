@@ -28,10 +28,11 @@ const COREDNS: &str = include_str!("manifests/coredns.yaml");
 pub const HELM_CLUSTER: &str = "west";
 
 /// The agents' configuration on the testbed: the defaults of deploy/agent/configmap.yaml with
-/// Pod-to-Pod connectivity on (the guides' PodIP endpoint type needs it) and stretched
-/// NetworkPolicy on (label identities in the VNI), set the way an operator would: `kubectl edit`
-/// of the ConfigMap (or the chart's `agent.config`) and a restart.
-const AGENT_CONFIG: &str = "multicluster:\n  enableGateway: true\n  enablePodToPodConnectivity: true\n  enableStretchedNetworkPolicy: true\n  namespace: \"\"\n  uplink: \"\"\n  tunnelPort: 6081\n  pinPath: /sys/fs/bpf/mc/v1\n";
+/// Pod-to-Pod connectivity on (the guides' PodIP endpoint type needs it), stretched
+/// NetworkPolicy on (label identities in the VNI) and traffic between gateways encrypted
+/// (WireGuard), set the way an operator would: `kubectl edit` of the ConfigMap (or the chart's
+/// `agent.config`) and a restart.
+const AGENT_CONFIG: &str = "multicluster:\n  enableGateway: true\n  enablePodToPodConnectivity: true\n  enableStretchedNetworkPolicy: true\n  trafficEncryptionMode: wireGuard\n  wireGuard:\n    port: 51821\n  namespace: \"\"\n  uplink: \"\"\n  tunnelPort: 6081\n  pinPath: /sys/fs/bpf/mc/v1\n";
 
 /// The controllers' configuration on the testbed: the defaults of
 /// deploy/base/controller/configmap.yaml with stretched NetworkPolicy on (label identities), set

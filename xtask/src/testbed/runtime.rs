@@ -33,7 +33,7 @@ use crate::{
 };
 
 /// The standard paths each Node has for itself.
-const NODE_PATHS: [&str; 9] = [
+const NODE_PATHS: [&str; 10] = [
     "/var/lib/containerd",
     "/run/containerd",
     "/var/lib/kubelet",
@@ -43,6 +43,8 @@ const NODE_PATHS: [&str; 9] = [
     "/var/log/containers",
     // The agent's record of the Node's sysctls (hostPath in deploy/agent).
     "/run/strait",
+    // The agent's WireGuard key (hostPath in deploy/agent).
+    "/var/lib/strait",
     // flanneld's lease (`subnet.env`), which the flannel CNI plugin reads.
     "/run/flannel",
 ];
