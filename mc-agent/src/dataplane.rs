@@ -201,22 +201,39 @@ impl Dataplane {
         Ok(Self { ebpf, layout })
     }
 
-    /// Attaches the WireGuard device's program (`mc_wg_ingress`) to `interface`'s ingress with
-    /// TCX. The link is not pinned: it lives as long as this object, and the device (a TUN of
-    /// this process, userspace WireGuard) no longer than the process either.
-    pub fn attach_wireguard(&mut self, interface: &str) -> Result<(), DataplaneError> {
+    /// Attaches the WireGuard device's program (`mc_wg_ingress`) to `interface`'s ingress, with
+    /// TCX or, where `mode` says so (a kernel without TCX), as a filter on a `clsact` qdisc. The
+    /// link is not pinned: it lives as long as this object, and the device (a TUN of this
+    /// process, userspace WireGuard) no longer than the process either.
+    pub fn attach_wireguard(
+        &mut self,
+        interface: &str,
+        mode: AttachMode,
+    ) -> Result<(), DataplaneError> {
         let name = programs::WIREGUARD_INGRESS;
         let if_index = if_index(interface)
             .ok_or_else(|| DataplaneError::UnknownInterface(interface.to_owned()))?;
         let program = classifier(&mut self.ebpf, name)?;
+        let how = match mode {
+            AttachMode::Tcx => TcAttach::Tcx {
+                attach_type: TcAttachType::Ingress,
+                order: LinkOrder::first(),
+            },
+            AttachMode::Tc => {
+                // A new device: nothing else is on it.
+                let _ = tc::qdisc_add_clsact(if_index);
+                TcAttach::Netlink {
+                    parent: TcHandle::from(TcAttachType::Ingress),
+                    options: NlOptions {
+                        priority: TC_PRIORITY,
+                        handle: TcHandle::from(TC_HANDLE),
+                        classid: None,
+                    },
+                }
+            }
+        };
         program
-            .attach(
-                if_index,
-                TcAttach::Tcx {
-                    attach_type: TcAttachType::Ingress,
-                    order: LinkOrder::first(),
-                },
-            )
+            .attach(if_index, how)
             .map_err(|source| DataplaneError::Program { name, source })?;
         Ok(())
     }

@@ -79,6 +79,8 @@ struct Attached {
     masq: Option<PolicyHook>,
     /// Encryption on, while this Node is the gateway: its WireGuard device.
     wireguard: Option<WireGuardUp>,
+    /// How the programs attach (TCX, or legacy TC where the kernel has no TCX).
+    mode: crate::dataplane::AttachMode,
 }
 
 /// The gateway's WireGuard device, up, with what the programs are told of it.
@@ -1131,7 +1133,7 @@ fn wireguard_up(
     let device =
         wireguard::Device::start(wireguard::DEVICE, port, mtu, &key).map_err(|e| e.to_string())?;
     a.dataplane
-        .attach_wireguard(device.name())
+        .attach_wireguard(device.name(), a.mode)
         .map_err(|e| format!("attaching to {}: {e}", device.name()))?;
     let index = |dev: &str| {
         nix::net::if_::if_nametoindex(dev).map_err(|e| format!("no interface {dev}: {e}"))
@@ -1336,6 +1338,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         policy,
         masq,
         wireguard: None,
+        mode,
     })
 }
 

@@ -1526,12 +1526,16 @@ fn wireguard_gateway(node: &Node, dir: &Path, mtu: u32) -> WireGuardGateway {
     use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, KeyPair};
     let layout = PinLayout::new(node.pin_root());
     let key_path = dir.join(&node.ns.name).join("private.key");
+    // As the uplink's programs attach in this run (legacy TC filters, or TCX).
+    let attach_mode = mc_agent::dataplane::AttachMode::parse(&support::tc_attach())
+        .expect("STRAIT_TEST_TC_ATTACH")
+        .expect("a mode");
     in_netns(&node.ns, move || {
         let key = KeyPair::load_or_create(&key_path).expect("key");
         let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key).expect("WireGuard device");
         let mut dataplane = mc_agent::dataplane::Dataplane::load(layout).expect("load");
         dataplane
-            .attach_wireguard(DEVICE)
+            .attach_wireguard(DEVICE, attach_mode)
             .expect("attach to the device");
         let index = |dev: &str| nix::net::if_::if_nametoindex(dev).expect("ifindex");
         WireGuardGateway {

@@ -355,6 +355,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::RULE_COUNTERS => &["packets", "bytes"],
             maps::EXPOSED | maps::EXPOSED_PREFIXES => &["kind"],
             maps::SENDER_IDS => &["node"],
+            maps::WIREGUARD => &["ifindex", "uplink_ifindex", "uplink_mac", "port"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

@@ -191,7 +191,7 @@ fn wireguard_device(
         let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key)?;
         let dataplane = if strait {
             let mut d = mc_agent::dataplane::Dataplane::load(layout)?;
-            d.attach_wireguard(DEVICE)?;
+            d.attach_wireguard(DEVICE, mc_agent::dataplane::AttachMode::Tcx)?;
             Some(d)
         } else {
             None
