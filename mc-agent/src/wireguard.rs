@@ -28,6 +28,13 @@ pub use crate::state::WireGuardPeer;
 pub const DEVICE: &str = "strait-wg0";
 /// WireGuard's UDP port between gateways: Antrea Multi-cluster's default.
 pub const DEFAULT_PORT: u16 = 51821;
+/// Each peer gets a keepalive every second (`persistent_keepalive_interval`): a device that
+/// was just started (the agent restarted) shakes hands with its peers within a second, not
+/// only when this side next sends (a gateway that only receives, a stream's far end, would
+/// otherwise wait for the peer's 15 s handshake timeout while the peer's packets, under the old
+/// session, are dropped); it also keeps NAT mappings on the way open. 32 bytes a second each.
+pub const KEEPALIVE_SECONDS: u16 = 1;
+
 /// What WireGuard adds to each tunnel packet over IPv4: outer IPv4 (20) and UDP (8) headers,
 /// its data header (16) and the authentication tag (16).
 pub const OVERHEAD: u32 = 60;
@@ -216,7 +223,7 @@ impl Device {
             if self.peers.get(key) != Some(*want) {
                 let ip: Ipv4Addr = *want.endpoint.ip();
                 commands.push_str(&format!(
-                    "public_key={}\nendpoint={}\nreplace_allowed_ips=true\nallowed_ip={ip}/32\n",
+                    "public_key={}\nendpoint={}\npersistent_keepalive_interval={KEEPALIVE_SECONDS}\nreplace_allowed_ips=true\nallowed_ip={ip}/32\n",
                     hex(key),
                     want.endpoint
                 ));

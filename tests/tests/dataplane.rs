@@ -1005,8 +1005,11 @@ fn an_agent_upgrade_to_another_build_keeps_established_streams() {
     });
 
     // A stream paced at about 2 MB/s while the agents of every Node on its path are replaced.
+    // With `trafficEncryptionMode: wireGuard` (the testbed's) each gateway's WireGuard device
+    // goes with its old agent: a pause of some seconds per gateway, which TCP's backed-off
+    // retransmissions can stretch past 10 s when the two gateways' pauses follow each other.
     let size = upgrade.stream_bytes();
-    let stream = slow_stream("up-client", addr, size, Duration::from_secs(10), None);
+    let stream = slow_stream("up-client", addr, size, Duration::from_secs(30), None);
     std::thread::sleep(Duration::from_millis(500));
     for ((cluster, node), log) in upgrade.apply(&tb) {
         assert!(
