@@ -672,20 +672,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
     // Servers in pod-w: HTTP and a UDP echo.
     let stop = Arc::new(AtomicBool::new(false));
     let http = pod_w_http(&pod_w, stop.clone());
-    let udp = {
-        let stop = stop.clone();
-        in_netns(&pod_w, move || {
-            let sock = UdpSocket::bind("10.245.0.7:5353").expect("bind udp");
-            sock.set_read_timeout(Some(Duration::from_millis(100)))
-                .unwrap();
-            let mut buf = [0u8; 2048];
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = sock.recv_from(&mut buf) {
-                    let _ = sock.send_to(&buf[..n], from);
-                }
-            }
-        })
-    };
+    let (udp, _) = udp_echo_keeping(&pod_w, stop.clone());
 
     // So far every link is a veth: a GSO packet crosses whole, never cut into wire packets.
     // UDP datagrams sent as one GSO packet (`UDP_SEGMENT`) arrive at west's gateway like that,
@@ -709,16 +696,7 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         );
     }
     // A capture between the router and west's gateway for the whole exchange.
-    let pcap = std::env::temp_dir().join(format!("strait-x-{}.pcap", std::process::id()));
-    let mut capture = router
-        .cmd("tcpdump")
-        .args(["-i", "gw-w", "-n", "-U", "-w"])
-        .arg(&pcap)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tcpdump");
-    thread::sleep(Duration::from_millis(500));
+    let (mut capture, pcap) = capture_toward_west(&router, "x");
 
     let service: SocketAddr = "10.98.0.10:80".parse().unwrap();
     // TCP through the Service: a small request, then a bulk transfer with full-size segments.
@@ -950,7 +928,25 @@ fn ip_lengths(pcap: &Path, src: [u8; 4]) -> Vec<usize> {
     lengths
 }
 
-fn assert_only_geneve_between_gateways(pcap: &Path) {
+/// tcpdump in the router on its link to west's gateway (`gw-w`), writing a pcap named after
+/// `tag`; it captures once it returns.
+fn capture_toward_west(router: &NetNs, tag: &str) -> (std::process::Child, PathBuf) {
+    let pcap = std::env::temp_dir().join(format!("strait-{tag}-{}.pcap", std::process::id()));
+    let capture = router
+        .cmd("tcpdump")
+        .args(["-i", "gw-w", "-n", "-U", "-w"])
+        .arg(&pcap)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    thread::sleep(Duration::from_millis(500));
+    (capture, pcap)
+}
+
+/// Asserts that every IPv4 packet of the capture (more than 100 of them) is, after tcpdump's
+/// " IP ", what `between_gateways` accepts (`what` names it in the failure).
+fn assert_only_between_gateways(pcap: &Path, what: &str, between_gateways: impl Fn(&str) -> bool) {
     let out = run(Command::new("tcpdump")
         .args(["-n", "-r"])
         .arg(pcap)
@@ -963,15 +959,20 @@ fn assert_only_geneve_between_gateways(pcap: &Path) {
         lines.len()
     );
     for line in lines {
-        // "... IP 198.18.1.1.51234 > 198.18.2.1.6081: Geneve, ..."
         let outer = line.split(" IP ").nth(1).unwrap_or("");
-        let ok = (outer.starts_with("198.18.1.1.") && outer.contains(" > 198.18.2.1.6081: Geneve"))
-            || (outer.starts_with("198.18.2.1.") && outer.contains(" > 198.18.1.1.6081: Geneve"));
         assert!(
-            ok,
-            "a packet between the router and west that is not gateway-to-gateway Geneve:\n{line}"
+            between_gateways(outer),
+            "a packet between the router and west that is not {what}:\n{line}"
         );
     }
+}
+
+fn assert_only_geneve_between_gateways(pcap: &Path) {
+    // "... IP 198.18.1.1.51234 > 198.18.2.1.6081: Geneve, ..."
+    assert_only_between_gateways(pcap, "gateway-to-gateway Geneve", |outer| {
+        (outer.starts_with("198.18.1.1.") && outer.contains(" > 198.18.2.1.6081: Geneve"))
+            || (outer.starts_with("198.18.2.1.") && outer.contains(" > 198.18.1.1.6081: Geneve"))
+    });
 }
 
 /// Whether a TCP connection to `addr` opens within 0.8 s: before the first SYN is sent again
@@ -1697,16 +1698,7 @@ fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways()
         node.sync(inputs);
     }
 
-    let pcap = std::env::temp_dir().join(format!("strait-wg-{}.pcap", std::process::id()));
-    let mut capture = router
-        .cmd("tcpdump")
-        .args(["-i", "gw-w", "-n", "-U", "-w"])
-        .arg(&pcap)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tcpdump");
-    thread::sleep(Duration::from_millis(500));
+    let (mut capture, pcap) = capture_toward_west(&router, "wg");
 
     // The first packet starts WireGuard's handshake: UDP until an echo comes back.
     const MARKER: &[u8] = b"strait-wireguard-marker-9f3c";
@@ -1752,26 +1744,10 @@ fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways()
     let _ = capture.wait();
 
     // Only WireGuard between the gateways, on its port both ways, and no marker in the clear.
-    let out = run(Command::new("tcpdump")
-        .args(["-n", "-r"])
-        .arg(&pcap)
-        .arg("ip"));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
-    assert!(
-        lines.len() > 100,
-        "too few packets captured: {}",
-        lines.len()
-    );
-    for line in &lines {
-        let outer = line.split(" IP ").nth(1).unwrap_or("");
-        let ok = outer.starts_with("198.18.1.1.51821 > 198.18.2.1.51821: UDP")
-            || outer.starts_with("198.18.2.1.51821 > 198.18.1.1.51821: UDP");
-        assert!(
-            ok,
-            "a packet between the router and west that is not WireGuard between the gateways:\n{line}"
-        );
-    }
+    assert_only_between_gateways(&pcap, "WireGuard between the gateways", |outer| {
+        outer.starts_with("198.18.1.1.51821 > 198.18.2.1.51821: UDP")
+            || outer.starts_with("198.18.2.1.51821 > 198.18.1.1.51821: UDP")
+    });
     let raw = std::fs::read(&pcap).unwrap();
     assert!(
         !raw.windows(MARKER.len()).any(|w| w == MARKER),
