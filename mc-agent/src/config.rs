@@ -64,6 +64,11 @@ pub struct Multicluster {
     /// 9001 with 1500 between VPCs): MSS clamping and fragmentation-needed follow it.
     #[serde(default, rename = "tunnelMTU")]
     pub tunnel_mtu: u32,
+    /// Strait's own: which WireGuard the gateway runs with `trafficEncryptionMode: wireGuard`:
+    /// empty / `auto` (the kernel's where the Node has it, else boringtun in userspace),
+    /// `kernel` or `userspace`.
+    #[serde(default)]
+    pub wire_guard_implementation: String,
 }
 
 /// `multicluster.wireGuard`.
@@ -109,6 +114,7 @@ impl Default for Multicluster {
             pin_path: default_pin_path(),
             tc_attach: String::new(),
             tunnel_mtu: 0,
+            wire_guard_implementation: String::new(),
         }
     }
 }
@@ -119,6 +125,11 @@ impl Multicluster {
         self.traffic_encryption_mode
             .as_deref()
             .is_some_and(|m| m.eq_ignore_ascii_case("wireGuard"))
+    }
+
+    /// `wireGuardImplementation`, checked when the file was parsed.
+    pub fn wireguard_implementation(&self) -> crate::wireguard::Implementation {
+        crate::wireguard::Implementation::parse(&self.wire_guard_implementation).unwrap_or_default()
     }
 
     /// Parses and validates the config file's text.
@@ -163,6 +174,13 @@ impl Multicluster {
         if let Err(message) = crate::dataplane::AttachMode::parse(&mc.tc_attach) {
             return Err(ConfigError::Invalid {
                 key: "tcAttach",
+                message,
+            });
+        }
+        if let Err(message) = crate::wireguard::Implementation::parse(&mc.wire_guard_implementation)
+        {
+            return Err(ConfigError::Invalid {
+                key: "wireGuardImplementation",
                 message,
             });
         }
@@ -249,6 +267,13 @@ mod tests {
         let mc = Multicluster::parse("multicluster:\n  trafficEncryptionMode: none\n").unwrap();
         assert!(!mc.encryption());
         assert!(!Multicluster::default().encryption());
+        use crate::wireguard::Implementation;
+        assert_eq!(mc.wireguard_implementation(), Implementation::Auto);
+        let mc =
+            Multicluster::parse("multicluster:\n  wireGuardImplementation: Userspace\n").unwrap();
+        assert_eq!(mc.wireguard_implementation(), Implementation::Userspace);
+        let mc = Multicluster::parse("multicluster:\n  wireGuardImplementation: kernel\n").unwrap();
+        assert_eq!(mc.wireguard_implementation(), Implementation::Kernel);
     }
 
     #[test]
@@ -271,6 +296,10 @@ mod tests {
                 "multicluster.wireGuard.port",
             ),
             ("multicluster:\n  pinPath: relative/dir\n", "pinPath"),
+            (
+                "multicluster:\n  wireGuardImplementation: wireguard-go\n",
+                "multicluster.wireGuardImplementation: \"wireguard-go\" is not",
+            ),
             (
                 "multicluster:\n  tcAttach: clsact\n",
                 "multicluster.tcAttach",

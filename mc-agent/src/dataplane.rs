@@ -202,18 +202,43 @@ impl Dataplane {
     }
 
     /// Attaches the WireGuard device's program (`mc_wg_ingress`) to `interface`'s ingress, with
-    /// TCX or, where `mode` says so (a kernel without TCX), as a filter on a `clsact` qdisc. The
-    /// link is not pinned: it lives as long as this object, and the device (a TUN of this
-    /// process, userspace WireGuard) no longer than the process either.
+    /// TCX or, where `mode` says so (a kernel without TCX), as a filter on a `clsact` qdisc.
+    /// With `keep` (the kernel's device, which outlives the agent) the link is pinned, or the
+    /// filter left in place, as the uplink's are: a restarted agent replaces the program inside
+    /// it and the decrypted traffic never meets a device without it. Without (boringtun's
+    /// device, a TUN of this process) the link lives as long as this object.
     pub fn attach_wireguard(
         &mut self,
         interface: &str,
         mode: AttachMode,
+        keep: bool,
     ) -> Result<(), DataplaneError> {
         let name = programs::WIREGUARD_INGRESS;
         let if_index = if_index(interface)
             .ok_or_else(|| DataplaneError::UnknownInterface(interface.to_owned()))?;
+        let layout = self.layout.clone();
         let program = classifier(&mut self.ebpf, name)?;
+        if keep {
+            let attach = |program: &mut SchedClassifier| match mode {
+                AttachMode::Tcx => {
+                    attach_one(program, &layout, interface, if_index, Direction::Ingress)
+                }
+                AttachMode::Tc => {
+                    attach_tc(program, &layout, interface, if_index, Direction::Ingress)
+                }
+            };
+            return match attach(program) {
+                Ok(_) => Ok(()),
+                // A pin left from a device that is gone (deleted and made again): its link
+                // holds no hook any more.
+                Err(_) if layout.link(interface, Direction::Ingress.as_str()).exists() => {
+                    forget_link(&layout, interface);
+                    attach(program).map(|_| ())
+                }
+                Err(e) => Err(e),
+            };
+        }
+        forget_link(&layout, interface);
         let how = match mode {
             AttachMode::Tcx => TcAttach::Tcx {
                 attach_type: TcAttachType::Ingress,
@@ -236,6 +261,11 @@ impl Dataplane {
             .attach(if_index, how)
             .map_err(|source| DataplaneError::Program { name, source })?;
         Ok(())
+    }
+
+    /// Forgets the WireGuard device's kept link (the device was closed): its pin and record.
+    pub fn forget_wireguard_link(&self, interface: &str) {
+        forget_link(&self.layout, interface);
     }
 
     /// Attaches (or re-attaches) the ingress and egress programs to `interface`, with TCX.
@@ -498,6 +528,35 @@ impl DataplaneMaps<MapData> {
     }
 }
 
+/// The WireGuard device the pinned maps name (`mc_wireguard`), when it is gone (boringtun's
+/// device ends with the agent that made it; the kernel's stays): forgotten, so that the
+/// programs drop what they would send through it, counted (`drop_wireguard_not_ready`), until
+/// the next device is up, instead of redirecting to an interface that no longer exists (the
+/// kernel drops those without a Strait counter). Whether it was forgotten; no pinned maps
+/// (a first start) is not an error.
+pub fn forget_gone_wireguard_device(layout: &PinLayout, device: &str) -> Result<bool, MapError> {
+    let pinned = match MapData::from_pin(layout.map(maps::WIREGUARD)) {
+        Ok(pinned) => pinned,
+        Err(MapError::SyscallError(SyscallError { io_error, .. }))
+            if io_error.kind() == io::ErrorKind::NotFound =>
+        {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut array: Array<MapData, WireGuardConfig> =
+        aya::maps::Map::from_map_data(pinned)?.try_into()?;
+    let mut current = array.get(&0, 0)?;
+    if current.ifindex == 0
+        || (crate::wireguard::is_kernel_device(device) && if_index(device) == Some(current.ifindex))
+    {
+        return Ok(false);
+    }
+    current.ifindex = 0;
+    array.set(0, &current, 0)?;
+    Ok(true)
+}
+
 fn map_err(e: MapError) -> DataplaneError {
     DataplaneError::Load(EbpfError::MapError(e))
 }
@@ -590,6 +649,17 @@ fn attach_one(
         }
         Err(e) => Err(link_err(format!("opening the pinned link: {e}"))),
     }
+}
+
+/// Removes the pinned ingress link (detached first) and the TC record of a device of Strait's
+/// (the WireGuard device): what is not there is not an error.
+fn forget_link(layout: &PinLayout, interface: &str) {
+    let link = layout.link(interface, Direction::Ingress.as_str());
+    if link.exists() {
+        let _ = detach_pinned_link(&link);
+        let _ = std::fs::remove_file(&link);
+    }
+    let _ = std::fs::remove_dir(tc_record(layout, interface));
 }
 
 /// Where the pin root records that Strait's TC filters are on `interface`: a directory (bpffs

@@ -161,12 +161,15 @@ pub struct Uninstalled {
     pub sysctls: Vec<(String, String)>,
     /// The Node's WireGuard private key was removed.
     pub wireguard_key_removed: bool,
+    /// The kernel's WireGuard device (`strait-wg0`), which outlives the agent, was deleted.
+    pub wireguard_device_removed: bool,
 }
 
 /// Takes Strait off this Node: detaches every pinned link under the pin root, removes the pin
 /// directory with its maps (and its parent when that is left empty and is not the bpffs mount),
 /// removes every route with `proto 167` (and an earlier version's rule, `lookup 167`), and restores
-/// the recorded sysctls, and removes the Node's WireGuard key. Safe to run twice;
+/// the recorded sysctls, and removes the Node's WireGuard key and its kernel WireGuard device.
+/// Safe to run twice;
 /// run it after the agent has stopped, or the agent attaches again.
 pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninstalled> {
     use anyhow::Context as _;
@@ -225,6 +228,9 @@ pub fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<Uninst
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).context("removing the WireGuard key"),
     }
+    done.wireguard_device_removed =
+        crate::wireguard::remove_kernel_device(crate::wireguard::DEVICE)
+            .map_err(|e| anyhow::anyhow!("removing the WireGuard device: {e}"))?;
     Ok(done)
 }
 
@@ -257,6 +263,12 @@ pub fn leftovers(layout: &PinLayout, state: &HostState) -> anyhow::Result<Vec<St
         left.push(format!(
             "WireGuard private key {}",
             state.wireguard_key().display()
+        ));
+    }
+    if crate::wireguard::is_kernel_device(crate::wireguard::DEVICE) {
+        left.push(format!(
+            "WireGuard device {} (the kernel's)",
+            crate::wireguard::DEVICE
         ));
     }
     Ok(left)

@@ -159,6 +159,7 @@ fn main() -> anyhow::Result<()> {
             } else {
                 config.namespace.clone()
             };
+            let pin_layout = PinLayout::new(&config.pin_path);
             let runtime = tokio::runtime::Runtime::new()?;
             let outcome = runtime.block_on(async move {
                 let mut shutdown = mc_kube::Shutdown::listen();
@@ -192,6 +193,8 @@ fn main() -> anyhow::Result<()> {
             // A pass in the middle of a load is abandoned after 200 ms as a kill would abandon
             // it: the next agent reconciles from the pinned state.
             runtime.shutdown_timeout(Duration::from_millis(200));
+            // boringtun's device ends with this process: the programs are told now.
+            mc_agent::run::forget_gone_wireguard(&pin_layout);
             outcome
         }
         Command::Attach {
@@ -293,6 +296,12 @@ fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
     if done.wireguard_key_removed {
         tracing::info!(key = %state.wireguard_key().display(), "removed the WireGuard private key");
     }
+    if done.wireguard_device_removed {
+        tracing::info!(
+            device = mc_agent::wireguard::DEVICE,
+            "deleted the kernel's WireGuard device"
+        );
+    }
     let left = host::leftovers(layout, state)?;
     anyhow::ensure!(
         left.is_empty(),
@@ -366,8 +375,10 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
             "ENCRYPTION wireGuard  DEVICE {}  UDP {}",
             if wg.ifindex == 0 {
                 "not up (traffic to remote gateways is dropped)".to_owned()
+            } else if mc_agent::wireguard::is_kernel_device(mc_agent::wireguard::DEVICE) {
+                format!("ifindex {} (the kernel's)", wg.ifindex)
             } else {
-                format!("ifindex {}", wg.ifindex)
+                format!("ifindex {} (userspace, boringtun)", wg.ifindex)
             },
             wg.port
         );

@@ -1116,7 +1116,9 @@ fn wireguard_up(
     mtu: u32,
 ) -> Result<Option<mc_common::dataplane::WireGuardConfig>, String> {
     if !is_gateway {
-        if a.wireguard.take().is_some() {
+        if let Some(wg) = a.wireguard.take() {
+            wg.device.close();
+            a.dataplane.forget_wireguard_link(wireguard::DEVICE);
             tracing::info!(
                 "no longer the gateway: WireGuard device {} closed",
                 wireguard::DEVICE
@@ -1130,10 +1132,18 @@ fn wireguard_up(
     let key =
         wireguard::KeyPair::load_or_create(opts.host.wireguard_key()).map_err(|e| e.to_string())?;
     let port = opts.config.wire_guard.port;
-    let device =
-        wireguard::Device::start(wireguard::DEVICE, port, mtu, &key).map_err(|e| e.to_string())?;
+    let device = wireguard::Device::start(
+        wireguard::DEVICE,
+        port,
+        mtu,
+        &key,
+        opts.config.wireguard_implementation(),
+    )
+    .map_err(|e| e.to_string())?;
+    // The kernel's device stays when the agent stops, and so does its program (pinned); a
+    // restarted agent replaces the program inside the link.
     a.dataplane
-        .attach_wireguard(device.name(), a.mode)
+        .attach_wireguard(device.name(), a.mode, device.outlives_process())
         .map_err(|e| format!("attaching to {}: {e}", device.name()))?;
     let index = |dev: &str| {
         nix::net::if_::if_nametoindex(dev).map_err(|e| format!("no interface {dev}: {e}"))
@@ -1148,6 +1158,7 @@ fn wireguard_up(
     let public_key = key.public_base64();
     tracing::info!(
         device = device.name(),
+        implementation = device.implementation(),
         port,
         mtu,
         public_key,
@@ -1261,6 +1272,7 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         opts.config.uplink.clone()
     };
     let layout = PinLayout::new(&opts.config.pin_path);
+    forget_gone_wireguard(&layout);
     let mut dataplane = Dataplane::load(layout.clone()).map_err(|e| e.to_string())?;
     let mut policy = None;
     let mut masq = None;
@@ -1340,6 +1352,19 @@ fn attach(opts: &RunOptions, node_ip: Ipv4Addr) -> Result<Attached, String> {
         wireguard: None,
         mode,
     })
+}
+
+/// An earlier agent's WireGuard device that went with it (boringtun's): the programs stop
+/// sending to it (`drop_wireguard_not_ready`, counted) until this agent's device is up. Also
+/// when the agent stops (`mc-agent run`'s exit).
+pub fn forget_gone_wireguard(layout: &PinLayout) {
+    match crate::dataplane::forget_gone_wireguard_device(layout, wireguard::DEVICE) {
+        Ok(true) => tracing::info!(
+            "the WireGuard device of the last agent is gone: traffic to remote gateways is dropped (drop_wireguard_not_ready) until this Node's device is up"
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("cannot read or clear mc_wireguard: {e}"),
+    }
 }
 
 fn log_change(want: &Desired, report: &sync::SyncReport) {

@@ -1,11 +1,15 @@
 //! Encryption between gateways (`trafficEncryptionMode: wireGuard`, docs/design.md §4c): this
 //! Node's WireGuard key pair and the gateway's WireGuard device.
 //!
-//! WireGuard itself is not Strait's: the device is boringtun's (Cloudflare's userspace
-//! implementation, in this process), configured through its cross-platform UAPI, the text
-//! protocol `wg` speaks. The programs hand it Geneve packets for remote gateways
-//! (`bpf_redirect` to its TUN) and take the decrypted ones back from its ingress
-//! (`mc_wg_ingress`); WireGuard's own datagrams leave and arrive on the uplink.
+//! WireGuard itself is not Strait's. Where the Node's kernel has WireGuard (Linux 5.6 and
+//! later, or the module), the device is the kernel's, created with `ip link add ... type
+//! wireguard` and configured over its generic netlink API (the `wireguard-uapi` crate); it
+//! outlives the agent, so a restarted agent finds it carrying traffic. Where the kernel has
+//! none, the device is boringtun's (Cloudflare's userspace implementation, in this process),
+//! configured through the cross-platform UAPI, the text protocol `wg` speaks; it goes with the
+//! process. Either way the programs hand it Geneve packets for remote gateways (`bpf_redirect`
+//! to the device) and take the decrypted ones back from its ingress (`mc_wg_ingress`);
+//! WireGuard's own datagrams leave and arrive on the uplink.
 
 use std::{
     collections::BTreeMap,
@@ -147,19 +151,155 @@ pub struct PeerStats {
     pub tx_bytes: u64,
 }
 
-/// The gateway's WireGuard device: a TUN of this process (boringtun), gone with it.
+/// Which WireGuard the gateway runs (`multicluster.wireGuardImplementation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Implementation {
+    /// The kernel's where the Node has it, else userspace.
+    #[default]
+    Auto,
+    /// The kernel's only: a Node without it is not ready (names why).
+    Kernel,
+    /// boringtun in the agent's process, even where the kernel has WireGuard.
+    Userspace,
+}
+
+impl Implementation {
+    /// `auto` (or empty), `kernel` or `userspace`, any case.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Self::Auto),
+            "kernel" => Ok(Self::Kernel),
+            "userspace" => Ok(Self::Userspace),
+            _ => Err(format!(
+                "{text:?} is not a WireGuard implementation: auto, kernel or userspace"
+            )),
+        }
+    }
+}
+
+/// The gateway's WireGuard device: the kernel's (it stays when the agent stops) or a TUN of this
+/// process (boringtun, gone with it).
 pub struct Device {
     name: String,
-    api: BufReader<UnixStream>,
     peers: BTreeMap<[u8; 32], WireGuardPeer>,
-    // Dropped last: its threads end when the API socket closes.
-    _handle: DeviceHandle,
+    backend: Backend,
+}
+
+enum Backend {
+    Kernel(wireguard_uapi::WgSocket),
+    Userspace {
+        api: BufReader<UnixStream>,
+        // Dropped last: its threads end when the API socket closes.
+        _handle: DeviceHandle,
+    },
 }
 
 impl Device {
     /// Creates the device `name` with `key`, listening on `port`, with `mtu` (the largest
-    /// tunnel packet it carries: the tunnel MTU less WireGuard's overhead), and sets it up.
-    pub fn start(name: &str, port: u16, mtu: u32, key: &KeyPair) -> Result<Self, WireGuardError> {
+    /// tunnel packet it carries: the tunnel MTU less WireGuard's overhead), and sets it up: the
+    /// kernel's where `how` allows it and the kernel has it (an existing kernel device of that
+    /// name, an earlier agent's, is taken over with its peers and sessions), else boringtun's.
+    pub fn start(
+        name: &str,
+        port: u16,
+        mtu: u32,
+        key: &KeyPair,
+        how: Implementation,
+    ) -> Result<Self, WireGuardError> {
+        let device_err = |message: String| WireGuardError::Device {
+            name: name.to_owned(),
+            message,
+        };
+        let device = match how {
+            Implementation::Userspace => Self::userspace(name, port, key)?,
+            Implementation::Kernel => Self::kernel(name, port, key).map_err(device_err)?,
+            Implementation::Auto => match Self::kernel(name, port, key) {
+                Ok(device) => device,
+                Err(why) => {
+                    tracing::info!(
+                        device = name,
+                        "no WireGuard in this kernel ({why}): running WireGuard in userspace (boringtun)"
+                    );
+                    Self::userspace(name, port, key)?
+                }
+            },
+        };
+        if let Err(e) = device.set_link(mtu) {
+            device.close();
+            return Err(device_err(e));
+        }
+        Ok(device)
+    }
+
+    /// The kernel's device `name`, created or an earlier agent's, with `key` and `port`; why
+    /// not (the kernel has no WireGuard, `name` is another kind of device) otherwise.
+    fn kernel(name: &str, port: u16, key: &KeyPair) -> Result<Self, String> {
+        let created = match crate::routes::link_kind(name) {
+            Ok((Some(kind), _)) if kind == "wireguard" => false,
+            Ok((kind, _)) if nix::net::if_::if_nametoindex(name).is_ok() => {
+                return Err(format!(
+                    "{name} exists and is not a WireGuard device (kind {})",
+                    kind.as_deref().unwrap_or("none")
+                ));
+            }
+            _ => {
+                let out = Command::new("ip")
+                    .args(["link", "add", name, "type", "wireguard"])
+                    .output()
+                    .map_err(|e| format!("running ip: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "ip link add {name} type wireguard: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                true
+            }
+        };
+        let configured = (|| -> Result<Self, String> {
+            let mut socket = wireguard_uapi::WgSocket::connect()
+                .map_err(|e| format!("the kernel's WireGuard netlink API: {e}"))?;
+            let secret = key.secret.to_bytes();
+            socket
+                .set_device(
+                    wireguard_uapi::set::Device::from_ifname(name)
+                        .private_key(&secret)
+                        .listen_port(port),
+                )
+                .map_err(|e| format!("setting the key and port: {e}"))?;
+            // An earlier agent's peers: kept as they are until the first `set_peers`.
+            let current = socket
+                .get_device(wireguard_uapi::DeviceInterface::from_name(name))
+                .map_err(|e| format!("reading the device: {e}"))?;
+            let peers = current
+                .peers
+                .into_iter()
+                .filter_map(|p| match p.endpoint {
+                    Some(std::net::SocketAddr::V4(endpoint)) => Some((
+                        p.public_key,
+                        WireGuardPeer {
+                            cluster_id: String::new(),
+                            public_key: p.public_key,
+                            endpoint,
+                        },
+                    )),
+                    _ => None,
+                })
+                .collect();
+            Ok(Self {
+                name: name.to_owned(),
+                peers,
+                backend: Backend::Kernel(socket),
+            })
+        })();
+        if configured.is_err() && created {
+            let _ = Command::new("ip").args(["link", "del", name]).output();
+        }
+        configured
+    }
+
+    /// boringtun's device `name`, a TUN of this process.
+    fn userspace(name: &str, port: u16, key: &KeyPair) -> Result<Self, WireGuardError> {
         let device_err = |message: String| WireGuardError::Device {
             name: name.to_owned(),
             message,
@@ -182,57 +322,127 @@ impl Device {
         })?;
         let mut device = Self {
             name: name.to_owned(),
-            api: BufReader::new(ours),
             peers: BTreeMap::new(),
-            _handle: handle,
+            backend: Backend::Userspace {
+                api: BufReader::new(ours),
+                _handle: handle,
+            },
         };
         device.set(&format!(
             "private_key={}\nlisten_port={port}\n",
             hex(&key.secret.to_bytes())
         ))?;
+        Ok(device)
+    }
+
+    fn set_link(&self, mtu: u32) -> Result<(), String> {
+        let name = &self.name;
         let out = Command::new("ip")
             .args(["link", "set", name, "mtu", &mtu.to_string(), "up"])
             .output()
-            .map_err(|e| device_err(format!("running ip: {e}")))?;
+            .map_err(|e| format!("running ip: {e}"))?;
         if !out.status.success() {
-            return Err(device_err(format!(
+            return Err(format!(
                 "ip link set {name} up: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            ));
         }
-        Ok(device)
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// `kernel` or `userspace (boringtun)`, for logs and `mc-agent maps`.
+    pub fn implementation(&self) -> &'static str {
+        match self.backend {
+            Backend::Kernel(_) => "kernel",
+            Backend::Userspace { .. } => "userspace (boringtun)",
+        }
+    }
+
+    /// The kernel's device: it stays (carrying traffic) when this process ends.
+    pub fn outlives_process(&self) -> bool {
+        matches!(self.backend, Backend::Kernel(_))
+    }
+
+    /// Removes the device: the kernel's is deleted, boringtun's ends with this object.
+    pub fn close(self) {
+        if self.outlives_process() {
+            let _ = remove_kernel_device(&self.name);
+        }
+    }
+
     /// Makes the device's peers exactly `peers`: a peer whose key is new is added, one whose
-    /// endpoint changed is replaced (boringtun changes a peer only by removing it first), one no
-    /// longer wanted is removed. Each peer may send from its endpoint's address only.
+    /// endpoint changed is replaced (boringtun changes a peer only by removing it first; the
+    /// kernel changes it in place), one no longer wanted is removed. Each peer may send from its
+    /// endpoint's address only.
     pub fn set_peers(&mut self, peers: &[WireGuardPeer]) -> Result<bool, WireGuardError> {
         let wanted: BTreeMap<[u8; 32], &WireGuardPeer> =
             peers.iter().map(|p| (p.public_key, p)).collect();
-        let mut commands = String::new();
-        for (key, have) in &self.peers {
-            if wanted.get(key).is_none_or(|w| *w != have) {
-                commands.push_str(&format!("public_key={}\nremove=true\n", hex(key)));
-            }
-        }
-        for (key, want) in &wanted {
-            if self.peers.get(key) != Some(*want) {
-                let ip: Ipv4Addr = *want.endpoint.ip();
-                commands.push_str(&format!(
-                    "public_key={}\nendpoint={}\npersistent_keepalive_interval={KEEPALIVE_SECONDS}\nreplace_allowed_ips=true\nallowed_ip={ip}/32\n",
-                    hex(key),
-                    want.endpoint
-                ));
-            }
-        }
-        if commands.is_empty() {
+        let gone: Vec<[u8; 32]> = self
+            .peers
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .copied()
+            .collect();
+        let changed: Vec<&WireGuardPeer> = wanted
+            .iter()
+            .filter(|(k, w)| self.peers.get(*k) != Some(**w))
+            .map(|(_, w)| *w)
+            .collect();
+        if gone.is_empty() && changed.is_empty() {
             return Ok(false);
         }
-        self.set(&commands)?;
+        match &mut self.backend {
+            Backend::Kernel(socket) => {
+                use wireguard_uapi::set::{AllowedIp, Peer, WgPeerF};
+                let endpoints: Vec<(std::net::SocketAddr, std::net::IpAddr)> = changed
+                    .iter()
+                    .map(|w| (w.endpoint.into(), (*w.endpoint.ip()).into()))
+                    .collect();
+                let mut set: Vec<Peer> = gone
+                    .iter()
+                    .map(|k| Peer::from_public_key(k).flags(vec![WgPeerF::RemoveMe]))
+                    .collect();
+                for (w, (endpoint, ip)) in changed.iter().zip(&endpoints) {
+                    set.push(
+                        Peer::from_public_key(&w.public_key)
+                            .flags(vec![WgPeerF::ReplaceAllowedIps])
+                            .endpoint(endpoint)
+                            .persistent_keepalive_interval(KEEPALIVE_SECONDS)
+                            .allowed_ips(vec![AllowedIp {
+                                ipaddr: ip,
+                                cidr_mask: Some(32),
+                            }]),
+                    );
+                }
+                socket
+                    .set_device(wireguard_uapi::set::Device::from_ifname(&self.name).peers(set))
+                    .map_err(|e| WireGuardError::Api(e.to_string()))?;
+            }
+            Backend::Userspace { .. } => {
+                let mut commands = String::new();
+                for key in gone.iter().chain(
+                    changed
+                        .iter()
+                        .map(|w| &w.public_key)
+                        .filter(|k| self.peers.contains_key(*k)),
+                ) {
+                    commands.push_str(&format!("public_key={}\nremove=true\n", hex(key)));
+                }
+                for want in &changed {
+                    let ip: Ipv4Addr = *want.endpoint.ip();
+                    commands.push_str(&format!(
+                        "public_key={}\nendpoint={}\npersistent_keepalive_interval={KEEPALIVE_SECONDS}\nreplace_allowed_ips=true\nallowed_ip={ip}/32\n",
+                        hex(&want.public_key),
+                        want.endpoint
+                    ));
+                }
+                self.set(&commands)?;
+            }
+        }
         self.peers = wanted.into_iter().map(|(k, p)| (k, p.clone())).collect();
         Ok(true)
     }
@@ -245,6 +455,35 @@ impl Device {
         endpoint: std::net::SocketAddrV4,
         allowed: &[&str],
     ) -> Result<(), WireGuardError> {
+        if let Backend::Kernel(socket) = &mut self.backend {
+            use wireguard_uapi::set::{AllowedIp, Peer};
+            let endpoint = std::net::SocketAddr::from(endpoint);
+            let cidrs = allowed
+                .iter()
+                .map(|c| {
+                    let (ip, len) = c.split_once('/').unwrap_or((c, "32"));
+                    Ok((
+                        ip.parse::<std::net::IpAddr>().map_err(|e| e.to_string())?,
+                        len.parse::<u8>().map_err(|e| e.to_string())?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map_err(WireGuardError::Api)?;
+            let peer = Peer::from_public_key(public_key)
+                .endpoint(&endpoint)
+                .allowed_ips(
+                    cidrs
+                        .iter()
+                        .map(|(ipaddr, len)| AllowedIp {
+                            ipaddr,
+                            cidr_mask: Some(*len),
+                        })
+                        .collect(),
+                );
+            return socket
+                .set_device(wireguard_uapi::set::Device::from_ifname(&self.name).peers(vec![peer]))
+                .map_err(|e| WireGuardError::Api(e.to_string()));
+        }
         let mut body = format!(
             "public_key={}\nendpoint={endpoint}\nreplace_allowed_ips=true\n",
             hex(public_key)
@@ -257,6 +496,27 @@ impl Device {
 
     /// Every peer's handshake and byte counters.
     pub fn stats(&mut self) -> Result<Vec<PeerStats>, WireGuardError> {
+        if let Backend::Kernel(socket) = &mut self.backend {
+            let device = socket
+                .get_device(wireguard_uapi::DeviceInterface::from_name(&self.name))
+                .map_err(|e| WireGuardError::Api(e.to_string()))?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            return Ok(device
+                .peers
+                .into_iter()
+                .map(|p| PeerStats {
+                    public_key: base64(&p.public_key),
+                    endpoint: p.endpoint.map(|e| e.to_string()),
+                    // The kernel gives the time of day of the last handshake (0: none).
+                    since_handshake: (!p.last_handshake_time.is_zero())
+                        .then(|| now.saturating_sub(p.last_handshake_time).as_secs()),
+                    rx_bytes: p.rx_bytes,
+                    tx_bytes: p.tx_bytes,
+                })
+                .collect());
+        }
         let lines = self.request("get=1\n\n")?;
         let mut out: Vec<PeerStats> = Vec::new();
         for line in lines {
@@ -304,14 +564,16 @@ impl Device {
     /// it.
     fn request(&mut self, text: &str) -> Result<Vec<String>, WireGuardError> {
         let api_err = |e: std::io::Error| WireGuardError::Api(e.to_string());
-        self.api
-            .get_mut()
-            .write_all(text.as_bytes())
-            .map_err(api_err)?;
+        let Backend::Userspace { api, .. } = &mut self.backend else {
+            return Err(WireGuardError::Api(
+                "the kernel's device has no UAPI socket".into(),
+            ));
+        };
+        api.get_mut().write_all(text.as_bytes()).map_err(api_err)?;
         let mut lines = Vec::new();
         loop {
             let mut line = String::new();
-            if self.api.read_line(&mut line).map_err(api_err)? == 0 {
+            if api.read_line(&mut line).map_err(api_err)? == 0 {
                 return Err(WireGuardError::Api("the device closed its API".into()));
             }
             let line = line.trim_end().to_owned();
@@ -325,6 +587,30 @@ impl Device {
             lines.push(line);
         }
     }
+}
+
+/// Deletes the kernel's WireGuard device `name` if there is one (`uninstall`, a Node that is no
+/// longer the gateway); whether there was.
+pub fn remove_kernel_device(name: &str) -> Result<bool, String> {
+    if !is_kernel_device(name) {
+        return Ok(false);
+    }
+    let out = Command::new("ip")
+        .args(["link", "del", name])
+        .output()
+        .map_err(|e| format!("running ip: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ip link del {name}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(true)
+}
+
+/// Whether `name` is a kernel WireGuard device (one that outlives the agent).
+pub fn is_kernel_device(name: &str) -> bool {
+    matches!(crate::routes::link_kind(name), Ok((Some(kind), _)) if kind == "wireguard")
 }
 
 #[cfg(test)]

@@ -1524,7 +1524,7 @@ struct WireGuardGateway {
 /// Starts `node`'s WireGuard device (a key of its own under `dir`) in its namespace and
 /// attaches the device's program, as the agent does on the gateway.
 fn wireguard_gateway(node: &Node, dir: &Path, mtu: u32) -> WireGuardGateway {
-    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, KeyPair};
+    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, Implementation, KeyPair};
     let layout = PinLayout::new(node.pin_root());
     let key_path = dir.join(&node.ns.name).join("private.key");
     // As the uplink's programs attach in this run (legacy TC filters, or TCX).
@@ -1533,10 +1533,11 @@ fn wireguard_gateway(node: &Node, dir: &Path, mtu: u32) -> WireGuardGateway {
         .expect("a mode");
     in_netns(&node.ns, move || {
         let key = KeyPair::load_or_create(&key_path).expect("key");
-        let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key).expect("WireGuard device");
+        let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key, Implementation::Auto)
+            .expect("WireGuard device");
         let mut dataplane = mc_agent::dataplane::Dataplane::load(layout).expect("load");
         dataplane
-            .attach_wireguard(DEVICE, attach_mode)
+            .attach_wireguard(DEVICE, attach_mode, device.outlives_process())
             .expect("attach to the device");
         let index = |dev: &str| nix::net::if_::if_nametoindex(dev).expect("ifindex");
         WireGuardGateway {
@@ -1797,8 +1798,118 @@ fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways()
         !got.lock().unwrap().iter().any(|d| d == b"forged-after"),
         "plaintext Geneve from a remote gateway's address reached the Pod"
     );
+
+    // East's device goes as boringtun's goes with the agent that made it: the maps still name
+    // it until an agent forgets it (at its exit, or at the next one's start); from then on what
+    // east's gateway would send west is dropped and counted, not redirected to an interface
+    // that no longer exists (the kernel would drop that without a Strait counter).
+    let WireGuardGateway {
+        device, _dataplane, ..
+    } = east_wg;
+    if !device.outlives_process() {
+        drop(device);
+        drop(_dataplane);
+        let layout = PinLayout::new(east_gw.pin_root());
+        let forgot = in_netns(&east_gw.ns, move || {
+            let first = mc_agent::dataplane::forget_gone_wireguard_device(
+                &layout,
+                mc_agent::wireguard::DEVICE,
+            );
+            let again = mc_agent::dataplane::forget_gone_wireguard_device(
+                &layout,
+                mc_agent::wireguard::DEVICE,
+            );
+            (first.expect("forget"), again.expect("forget again"))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(forgot, (true, false), "the device's ifindex forgotten once");
+        let before = east_gw.counter("drop_wireguard_not_ready");
+        in_netns(&pod_n, || {
+            let sock = UdpSocket::bind("10.244.1.5:0").unwrap();
+            for _ in 0..3 {
+                sock.send_to(b"after the device", "10.245.0.7:5353")
+                    .unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            east_gw.counter("drop_wireguard_not_ready") - before,
+            3,
+            "{:?}",
+            east_gw.nonzero()
+        );
+    }
     stop.store(true, Ordering::Relaxed);
     http.join().unwrap();
     udp.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `wireGuardImplementation`: `auto` takes the kernel's WireGuard where the kernel has it
+/// (the device then outlives the agent, and `uninstall` deletes it) and boringtun where it has
+/// not; `kernel` on a kernel without it fails naming why and leaves no device behind.
+#[test]
+fn the_kernels_wireguard_is_taken_where_the_kernel_has_it_and_userspace_otherwise() {
+    require_root();
+    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, Implementation, KeyPair};
+    let ns = NetNs::new("mc-wgk");
+    let dir = std::env::temp_dir().join(format!("strait-wgk-{}", std::process::id()));
+    let key_path = dir.join("private.key");
+    in_netns(&ns, move || {
+        let key = KeyPair::load_or_create(&key_path).expect("key");
+        // Whether this kernel has WireGuard, asked as an operator would.
+        let has_kernel_wireguard = std::process::Command::new("ip")
+            .args(["link", "add", "probe-wg", "type", "wireguard"])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", "probe-wg"])
+            .output();
+        let gone = || nix::net::if_::if_nametoindex(DEVICE).is_err();
+        let kernel = Device::start(DEVICE, DEFAULT_PORT, 1380, &key, Implementation::Kernel);
+        if has_kernel_wireguard {
+            let device = kernel.expect("the kernel's WireGuard");
+            assert!(device.outlives_process() && device.implementation() == "kernel");
+            drop(device);
+            assert!(mc_agent::wireguard::is_kernel_device(DEVICE), "kept");
+            // A restarted agent takes it over.
+            let again = Device::start(DEVICE, DEFAULT_PORT, 1380, &key, Implementation::Auto)
+                .expect("taken over");
+            assert!(again.outlives_process());
+            assert_eq!(mc_agent::wireguard::remove_kernel_device(DEVICE), Ok(true));
+            assert!(gone());
+        } else {
+            let e = kernel
+                .err()
+                .expect("no WireGuard in this kernel")
+                .to_string();
+            assert!(
+                e.contains("strait-wg0") && e.contains("type wireguard"),
+                "the error names the device and what failed: {e}"
+            );
+            assert!(gone(), "a failed start leaves no device");
+            assert_eq!(mc_agent::wireguard::remove_kernel_device(DEVICE), Ok(false));
+        }
+        let device = Device::start(DEVICE, DEFAULT_PORT, 1380, &key, Implementation::Userspace)
+            .expect("boringtun");
+        assert!(!device.outlives_process());
+        assert_eq!(device.implementation(), "userspace (boringtun)");
+        assert!(!mc_agent::wireguard::is_kernel_device(DEVICE));
+        drop(device);
+        let auto =
+            Device::start(DEVICE, DEFAULT_PORT, 1380, &key, Implementation::Auto).expect("auto");
+        assert_eq!(auto.outlives_process(), has_kernel_wireguard);
+        if auto.outlives_process() {
+            auto.close();
+            assert!(gone());
+        }
+    })
+    .join()
+    .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

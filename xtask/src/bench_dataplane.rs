@@ -180,7 +180,7 @@ fn wireguard_device(
     mc_agent::wireguard::KeyPair,
     mc_common::dataplane::WireGuardConfig,
 )> {
-    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, KeyPair};
+    use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, Implementation, KeyPair};
     let key_path = std::env::temp_dir()
         .join(format!("sbench-wg-{}", std::process::id()))
         .join(format!("{}-{node}.key", v.tag()));
@@ -188,10 +188,15 @@ fn wireguard_device(
     let layout = PinLayout::new(bpffs(v, node).join("mc/v1"));
     let (key, device, dataplane, config) = in_ns(v, node, move || -> anyhow::Result<_> {
         let key = KeyPair::load_or_create(&key_path)?;
-        let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key)?;
+        // The same implementation for (e) and (f): the kernel's where this kernel has it.
+        let device = Device::start(DEVICE, DEFAULT_PORT, mtu, &key, Implementation::Auto)?;
         let dataplane = if strait {
             let mut d = mc_agent::dataplane::Dataplane::load(layout)?;
-            d.attach_wireguard(DEVICE, mc_agent::dataplane::AttachMode::Tcx)?;
+            d.attach_wireguard(
+                DEVICE,
+                mc_agent::dataplane::AttachMode::Tcx,
+                device.outlives_process(),
+            )?;
             Some(d)
         } else {
             None
