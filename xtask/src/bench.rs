@@ -65,6 +65,11 @@ pub enum BenchCommand {
         /// Seconds per test and variant in a round.
         #[arg(long, default_value_t = 2)]
         seconds: u64,
+        /// Measure only these variants, by tag (a, a2, b, c, d, d2, e, f; e.g. `c,e,f` for the
+        /// encryption figures): every topology is still up, the rest are not run. All when
+        /// absent; the one-stream costs run only with all.
+        #[arg(long, value_delimiter = ',')]
+        variants: Vec<String>,
     },
 }
 
@@ -88,7 +93,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             })?;
             tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
         }
-        BenchCommand::Dataplane { runs, seconds } => {
+        BenchCommand::Dataplane {
+            runs,
+            seconds,
+            variants,
+        } => {
+            let only = crate::bench_dataplane::Variant::select(&variants)?;
             let testbed_was_up = testbed_running();
             if testbed_was_up {
                 eprintln!(
@@ -96,7 +106,11 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                      (`cargo xtask testbed down` first for quieter numbers)"
                 );
             }
-            crate::bench_dataplane::run(runs.max(1), seconds.max(1))?;
+            crate::bench_dataplane::run(runs.max(1), seconds.max(1), &only)?;
+            if !variants.is_empty() {
+                // A chosen few: the figures asked for, not the agent's memory.
+                return Ok(());
+            }
             // The agent's memory with many remote clusters: real agents on the testbed's Nodes,
             // in a joined ClusterSet (so that east has a Gateway).
             testbed::run(testbed::TestbedCommand::Up {

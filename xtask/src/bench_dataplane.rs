@@ -85,7 +85,7 @@ const RR_PORT: u16 = 7000;
 const UDP_PORT: u16 = 7001;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Variant {
+pub enum Variant {
     Plain,
     PlainTunnelMtu,
     Kernel,
@@ -123,6 +123,21 @@ impl Variant {
             Variant::StraitWireGuard => "e",
             Variant::WireGuardBare => "f",
         }
+    }
+
+    /// The variants named by their tags (`a,a2,b,c,d,d2,e,f`); none: all of them.
+    pub fn select(tags: &[String]) -> anyhow::Result<Vec<Variant>> {
+        if tags.is_empty() {
+            return Ok(VARIANTS.to_vec());
+        }
+        tags.iter()
+            .map(|t| {
+                VARIANTS
+                    .into_iter()
+                    .find(|v| v.tag() == t.trim())
+                    .ok_or_else(|| anyhow::anyhow!("no variant {t:?}: a, a2, b, c, d, d2, e or f"))
+            })
+            .collect()
     }
 
     fn pod_mtu(self) -> u32 {
@@ -164,6 +179,7 @@ const WIREGUARD_OVERHEAD: u32 = mc_agent::wireguard::OVERHEAD;
 static WIREGUARD: std::sync::Mutex<Vec<WireGuardEnd>> = std::sync::Mutex::new(Vec::new());
 
 struct WireGuardEnd {
+    implementation: &'static str,
     _device: mc_agent::wireguard::Device,
     _dataplane: Option<mc_agent::dataplane::Dataplane>,
 }
@@ -216,6 +232,7 @@ fn wireguard_device(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(WireGuardEnd {
+            implementation: device.implementation(),
             _device: device,
             _dataplane: dataplane,
         });
@@ -1270,7 +1287,12 @@ fn turns(n: usize) -> [usize; VARIANTS.len()] {
 /// every variant in turn (in the balanced order of [`turns`]), so that
 /// a variant's run and the others' of the same test are seconds apart, not minutes. Returns
 /// each variant's rounds, the Strait variants' program times and one stream's costs.
-fn measure_all(runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Measured> {
+fn measure_all(
+    runs: usize,
+    seconds: u64,
+    agent: &Path,
+    only: &[Variant],
+) -> anyhow::Result<Measured> {
     let mut servers = Vec::new();
     for v in VARIANTS {
         eprintln!("  building {}", v.label());
@@ -1290,6 +1312,9 @@ fn measure_all(runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Measur
         for (t, test) in TESTS.into_iter().enumerate() {
             for i in turns(round + t) {
                 let v = VARIANTS[i];
+                if !only.contains(&v) {
+                    continue;
+                }
                 run_test(v, test, seconds, &mut this[i])
                     .with_context(|| format!("{} in round {}", v.label(), round + 1))?;
             }
@@ -1299,23 +1324,29 @@ fn measure_all(runs: usize, seconds: u64, agent: &Path) -> anyhow::Result<Measur
         }
     }
     let mut programs = Vec::new();
-    for v in STRAIT_VARIANTS {
+    for v in STRAIT_VARIANTS.into_iter().filter(|v| only.contains(v)) {
         eprintln!("  {} with BPF statistics", v.label());
         programs.push((v, program_times(v, seconds.max(5))?));
     }
     // A failure here leaves the rounds above standing.
-    let streams = stream_costs_over_rounds(seconds.max(4)).unwrap_or_else(|e| {
-        eprintln!("  one stream's costs not measured: {e:#}");
+    let streams = if only.len() == VARIANTS.len() {
+        stream_costs_over_rounds(seconds.max(4)).unwrap_or_else(|e| {
+            eprintln!("  one stream's costs not measured: {e:#}");
+            Vec::new()
+        })
+    } else {
         Vec::new()
-    });
+    };
     drop(servers);
     Ok((samples, programs, streams))
 }
 
-pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
+/// Runs the bench with `only` the variants measured (every topology is up all the same, as the
+/// machine's load is part of the measurement); `only` empty: all of them.
+pub fn run(runs: usize, seconds: u64, only: &[Variant]) -> anyhow::Result<()> {
     let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
     teardown();
-    let measured = measure_all(runs, seconds, &agent);
+    let measured = measure_all(runs, seconds, &agent, only);
     teardown();
     let (samples, programs, streams) = measured?;
     let rows: Vec<(Variant, Row)> = VARIANTS
@@ -1365,7 +1396,7 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         "{:<24} {:>11} {:>11} {:>11} {:>9} {:>11} {:>13}",
         "", "TCP 1 st.", "TCP 4 st.", "TCP RR", "RTT p50", "UDP 64 B", "softirq/pkt"
     );
-    for (variant, r) in &rows {
+    for (variant, r) in rows.iter().filter(|(v, _)| only.contains(v)) {
         println!(
             "{:<24} {:>7.2} Gb/s {:>6.2} Gb/s {:>8.0} /s {:>6.1} us {:>7.0} kpps {:>10.0} ns",
             variant.label(),
@@ -1377,18 +1408,23 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
             r.softirq_ns
         );
     }
+    let measured = |x: usize| only.contains(&VARIANTS[x]);
     for (name, c, base) in [
-        ("(c)/(a)", &c, &a),
-        ("(c)/(a')", &c, &a2),
-        ("(c)/(b)", &c, &b),
-        ("(d)/(a)", &d, &a),
-        ("(d)/(a')", &d, &a2),
-        ("(d)/(c)", &d, &c),
-        ("(d')/(a)", &d2, &a),
-        ("(e)/(f)", &e, &f),
-        ("(e)/(c)", &e, &c),
-        ("(f)/(a)", &f, &a),
-    ] {
+        ("(c)/(a)", (&c, 3), (&a, 0)),
+        ("(c)/(a')", (&c, 3), (&a2, 1)),
+        ("(c)/(b)", (&c, 3), (&b, 2)),
+        ("(d)/(a)", (&d, 4), (&a, 0)),
+        ("(d)/(a')", (&d, 4), (&a2, 1)),
+        ("(d)/(c)", (&d, 4), (&c, 3)),
+        ("(d')/(a)", (&d2, 5), (&a, 0)),
+        ("(e)/(f)", (&e, 6), (&f, 7)),
+        ("(e)/(c)", (&e, 6), (&c, 3)),
+        ("(f)/(a)", (&f, 7), (&a, 0)),
+    ]
+    .into_iter()
+    .filter(|(_, (_, x), (_, base))| measured(*x) && measured(*base))
+    .map(|(name, (c, _), (base, _))| (name, c, base))
+    {
         let r = [
             c.tcp1 / base.tcp1,
             c.tcp4 / base.tcp4,
@@ -1416,7 +1452,10 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         ("(d)/(d')", 4, 5),
         ("(e)/(f)", 6, 7),
         ("(e)/(c)", 6, 3),
-    ] {
+    ]
+    .into_iter()
+    .filter(|(_, x, base)| measured(*x) && measured(*base))
+    {
         let ratios: Vec<[f64; 6]> = samples[x]
             .iter()
             .zip(&samples[base])
@@ -1442,7 +1481,12 @@ pub fn run(runs: usize, seconds: u64) -> anyhow::Result<()> {
         "\ntargets: TCP >= 0.95x (a), small-packet rate >= 0.9x (a), round trip <= 1.1x (a) (the issue's reference figures lower the sender's MTU by the tunnel's overhead: (a')); softirq/pkt is the whole path's kernel time; (d') is (d) with the gateway's hairpin transmitting on its uplink, as on a NIC, instead of handing packets to the veth's other end (which plain routing's forward does not skip)"
     );
     println!(
-        "encryption (issue 56): (e) >= 0.9x (f) on TCP throughput and request/response (WireGuard is the cost, not Strait's handling of it); (e)/(c) is what encryption costs Strait; both tunnels are boringtun's userspace device (this kernel has no WireGuard), whose threads' CPU time is user time, not softirq"
+        "encryption (issue 56): (e) >= 0.9x (f) on TCP throughput and request/response (WireGuard is the cost, not Strait's handling of it); (e)/(c) is what encryption costs Strait; both tunnels are the same WireGuard: {} (boringtun's threads' CPU time is user time, not softirq)",
+        WIREGUARD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first()
+            .map_or("not started", |w| w.implementation)
     );
     println!(
         "\nStrait's programs over one extra request/response and UDP run with kernel.bpf_stats_enabled (helpers included; not during the runs above):"
