@@ -582,6 +582,62 @@ fn only_the_controller_and_agents_write_gateways() {
     );
 }
 
+/// The agents' ServiceAccount is every Node's: with it a Node may publish the gateway's
+/// WireGuard key, and may not move the gateway (its addresses, its CIDRs, the Pod CIDRs the
+/// controller annotates) nor make a Gateway of its own.
+#[test]
+fn the_agents_may_change_only_the_wireguard_key_of_a_gateway() {
+    let tb = Testbed::from_env();
+    let name = wait_for("east's Gateway", std::time::Duration::from_secs(60), || {
+        let gateways = tb.get_json("east", &["get", "gateways", "-n", MEMBER_NS]);
+        gateways["items"][0]["metadata"]["name"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "no Gateway yet".to_owned())
+    });
+    let agent = tb.as_service_account("east", MEMBER_NS, "strait-agent");
+    let patch = |body: &str| {
+        agent.run(
+            &[
+                "patch",
+                "gateway",
+                &name,
+                "-n",
+                MEMBER_NS,
+                "--type=merge",
+                "-p",
+                body,
+                "--dry-run=server",
+            ],
+            None,
+        )
+    };
+    ok(
+        "the agent publishes a WireGuard key",
+        patch(r#"{"wireGuard":{"publicKey":"9Gq9BSIb0lXRQm0Hu8RjvJ2u5hLOkbE3XAbCaFUdLWU="}}"#),
+    );
+    denied(
+        "the agent moves the gateway",
+        patch(r#"{"gatewayIP":"198.18.99.99","serviceCIDR":"0.0.0.0/0"}"#),
+        "may change only wireGuard in a Gateway, not gatewayIP, serviceCIDR",
+    );
+    denied(
+        "the agent widens the Pod CIDRs",
+        patch(r#"{"metadata":{"annotations":{"multicluster.strait.io/pod-cidrs":"0.0.0.0/0"}}}"#),
+        "not metadata.annotations",
+    );
+    denied(
+        "the agent makes a Gateway",
+        create(
+            &agent,
+            MEMBER_NS,
+            "apiVersion: multicluster.crd.antrea.io/v1alpha1\nkind: Gateway\nmetadata:\n  name: node-forged\ngatewayIP: 198.18.11.98\ninternalIP: 198.18.11.98\n",
+            true,
+        ),
+        "do not create or delete",
+    );
+}
+
 #[test]
 fn policy_exports_get_their_labels_and_the_finalizer() {
     let tb = Testbed::from_env();

@@ -820,7 +820,7 @@ async fn validate_gateway(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> 
         Ok(r) => r,
         Err(done) => return *done,
     };
-    let v = rules::gateway(&r.caller);
+    let v = rules::gateway(&r.caller, r.op, r.old.as_ref(), r.new.as_ref());
     answer(&ctx, "gateway", &r, Ok(v))
 }
 

@@ -598,17 +598,30 @@ pub fn mutate_resource_export(re: &Value) -> Vec<Value> {
 // ---------------------------------------------------------------------------------------------
 // Gateway (member)
 
-/// Only the controller (which elects the gateway) and the agents (which add their WireGuard
-/// key) write Gateways; cluster administrators may repair them by hand.
-pub fn gateway(caller: &Caller) -> Verdict {
+/// Only the controller (which elects the gateway) and the agents write Gateways; cluster
+/// administrators may repair them by hand. An agent (its ServiceAccount is every Node's) only
+/// publishes its WireGuard key in a Gateway the controller made: it may change `wireGuard` and
+/// nothing else, so a Node cannot redirect its cluster's cross-cluster traffic by rewriting the
+/// gateway's addresses or CIDRs. (`status` is a subresource this webhook does not see.)
+pub fn gateway(caller: &Caller, op: Op, old: Option<&Value>, new: Option<&Value>) -> Verdict {
     match caller {
         Caller::Controller | Caller::Admin => Allow,
-        Caller::ServiceAccount { name, .. }
-            if name == "antrea-mc-controller"
-                || name == "antrea-agent"
-                || name == "strait-agent" =>
-        {
-            Allow
+        Caller::ServiceAccount { name, .. } if name == "antrea-mc-controller" => Allow,
+        Caller::ServiceAccount { name, .. } if name == "antrea-agent" || name == "strait-agent" => {
+            let (Op::Update, Some(old), Some(new)) = (op, old, new) else {
+                return deny(format!(
+                    "the agents (ServiceAccount {name}) only publish their WireGuard key in a Gateway the multi-cluster controller made; they do not create or delete Gateways"
+                ));
+            };
+            let changed = changed_fields(old, new, &["wireGuard", "status"]);
+            if changed.is_empty() {
+                Allow
+            } else {
+                deny(format!(
+                    "the agents (ServiceAccount {name}) may change only wireGuard in a Gateway, not {}",
+                    changed.join(", ")
+                ))
+            }
         }
         Caller::ServiceAccount { namespace, name } => deny(format!(
             "Gateways are written by the multi-cluster controller and the agents only, not by ServiceAccount {namespace}/{name}"
@@ -617,6 +630,45 @@ pub fn gateway(caller: &Caller) -> Verdict {
             "Gateways are written by the multi-cluster controller and the agents only, not by user {u}"
         )),
     }
+}
+
+/// The top-level fields (and `metadata.labels`, `metadata.annotations`, ...) that differ
+/// between `old` and `new`, other than `allowed` and the metadata the API server keeps
+/// (resourceVersion, managedFields, generation, ...).
+fn changed_fields(old: &Value, new: &Value, allowed: &[&str]) -> Vec<String> {
+    const SERVER_METADATA: [&str; 6] = [
+        "resourceVersion",
+        "managedFields",
+        "generation",
+        "creationTimestamp",
+        "uid",
+        "selfLink",
+    ];
+    let empty = serde_json::Map::new();
+    let fields = |v: &Value| v.as_object().cloned().unwrap_or_default();
+    let (old, new) = (fields(old), fields(new));
+    let mut changed: Vec<String> = Vec::new();
+    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    for key in keys {
+        if allowed.contains(&key.as_str()) || key == "apiVersion" || key == "kind" {
+            continue;
+        }
+        if key == "metadata" {
+            let meta = |m: Option<&Value>| m.and_then(Value::as_object).unwrap_or(&empty).clone();
+            let (om, nm) = (meta(old.get(key)), meta(new.get(key)));
+            let mkeys: std::collections::BTreeSet<&String> = om.keys().chain(nm.keys()).collect();
+            for m in mkeys {
+                if !SERVER_METADATA.contains(&m.as_str()) && om.get(m) != nm.get(m) {
+                    changed.push(format!("metadata.{m}"));
+                }
+            }
+            continue;
+        }
+        if old.get(key) != new.get(key) {
+            changed.push(key.clone());
+        }
+    }
+    changed
 }
 
 #[cfg(test)]
@@ -1187,10 +1239,42 @@ mod tests {
 
     #[test]
     fn gateway_writers() {
-        assert_eq!(gateway(&Caller::Controller), Allow);
-        assert_eq!(gateway(&Caller::Admin), Allow);
-        assert_eq!(gateway(&sa("strait-agent")), Allow);
-        denied(gateway(&sa("default")), "not by ServiceAccount");
-        denied(gateway(&Caller::User("bob".into())), "not by user bob");
+        let gw = json!({"apiVersion": "multicluster.crd.antrea.io/v1alpha1", "kind": "Gateway",
+            "metadata": {"name": "node-a", "resourceVersion": "7", "annotations": {"a": "b"}},
+            "gatewayIP": "198.18.1.1", "internalIP": "198.18.1.1", "serviceCIDR": "10.96.0.0/16"});
+        let update = |new: &Value, who: &Caller| gateway(who, Op::Update, Some(&gw), Some(new));
+        let create = |who: &Caller| gateway(who, Op::Create, None, Some(&gw));
+        assert_eq!(create(&Caller::Controller), Allow);
+        assert_eq!(create(&Caller::Admin), Allow);
+        assert_eq!(create(&sa("antrea-mc-controller")), Allow);
+        denied(create(&sa("default")), "not by ServiceAccount");
+        denied(create(&Caller::User("bob".into())), "not by user bob");
+        // The agents: their key, in a Gateway that exists, and nothing else.
+        let agent = sa("strait-agent");
+        denied(create(&agent), "do not create or delete");
+        denied(
+            gateway(&agent, Op::Delete, Some(&gw), None),
+            "do not create or delete",
+        );
+        let mut keyed = gw.clone();
+        keyed["wireGuard"] = json!({"publicKey": "AAAA"});
+        keyed["metadata"]["resourceVersion"] = json!("8");
+        keyed["metadata"]["managedFields"] = json!([{"manager": "mc-agent"}]);
+        assert_eq!(update(&keyed, &agent), Allow);
+        assert_eq!(update(&keyed, &sa("antrea-agent")), Allow);
+        let mut moved = keyed.clone();
+        moved["gatewayIP"] = json!("198.18.9.9");
+        moved["serviceCIDR"] = json!("0.0.0.0/0");
+        denied(
+            update(&moved, &agent),
+            "may change only wireGuard in a Gateway, not gatewayIP, serviceCIDR",
+        );
+        let mut annotated = keyed.clone();
+        annotated["metadata"]["annotations"] =
+            json!({"multicluster.strait.io/pod-cidrs": "0.0.0.0/0"});
+        denied(update(&annotated, &agent), "not metadata.annotations");
+        // The controller and administrators change anything.
+        assert_eq!(update(&moved, &Caller::Controller), Allow);
+        assert_eq!(update(&moved, &Caller::Admin), Allow);
     }
 }
