@@ -12,6 +12,7 @@ pub mod host;
 pub mod kube_proxy;
 pub mod netfilter;
 pub mod policy;
+pub mod probe;
 pub mod reject;
 pub mod routes;
 pub mod run;

@@ -173,7 +173,17 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
             instance: Some(opts.node_name.clone()),
         },
     );
+    // Tunnel health: the active gateway's probes, in a task of their own (docs/design.md §4d).
+    let (probe_setup, probe_rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(crate::probe::run(
+        probe_rx,
+        client.clone(),
+        opts.namespace.clone(),
+        PinLayout::new(&opts.config.pin_path),
+        metrics.clone(),
+    ));
     let mut agent = Agent {
+        probe_setup,
         events,
         opts,
         client: client.clone(),
@@ -455,6 +465,8 @@ fn trim_slice(slice: &mut EndpointSlice) {
 
 /// The agent's loop: its watches and what it has attached.
 struct Agent {
+    /// What the prober task probes: the remote gateways while this Node is the gateway.
+    probe_setup: tokio::sync::watch::Sender<Option<crate::probe::Setup>>,
     /// Events on this Node when the dataplane stops or starts being ready (`kubectl describe
     /// node`, `kubectl get events`), with the reason.
     events: Recorder,
@@ -564,7 +576,13 @@ impl Reconciler for Agent {
             proxy_mode: self.proxy_mode.as_ref(),
             exported,
         };
-        let outcome = pass(&self.opts, &mut self.attached, seen);
+        let mut outcome = pass(&self.opts, &mut self.attached, seen);
+        let probes = outcome.probes.take();
+        self.probe_setup.send_if_modified(|current| {
+            let changed = *current != probes;
+            *current = probes;
+            changed
+        });
         if outcome.problems != self.problems {
             for p in outcome
                 .problems
@@ -767,6 +785,8 @@ struct Pass {
     problems: Vec<String>,
     /// On the active gateway with stretched NetworkPolicy: what Strait enforces of each policy.
     coverage: Option<BTreeMap<(Option<String>, String), Coverage>>,
+    /// On the active gateway: the remote gateways its prober probes.
+    probes: Option<crate::probe::Setup>,
 }
 
 /// What the watches (and kube-proxy) say, for one pass.
@@ -795,6 +815,7 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         not_ready: Some(why.clone()),
         problems: vec![why],
         coverage: None,
+        probes: None,
     };
     let all_nodes = nodes.all();
     let Some(node) = nodes.get(None, &opts.node_name) else {
@@ -1047,12 +1068,37 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
     let encryption = (want.config.role == mc_common::dataplane::ROLE_GATEWAY)
         .then(|| encryption_condition(opts, &want, a.wireguard.is_some()))
         .flatten();
+    let probes =
+        (want.config.role == mc_common::dataplane::ROLE_GATEWAY).then(|| crate::probe::Setup {
+            node_ip,
+            gateway_ip: Ipv4Addr::from(want.config.gateway_ip),
+            port: opts.config.tunnel_port,
+            wireguard_port: opts
+                .config
+                .encryption()
+                .then_some(opts.config.wire_guard.port),
+            targets: want
+                .clusters
+                .iter()
+                .map(|c| crate::probe::Target {
+                    cluster_id: c.cluster_id.clone(),
+                    info_name: inputs
+                        .cluster_infos
+                        .iter()
+                        .find(|i| i.cluster_id.as_deref() == Some(c.cluster_id.as_str()))
+                        .map(|i| i.name.clone())
+                        .unwrap_or_default(),
+                    gateway_ip: c.gateway_ip,
+                })
+                .collect(),
+        });
     Pass {
         wireguard_key,
         encryption,
         not_ready,
         problems,
         coverage,
+        probes,
     }
 }
 

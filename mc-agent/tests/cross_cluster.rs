@@ -878,6 +878,70 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
         lengths.iter().max()
     );
     let _ = std::fs::remove_file(&pcap);
+
+    // Tunnel health: east's gateway probes west's through the tunnel.
+    east_probes_west(&east_gw, &west_gw);
+}
+
+/// East's gateway probes west's as its agent does (four rounds, 300 ms apart): west's programs
+/// answer every probe, east's take the answers into `mc_probes`, and the path is judged up
+/// with a round trip.
+fn east_probes_west(east_gw: &Node, west_gw: &Node) {
+    use mc_agent::probe::{Prober, Target, Verdict};
+    let layout = PinLayout::new(east_gw.pin_root());
+    let (sent, answered, replies) = (
+        east_gw.counter("probe_sent"),
+        west_gw.counter("probe_answered"),
+        east_gw.counter("probe_reply"),
+    );
+    let health = in_netns(&east_gw.ns, move || {
+        let east = std::net::Ipv4Addr::new(198, 18, 1, 1);
+        let mut prober = Prober::new(east, east, 6081).expect("the prober's socket");
+        let targets = [Target {
+            cluster_id: "west".into(),
+            info_name: "west-clusterinfo".into(),
+            gateway_ip: std::net::Ipv4Addr::new(198, 18, 2, 1),
+        }];
+        let probes = aya::maps::HashMap::<_, [u8; 4], mc_common::dataplane::ProbeState>::try_from(
+            aya::maps::Map::from_map_data(
+                aya::maps::MapData::from_pin(layout.map(mc_common::maps::PROBES)).expect("pin"),
+            )
+            .expect("map"),
+        )
+        .expect("mc_probes");
+        let mut last = Vec::new();
+        for _ in 0..4 {
+            last = prober.round(&targets, &|ip| probes.get(&ip.octets(), 0).ok());
+            thread::sleep(Duration::from_millis(300));
+        }
+        last
+    })
+    .join()
+    .unwrap();
+    let h = &health[0];
+    assert_eq!(h.verdict, Verdict::Up, "{h:?}");
+    assert!(
+        h.answered >= 2 && h.loss == 0.0 && h.rtt.is_some_and(|r| r < Duration::from_millis(100)),
+        "{h:?}"
+    );
+    assert_eq!(
+        east_gw.counter("probe_sent") - sent,
+        4,
+        "{:?}",
+        east_gw.nonzero()
+    );
+    assert_eq!(
+        west_gw.counter("probe_answered") - answered,
+        4,
+        "{:?}",
+        west_gw.nonzero()
+    );
+    assert_eq!(
+        east_gw.counter("probe_reply") - replies,
+        4,
+        "{:?}",
+        east_gw.nonzero()
+    );
 }
 
 /// Sends `count` datagrams of `size` bytes from pod-n to pod-w's echo server in one GSO write
@@ -1781,6 +1845,11 @@ fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways()
         stats[0].since_handshake.is_some() && stats[0].tx_bytes > 4_000_000,
         "{stats:?}"
     );
+
+    // Tunnel health through WireGuard: the probes and their answers are encrypted too.
+    let before = west_gw.counter("rx_wireguard");
+    east_probes_west(&east_gw, &west_gw);
+    assert!(west_gw.counter("rx_wireguard") - before >= 4);
 
     // The forgery again, now that west takes remote gateways' tunnel traffic only through
     // WireGuard: dropped, counted, not delivered.

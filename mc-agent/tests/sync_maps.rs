@@ -304,6 +304,19 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             0,
         )
         .expect("flow verdict");
+    pinned_hash(&layout, maps::PROBES)
+        .insert(
+            &[198, 18, 2, 1],
+            &mc_common::dataplane::ProbeState {
+                replies: 3,
+                rtt_ns: 400_000,
+                last_ns: 1,
+                seq: 3,
+                _pad: 0,
+            },
+            0,
+        )
+        .expect("probe state");
     for name in maps::ALL {
         // A ring buffer: bpftool dumps no entries of it.
         if *name == maps::REJECTS {
@@ -356,6 +369,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::EXPOSED | maps::EXPOSED_PREFIXES => &["kind"],
             maps::SENDER_IDS => &["node"],
             maps::WIREGUARD => &["ifindex", "uplink_ifindex", "uplink_mac", "port"],
+            maps::PROBES => &["replies", "rtt_ns", "last_ns", "seq"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

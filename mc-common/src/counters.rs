@@ -206,6 +206,15 @@ counters! {
     /// Egress, encryption on: WireGuard's own datagram to a remote gateway (what the device
     /// made of the tunnel packets the programs handed it), left alone.
     PassOwnWireGuard = 47, "pass_own_wireguard", false;
+    /// Gateway, egress: the agent's tunnel probe to a remote gateway, sent on (into WireGuard
+    /// when encryption is on).
+    ProbeSent = 48, "probe_sent", false;
+    /// Gateway, ingress: a remote gateway's tunnel probe, answered by the programs (sent back
+    /// the way it came).
+    ProbeAnswered = 49, "probe_answered", false;
+    /// Gateway, ingress: a remote gateway's answer to this gateway's probe, taken into
+    /// `mc_probes` (and not passed on: nothing else is its addressee).
+    ProbeReply = 50, "probe_reply", false;
 }
 
 impl Counter {

@@ -165,6 +165,62 @@ pub struct WireGuardConfig {
 
 const _: () = assert!(core::mem::size_of::<WireGuardConfig>() == 16);
 
+/// Tunnel probes (docs/design.md §4d): the active gateway's agent sends each remote gateway,
+/// every second, a Geneve packet with the OAM bit set to its tunnel port, the way its traffic
+/// goes (through WireGuard when encryption is on). Inside: an IPv4/UDP packet from this
+/// gateway's `gatewayIP` to the remote one's ([`PROBE_PORT`] both ways) carrying a
+/// [`Probe`]. The remote gateway's programs answer it themselves (so a probe tests the path
+/// and the remote dataplane, not the remote agent): the outer and inner addresses swapped, the
+/// kind [`PROBE_REPLY`], sent back the same way. The prober's programs take the answer into
+/// `mc_probes` ([`ProbeState`]) and drop it.
+pub const PROBE_MAGIC: [u8; 8] = *b"STRAITPB";
+/// [`Probe::kind`]: a probe on its way to a remote gateway.
+pub const PROBE_REQUEST: u8 = 1;
+/// [`Probe::kind`]: a remote gateway's answer.
+pub const PROBE_REPLY: u8 = 2;
+/// The inner UDP ports of a probe.
+pub const PROBE_PORT: u16 = 7;
+/// Geneve's OAM bit (its second byte's top bit): Strait's Geneve with it carries a probe.
+pub const GENEVE_OAM: u8 = 0x80;
+
+/// A tunnel probe's payload, after its inner IPv4 and UDP headers. Only the prober reads `seq`
+/// and `sent_ns` (native byte order: the answer comes back to the machine that wrote them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Probe {
+    pub magic: [u8; 8],
+    /// [`PROBE_REQUEST`] or [`PROBE_REPLY`].
+    pub kind: u8,
+    pub _pad: [u8; 3],
+    /// The prober's sequence number.
+    pub seq: u32,
+    /// When the prober sent it: `CLOCK_MONOTONIC` in nanoseconds (the programs' clock).
+    pub sent_ns: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<Probe>() == 24);
+
+/// Value of `mc_probes`, keyed by a remote gateway's address: the answers to this gateway's
+/// probes the programs took from it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeState {
+    /// Answers taken, in all.
+    pub replies: u64,
+    /// The last answer's round trip, in nanoseconds.
+    pub rtt_ns: u64,
+    /// When the last answer came (`CLOCK_MONOTONIC`, nanoseconds).
+    pub last_ns: u64,
+    /// The last answer's sequence number.
+    pub seq: u32,
+    pub _pad: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<ProbeState>() == 32);
+
+/// Remote gateways probed at once (one entry each in `mc_probes`).
+pub const MAX_PROBED: u32 = 4096;
+
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).
 #[repr(C)]
@@ -609,6 +665,8 @@ mod pod {
     unsafe impl aya::Pod for super::RemoteRoute {}
     unsafe impl aya::Pod for super::Peer {}
     unsafe impl aya::Pod for super::WireGuardConfig {}
+    unsafe impl aya::Pod for super::Probe {}
+    unsafe impl aya::Pod for super::ProbeState {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::SnatEntry {}
     unsafe impl aya::Pod for super::NextHop {}

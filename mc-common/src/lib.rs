@@ -90,6 +90,9 @@ pub mod maps {
     pub const SENDER_IDS: &str = "mc_sender_ids";
     /// The gateway with encryption on: [`crate::dataplane::WireGuardConfig`] (one entry).
     pub const WIREGUARD: &str = "mc_wireguard";
+    /// The gateway: remote gateway address -> [`crate::dataplane::ProbeState`], the answers to
+    /// the agent's tunnel probes the programs took (tunnel health, docs/design.md §4d).
+    pub const PROBES: &str = "mc_probes";
     /// Maps an earlier agent pinned that the programs no longer have (the policy program's
     /// kernel offsets, now patched into its instructions): removed when the agent starts and
     /// when it removes its maps.
@@ -117,5 +120,6 @@ pub mod maps {
         EXPOSED_PREFIXES,
         SENDER_IDS,
         WIREGUARD,
+        PROBES,
     ];
 }

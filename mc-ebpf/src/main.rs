@@ -21,6 +21,7 @@ mod mtu;
 mod nat;
 mod packet;
 mod policy;
+mod probe;
 mod tunnel;
 
 use aya_ebpf::{
@@ -103,6 +104,13 @@ fn try_egress(ctx: &TcContext) -> Outcome {
         && ip.src == cfg.node_ip
         && dst_port(ctx, &ip)? == port
     {
+        // The gateway agent's tunnel probe (through WireGuard with encryption on).
+        if cfg.role == ROLE_GATEWAY
+            && peer_kind(&ip.dst) == PEER_REMOTE_GATEWAY
+            && let Some(verdict) = probe::send(ctx, &ip, &cfg, encrypted, VERDICT_NEXT)?
+        {
+            return Ok((Counter::ProbeSent, verdict));
+        }
         return Ok((Counter::PassOwnTunnel, VERDICT_NEXT));
     }
     let route = remote_route(ip.dst);
@@ -210,6 +218,13 @@ fn try_ingress(ctx: &TcContext) -> Outcome {
         tunnel::Parsed::Other => return Ok((Counter::PassIpv4, VERDICT_NEXT)),
         tunnel::Parsed::Foreign => return Ok((Counter::PassForeignTunnel, VERDICT_NEXT)),
         tunnel::Parsed::Tunnel(t) => t,
+        tunnel::Parsed::Probe(t) if cfg.role == ROLE_GATEWAY => {
+            let encrypted = cfg.flags & CONFIG_WIREGUARD != 0;
+            let plaintext = encrypted && !take_wireguard_mark(ctx);
+            return probe::take(ctx, &cfg, &t, encrypted, plaintext);
+        }
+        // Only gateways probe each other.
+        tunnel::Parsed::Probe(_) => return Ok((Counter::PassForeignTunnel, VERDICT_NEXT)),
     };
     match cfg.role {
         ROLE_NODE => {
@@ -384,7 +399,7 @@ fn try_wg_ingress(ctx: &TcContext) -> Outcome {
     };
     let cfg = config();
     match tunnel::parse(ctx, &outer, tunnel_port(&cfg))? {
-        tunnel::Parsed::Tunnel(t) if t.outer.dst == cfg.gateway_ip => {}
+        tunnel::Parsed::Tunnel(t) | tunnel::Parsed::Probe(t) if t.outer.dst == cfg.gateway_ip => {}
         _ => return Err(Counter::DropWireGuardNotTunnel),
     }
     // SAFETY: as above; TC programs may write `mark`.

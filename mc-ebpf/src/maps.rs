@@ -17,9 +17,9 @@ use mc_common::{
         FlowVerdict, HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
         MAX_EXPOSED, MAX_EXPOSED_PREFIXES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_MASQ_FLOWS,
         MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES,
-        MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SENDER_IDS, MAX_SNAT_ENTRIES, NextHop, Peer,
-        PodIdentity, PolicyKey, PolicyVerdict, REJECT_RING_BYTES, RejectEvent, RemoteRoute,
-        SenderId, SenderIdKey, SnatEntry, VNI_UNKNOWN, WireGuardConfig,
+        MAX_PROBED, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SENDER_IDS, MAX_SNAT_ENTRIES,
+        NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict, ProbeState, REJECT_RING_BYTES,
+        RejectEvent, RemoteRoute, SenderId, SenderIdKey, SnatEntry, VNI_UNKNOWN, WireGuardConfig,
     },
 };
 
@@ -31,6 +31,9 @@ static CONFIG: Array<LocalConfig, 1> = Array::new();
 
 #[btf_map(name = "mc_wireguard")]
 static WIREGUARD: Array<WireGuardConfig, 1> = Array::new();
+
+#[btf_map(name = "mc_probes")]
+static PROBES: HashMap<[u8; 4], ProbeState, { MAX_PROBED as usize }> = HashMap::new();
 
 #[btf_map(name = "mc_routes")]
 static ROUTES: LpmTrie<[u8; 4], RemoteRoute, { MAX_REMOTE_PREFIXES as usize }> = LpmTrie::new();
@@ -157,6 +160,33 @@ pub(crate) fn config() -> LocalConfig {
 #[inline(always)]
 pub(crate) fn wireguard() -> WireGuardConfig {
     WIREGUARD.get(0).copied().unwrap_or_default()
+}
+
+/// Takes a remote gateway's answer to probe `seq`, sent at `sent_ns`, arriving at `now_ns`.
+#[inline(always)]
+pub(crate) fn probe_answered(gateway: [u8; 4], seq: u32, sent_ns: u64, now_ns: u64) {
+    let rtt_ns = now_ns.saturating_sub(sent_ns);
+    match PROBES.get_ptr_mut(&gateway) {
+        // SAFETY: a map value's pointer; answers from one gateway come about once a second,
+        // and a lost update only delays the count by one.
+        Some(state) => unsafe {
+            (*state).replies += 1;
+            (*state).rtt_ns = rtt_ns;
+            (*state).last_ns = now_ns;
+            (*state).seq = seq;
+        },
+        None => {
+            let state = ProbeState {
+                replies: 1,
+                rtt_ns,
+                last_ns: now_ns,
+                seq,
+                _pad: 0,
+            };
+            // Full (more remote gateways than MAX_PROBED): that gateway's health is unknown.
+            let _ = PROBES.insert(&gateway, &state, 0);
+        }
+    }
 }
 
 #[inline(always)]

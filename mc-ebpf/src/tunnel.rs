@@ -20,7 +20,9 @@ use aya_ebpf::{
 };
 use mc_common::{
     Counter,
-    dataplane::{HairpinCacheEntry, NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN, WireGuardConfig},
+    dataplane::{
+        GENEVE_OAM, HairpinCacheEntry, NEXT_HOP_TTL_NS, NextHop, VNI_UNKNOWN, WireGuardConfig,
+    },
 };
 
 use crate::{
@@ -51,6 +53,8 @@ pub enum Parsed {
     Foreign,
     /// Strait's tunnel packet from a peer.
     Tunnel(Tunnel),
+    /// Strait's Geneve with the OAM bit: a tunnel probe or its answer (`crate::probe`).
+    Probe(Tunnel),
 }
 
 /// Parses UDP to `port` as Strait's Geneve (version 0, IPv4 inside); a broken one (cut short, an
@@ -79,18 +83,23 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Parsed, Counter
         .map_err(|_| Counter::DropTruncated)?;
     let version = geneve[0] >> 6;
     let options_len = usize::from(geneve[0] & 0x3f) * 4;
-    let control = geneve[1] & 0x80 != 0;
+    let oam = geneve[1] & GENEVE_OAM != 0;
+    let critical = geneve[1] & 0x40 != 0;
     let protocol = u16::from_be_bytes([geneve[2], geneve[3]]);
-    if version != 0 || control || protocol != GENEVE_PROTO_IPV4 {
+    if version != 0 || critical || protocol != GENEVE_PROTO_IPV4 {
         return Ok(Parsed::Foreign);
     }
     let inner_off = outer.l4() + UDP_HLEN + GENEVE_HLEN + options_len;
     // The inner packet must be whole and inside the outer one.
     let inner = whole_ipv4_at(ctx, inner_off, outer.end(), Counter::DropBadGeneve)?;
-    Ok(Parsed::Tunnel(Tunnel {
+    let tunnel = Tunnel {
         outer: *outer,
         inner,
-    }))
+    };
+    if oam {
+        return Ok(Parsed::Probe(tunnel));
+    }
+    Ok(Parsed::Tunnel(tunnel))
 }
 
 /// Wraps the IPv4 packet `ip` that follows the Ethernet header in outer IPv4/UDP/Geneve headers

@@ -85,6 +85,21 @@ impl Metrics {
             .insert(series(name, labels), value);
     }
 
+    /// Drops the series of `name` (counter or gauge) whose labels include `label` = `value`
+    /// (a peer that is gone).
+    pub fn forget(&self, name: &str, label: &str, value: &str) {
+        let needle = series("", &[(label, value)]);
+        let needle = needle.trim_start_matches('{').trim_end_matches('}');
+        let mut inner = self.0.lock().expect("metrics");
+        let gone = |k: &String| {
+            k.split_once('{').is_some_and(|(n, l)| {
+                n == name && l.trim_end_matches('}').split(',').any(|p| p == needle)
+            })
+        };
+        inner.counters.retain(|k, _| !gone(k));
+        inner.gauges.retain(|k, _| !gone(k));
+    }
+
     /// One write to an API server.
     pub fn write(&self, kind: &str, op: &str, ok: bool) {
         let result = if ok { "ok" } else { "error" };
@@ -204,5 +219,28 @@ mod tests {
             "strait_mc_api_writes_total{kind=\"ResourceImport\",op=\"apply\",result=\"ok\"} 2"
         ));
         assert!(text.contains("strait_mc_member_clusters{state=\"ready\"} 2"));
+    }
+
+    #[test]
+    fn a_gone_peers_series_are_forgotten() {
+        let m = Metrics::default();
+        m.gauge(
+            "strait_tunnel_up",
+            &[("cluster", "west"), ("gateway", "1.1.1.1")],
+            1.0,
+        );
+        m.gauge("strait_tunnel_up", &[("cluster", "westward")], 1.0);
+        m.set_counter("strait_tunnel_probes_sent_total", &[("cluster", "west")], 3);
+        m.forget("strait_tunnel_up", "cluster", "west");
+        let text = m.render();
+        assert!(
+            !text.contains("strait_tunnel_up{cluster=\"west\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("strait_tunnel_up{cluster=\"westward\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("strait_tunnel_probes_sent_total{cluster=\"west\"} 3"));
     }
 }

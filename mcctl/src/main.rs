@@ -24,6 +24,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use mc_api::{
+    clusterinfo::ClusterInfoImport,
     clusterset::{ClusterStatus, v1alpha2::ClusterSet},
     exports::ResourceExport,
     imports::ResourceImport,
@@ -415,8 +416,10 @@ fn none_found(what: &str, ns: Option<&str>) {
 }
 
 /// One row per (cluster status x condition); a ClusterSet without status gets one row with
-/// empty condition columns.
-pub fn clusterset_rows(sets: &[ClusterSet]) -> Vec<Vec<String>> {
+/// empty condition columns. In a member, each remote cluster's ClusterInfoImport in the
+/// ClusterSet's namespace adds its dataplane's state: the gateway's `TunnelUp` (its probes
+/// through the tunnel answered, or not).
+pub fn clusterset_rows(sets: &[ClusterSet], infos: &[ClusterInfoImport]) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
     for s in sets {
         let ns = s.namespace().unwrap_or_default();
@@ -454,6 +457,21 @@ pub fn clusterset_rows(sets: &[ClusterSet]) -> Vec<Vec<String>> {
                 ]);
             }
         }
+        for info in infos
+            .iter()
+            .filter(|i| i.namespace().as_deref() == Some(ns.as_str()))
+        {
+            for c in info.status.iter().flat_map(|st| &st.conditions) {
+                rows.push(vec![
+                    info.spec.0.cluster_id.clone().unwrap_or_default(),
+                    ns.clone(),
+                    s.name_any(),
+                    c.type_.clone().unwrap_or_default(),
+                    c.status.clone().unwrap_or_default(),
+                    c.reason.clone().unwrap_or_default(),
+                ]);
+            }
+        }
     }
     rows
 }
@@ -477,6 +495,12 @@ async fn get(c: &Cluster, g: Get) -> anyhow::Result<()> {
                 none_found("ClusterSet", ns);
                 return Ok(());
             }
+            // A leader has none; a member's gateway agent writes their TunnelUp. Not readable
+            // (RBAC, no CRD): the control plane's rows alone.
+            let infos: Vec<ClusterInfoImport> =
+                list(c, ns, None, &ListParams::default(), "ClusterInfoImport")
+                    .await
+                    .unwrap_or_default();
             print!(
                 "{}",
                 table(
@@ -488,7 +512,7 @@ async fn get(c: &Cluster, g: Get) -> anyhow::Result<()> {
                         "STATUS",
                         "REASON"
                     ],
-                    &clusterset_rows(&sets)
+                    &clusterset_rows(&sets, &infos)
                 )
             );
         }
@@ -1278,8 +1302,28 @@ mod tests {
                     {"type": "IsLeader", "status": "True"}]}]}
         }))
         .unwrap();
-        let rows = clusterset_rows(std::slice::from_ref(&set));
-        assert_eq!(rows.len(), 4);
+        let west: ClusterInfoImport = serde_json::from_value(json!({
+            "apiVersion": "multicluster.crd.antrea.io/v1alpha1",
+            "kind": "ClusterInfoImport",
+            "metadata": {"name": "west-clusterinfo", "namespace": "kube-system"},
+            "spec": {"clusterID": "west", "serviceCIDR": "10.98.0.0/16"},
+            "status": {"conditions": [
+                {"type": "TunnelUp", "status": "False", "reason": "NoAnswer"}]}
+        }))
+        .unwrap();
+        let rows = clusterset_rows(std::slice::from_ref(&set), std::slice::from_ref(&west));
+        assert_eq!(rows.len(), 5);
+        assert_eq!(
+            rows[4],
+            [
+                "west",
+                "kube-system",
+                "set",
+                "TunnelUp",
+                "False",
+                "NoAnswer"
+            ]
+        );
         assert_eq!(
             rows[0],
             [
@@ -1309,7 +1353,7 @@ mod tests {
         let mut bare = set;
         bare.status = None;
         assert_eq!(
-            clusterset_rows(&[bare]),
+            clusterset_rows(&[bare], &[]),
             vec![vec!["east", "kube-system", "set", "", "", ""]]
         );
     }

@@ -1472,9 +1472,9 @@ fn a_geneve_flood_from_a_stranger_is_dropped_and_counted_and_real_traffic_keeps_
 }
 
 /// The underlay between two addresses cut in the testbed's router (a blackhole rule each way in
-/// `strait-core`, the namespace that routes between the clusters' underlays); restored when
-/// dropped, also when a test fails.
-struct UnderlayCut(String, String);
+/// `strait-core`, the namespace that routes between the clusters' underlays), for everything or
+/// only one UDP port; restored when dropped, also when a test fails.
+struct UnderlayCut(String, String, Option<u16>);
 
 impl UnderlayCut {
     fn rules(&self, verb: &str) -> Vec<Vec<String>> {
@@ -1495,6 +1495,14 @@ impl UnderlayCut {
                 ]
                 .iter()
                 .map(|s| (*s).to_owned())
+                .chain(self.2.into_iter().flat_map(|port| {
+                    [
+                        "ipproto".to_owned(),
+                        "udp".to_owned(),
+                        "dport".to_owned(),
+                        port.to_string(),
+                    ]
+                }))
                 .chain(["priority", "90", "blackhole"].map(str::to_owned))
                 .collect()
             })
@@ -1502,7 +1510,15 @@ impl UnderlayCut {
     }
 
     fn new(a: &str, b: &str) -> Self {
-        let cut = UnderlayCut(a.to_owned(), b.to_owned());
+        Self::with(UnderlayCut(a.to_owned(), b.to_owned(), None))
+    }
+
+    /// Only UDP to `port`, both ways.
+    fn udp_port(a: &str, b: &str, port: u16) -> Self {
+        Self::with(UnderlayCut(a.to_owned(), b.to_owned(), Some(port)))
+    }
+
+    fn with(cut: Self) -> Self {
         for args in cut.rules("add") {
             let ok = Command::new("ip").args(&args).status().expect("ip rule");
             assert!(ok.success(), "ip {}", args.join(" "));
@@ -1585,6 +1601,132 @@ fn an_established_stream_survives_a_30_s_underlay_cut_between_the_gateways() {
         fresh.elapsed().as_millis()
     );
     drop_web_across(&tb, "web-cut", "cut-client");
+}
+
+/// `cluster`'s `TunnelUp` condition on `remote`'s ClusterInfoImport: (status, reason), if any.
+fn tunnel_up(tb: &Testbed, cluster: &str, remote: &str) -> Option<(String, String)> {
+    let info = tb.try_json(
+        cluster,
+        &[
+            "get",
+            "clusterinfoimport",
+            "-n",
+            join::MEMBER_NS,
+            &format!("{remote}-clusterinfo"),
+        ],
+    )?;
+    info["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "TunnelUp")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+/// A gateway agent's metrics (its health port, :9090 on its Node's address), the lines of
+/// `name` for `cluster`.
+fn tunnel_metric(gateway: &str, name: &str, cluster: &str) -> Option<f64> {
+    let addr: SocketAddr = format!("{gateway}:9090").parse().expect("address");
+    let (_, body) = in_netns("strait-core", move || {
+        http_get(addr, "/metrics", Duration::from_secs(2))
+    })
+    .ok()?;
+    let needle = format!("{name}{{cluster=\"{cluster}\"");
+    body.lines()
+        .find(|l| l.starts_with(&needle))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Issue 57: the gateways probe each other through the tunnel (inside WireGuard: the testbed
+/// encrypts) every second. Each member's ClusterInfoImport of the other says `TunnelUp` True,
+/// the gateway agent's metrics give the round trip; with the tunnel's port blocked between the
+/// gateways at the router, the condition turns False within 5 s (and `mcctl get clusterset`
+/// says so) and the metrics show the loss; after the restore it is True again within 5 s.
+#[test]
+fn the_gateways_probe_each_other_and_a_blocked_tunnel_shows_within_5_s() {
+    let tb = joined_with_gateways();
+    let (east_gw, west_gw) = (gateway_ip(&tb, "east"), gateway_ip(&tb, "west"));
+    for (cluster, remote) in [("east", "west"), ("west", "east")] {
+        wait_for(
+            &format!("{cluster}'s TunnelUp to {remote}"),
+            T,
+            || match tunnel_up(&tb, cluster, remote) {
+                Some((status, reason)) if status == "True" && reason == "ProbesAnswered" => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+    }
+    let rtt = wait_for("east's round trip to west in its metrics", T, || {
+        tunnel_metric(&east_gw, "strait_tunnel_rtt_seconds", "west")
+            .ok_or_else(|| "no metric".to_owned())
+    });
+    assert!(rtt > 0.0 && rtt < 0.5, "round trip {rtt} s");
+    assert_eq!(
+        tunnel_metric(&east_gw, "strait_tunnel_up", "west"),
+        Some(1.0)
+    );
+
+    // WireGuard's port between the two gateways: the tunnel's way with encryption on.
+    let blocked = UnderlayCut::udp_port(&east_gw, &west_gw, 51821);
+    let at = std::time::Instant::now();
+    for (cluster, remote) in [("east", "west"), ("west", "east")] {
+        wait_for(
+            &format!("{cluster}'s TunnelUp to {remote} False"),
+            T,
+            || match tunnel_up(&tb, cluster, remote) {
+                Some((status, reason)) if status == "False" && reason == "NoAnswer" => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+    }
+    let down = at.elapsed();
+    assert!(
+        down <= Duration::from_secs(5),
+        "both False only {down:?} after the block"
+    );
+    let (_, table, _) = tb.mcctl("east", &["get", "clusterset", "-A"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("west") && l.contains("TunnelUp") && l.contains("NoAnswer")),
+        "{table}"
+    );
+    assert_eq!(
+        tunnel_metric(&east_gw, "strait_tunnel_up", "west"),
+        Some(0.0)
+    );
+    let loss = tunnel_metric(&east_gw, "strait_tunnel_probe_loss_ratio", "west").unwrap_or(0.0);
+    assert!(loss > 0.0, "loss {loss}");
+
+    drop(blocked);
+    let at = std::time::Instant::now();
+    for (cluster, remote) in [("east", "west"), ("west", "east")] {
+        wait_for(
+            &format!("{cluster}'s TunnelUp to {remote} True again"),
+            T,
+            || match tunnel_up(&tb, cluster, remote) {
+                Some((status, _)) if status == "True" => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+    }
+    let up = at.elapsed();
+    assert!(
+        up <= Duration::from_secs(5),
+        "both True only {up:?} after the restore"
+    );
+    eprintln!(
+        "tunnel health: round trip {:.2} ms; False on both sides {:.1} s after the block, {:.0}% of the last probes lost; True again {:.1} s after the restore",
+        rtt * 1e3,
+        down.as_secs_f64(),
+        loss * 100.0,
+        up.as_secs_f64()
+    );
 }
 
 /// Waits until `cluster`'s `antrea-mc-<service>` Endpoints hold exactly `want` (in any order),

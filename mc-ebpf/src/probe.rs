@@ -1,0 +1,141 @@
+//! Tunnel probes (docs/design.md §4d). The active gateway's agent sends every remote gateway a
+//! probe each second: Strait's Geneve with the OAM bit, to the tunnel port, from the Node's
+//! address (a UDP socket of the agent's). On the way out the egress program sends it on as it
+//! is, or into WireGuard with `gatewayIP` as source when encryption is on ([`send`]). The
+//! remote gateway's ingress program answers it itself ([`take`]: addresses swapped, the kind
+//! set to reply, back the way it came), so an answer says the path and the remote dataplane
+//! work, whatever its agent does. The answer, arriving at the prober's ingress, goes into
+//! `mc_probes` (round trip, sequence, time) and no further.
+
+use aya_ebpf::{
+    bindings::TC_ACT_SHOT, helpers::generated::bpf_ktime_get_ns, helpers::generated::bpf_redirect,
+    programs::TcContext,
+};
+use mc_common::{
+    Counter,
+    dataplane::{
+        GENEVE_OAM, LocalConfig, PEER_REMOTE_GATEWAY, PROBE_MAGIC, PROBE_REPLY, PROBE_REQUEST,
+        Probe,
+    },
+};
+
+use crate::{
+    maps::{peer_kind, probe_answered, wireguard},
+    packet::{IPPROTO_UDP, Ipv4},
+    tunnel::{self, Tunnel, UDP_HLEN},
+};
+
+const GENEVE_HLEN: usize = 8;
+/// The probe's kind byte, past its magic.
+const KIND_OFF: usize = 8;
+
+type Outcome = Result<(Counter, i32), Counter>;
+
+/// The egress program, on the gateway: a packet from the Node's address to a remote gateway's
+/// tunnel port. `Some` verdict when it is the agent's probe (sent on, into WireGuard with
+/// `gatewayIP` as source when `encrypted`); `None` for anything else (the programs' own tunnel
+/// packets coming through again, a reflected answer). A BPF-to-BPF call: off the path of
+/// every other packet, and off the caller's stack.
+#[inline(never)]
+pub fn send(
+    ctx: &TcContext,
+    ip: &Ipv4,
+    cfg: &LocalConfig,
+    encrypted: bool,
+    pass: i32,
+) -> Result<Option<i32>, Counter> {
+    let geneve: [u8; 2] = ip
+        .read(ctx, ip.l4() + UDP_HLEN)
+        .map_err(|_| Counter::DropTruncated)?;
+    if geneve[1] & GENEVE_OAM == 0 || geneve[0] & 0x3f != 0 {
+        return Ok(None);
+    }
+    // The agent builds the inner header without options.
+    let kind_at = ip.l4() + UDP_HLEN + GENEVE_HLEN + 20 + UDP_HLEN + KIND_OFF;
+    // Four bytes (the kind and its padding): a one-byte read's bounds check compiles to a
+    // comparison the verifier cannot follow.
+    let kind: [u8; 4] = ip.read(ctx, kind_at).map_err(|_| Counter::DropTruncated)?;
+    if kind[0] != PROBE_REQUEST {
+        return Ok(None);
+    }
+    if encrypted {
+        let hop = (cfg.gateway_ip, ip.dst);
+        return tunnel::retarget_into_wireguard(ctx, ip, hop, &wireguard()).map(Some);
+    }
+    Ok(Some(pass))
+}
+
+/// The ingress program, on the gateway: Strait's Geneve with the OAM bit. From a remote gateway
+/// only, and with encryption on only as WireGuard handed it over (`plaintext`: it came from
+/// the wire). A probe is answered; an answer to this gateway's probe is recorded and dropped.
+/// A BPF-to-BPF call, as [`send`].
+#[inline(never)]
+pub fn take(
+    ctx: &TcContext,
+    cfg: &LocalConfig,
+    t: &Tunnel,
+    encrypted: bool,
+    plaintext: bool,
+) -> Outcome {
+    let sender = t.outer.src;
+    if peer_kind(&sender) != PEER_REMOTE_GATEWAY {
+        return Err(Counter::DropUnknownPeer);
+    }
+    if plaintext {
+        return Err(Counter::DropPlaintextFromRemote);
+    }
+    if t.inner.proto != IPPROTO_UDP || t.inner.is_later_fragment() {
+        return Err(Counter::DropBadGeneve);
+    }
+    let at = t.inner.l4() + UDP_HLEN;
+    let probe: Probe = t.inner.read(ctx, at).map_err(|_| Counter::DropTruncated)?;
+    if probe.magic != PROBE_MAGIC {
+        return Err(Counter::DropBadGeneve);
+    }
+    match probe.kind {
+        PROBE_REQUEST => answer(ctx, t, at, encrypted),
+        PROBE_REPLY => {
+            if t.outer.dst != cfg.node_ip && t.outer.dst != cfg.gateway_ip {
+                return Err(Counter::DropNotLocal);
+            }
+            // SAFETY: plain helper call. The agent's clock (CLOCK_MONOTONIC) is this one.
+            let now = unsafe { bpf_ktime_get_ns() };
+            probe_answered(sender, probe.seq, probe.sent_ns, now);
+            Ok((Counter::ProbeReply, TC_ACT_SHOT))
+        }
+        _ => Err(Counter::DropBadGeneve),
+    }
+}
+
+/// Sends a probe back to its prober: the kind set to reply, the outer and the inner addresses
+/// swapped (which leaves every checksum as it was: a header's sum does not depend on the order
+/// of its words), then into WireGuard (`encrypted`) or out of the uplink toward the hop it
+/// came from (the Ethernet addresses swapped).
+#[inline(always)]
+fn answer(ctx: &TcContext, t: &Tunnel, at: usize, encrypted: bool) -> Outcome {
+    let failed = |_| Counter::DropRewriteFailed;
+    ctx.store(at + KIND_OFF, &PROBE_REPLY, 0).map_err(failed)?;
+    let swapped = |ip: &Ipv4| -> [u8; 8] {
+        let (s, d) = (ip.src, ip.dst);
+        [d[0], d[1], d[2], d[3], s[0], s[1], s[2], s[3]]
+    };
+    ctx.store(t.inner.src_off(), &swapped(&t.inner), 0)
+        .map_err(failed)?;
+    ctx.store(t.outer.src_off(), &swapped(&t.outer), 0)
+        .map_err(failed)?;
+    if encrypted {
+        return Ok((
+            Counter::ProbeAnswered,
+            tunnel::into_wireguard(&wireguard())?,
+        ));
+    }
+    let macs: [u8; 12] = crate::packet::read(ctx, 0).map_err(|_| Counter::DropTruncated)?;
+    let back: [u8; 12] = [
+        macs[6], macs[7], macs[8], macs[9], macs[10], macs[11], macs[0], macs[1], macs[2], macs[3],
+        macs[4], macs[5],
+    ];
+    ctx.store(0, &back, 0).map_err(failed)?;
+    // SAFETY: plain helper call: out of the device it came in by.
+    let verdict = unsafe { bpf_redirect(tunnel::ifindex(ctx), 0) as i32 };
+    Ok((Counter::ProbeAnswered, verdict))
+}
