@@ -709,6 +709,21 @@ fn detach_and_unpin(path: &Path) -> Result<(), NetfilterError> {
 mod tests {
     use super::*;
 
+    /// The policy program is loaded from the uplink programs' object with every map it refers
+    /// to opened by its pin: the object may have no map the agent does not pin, such as the
+    /// `.rodata` a constant the programs take the address of ends up in.
+    #[test]
+    fn the_object_has_only_maps_the_agent_pins() {
+        let object = aya_obj::Object::parse(crate::EBPF_OBJECT).expect("the embedded object");
+        for name in object.maps.keys() {
+            assert!(
+                mc_common::maps::ALL.contains(&name.as_str()),
+                "map {name} in the eBPF object is not one the agent pins (a `.rodata`: a constant \
+                 whose address a program takes; keep it in a local or compare it as a word)"
+            );
+        }
+    }
+
     /// The running kernel's BTF gives offsets inside the structures' sizes, the reply tuple
     /// right after the original one, and the IDs of `struct nf_conn` and `bpf_rdonly_cast`
     /// (the values themselves differ from build to build).

@@ -1488,6 +1488,25 @@ fn publish(metrics: &Metrics, attached: Option<&mut Attached>) {
             snat as f64 / f64::from(mc_common::dataplane::MAX_SNAT_ENTRIES),
         );
     }
+    // Encryption on, the gateway: bytes each way per remote cluster, as WireGuard counts them.
+    if let Some(wg) = a.wireguard.as_mut()
+        && let Ok(stats) = wg.device.stats()
+    {
+        for s in stats {
+            let cluster = wg.device.cluster_of(&s.public_key).unwrap_or_default();
+            let labels = [("cluster", cluster.as_str())];
+            metrics.set_counter(
+                "strait_tunnel_wireguard_rx_bytes_total",
+                &labels,
+                s.rx_bytes,
+            );
+            metrics.set_counter(
+                "strait_tunnel_wireguard_tx_bytes_total",
+                &labels,
+                s.tx_bytes,
+            );
+        }
+    }
 }
 
 fn internal_ip(node: &Node) -> Option<Ipv4Addr> {

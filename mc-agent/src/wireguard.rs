@@ -447,6 +447,16 @@ impl Device {
         Ok(true)
     }
 
+    /// The cluster of the peer with `public_key` (base64), as the last [`Device::set_peers`]
+    /// named it.
+    pub fn cluster_of(&self, public_key: &str) -> Option<String> {
+        let key = parse_key(public_key).ok()?;
+        self.peers
+            .get(&key)
+            .map(|p| p.cluster_id.clone())
+            .filter(|c| !c.is_empty())
+    }
+
     /// Adds one peer that may send from `allowed` (CIDRs): for a plain WireGuard tunnel
     /// between subnets (the benchmark's bare tunnel), outside what [`Device::set_peers`] keeps.
     pub fn add_peer(

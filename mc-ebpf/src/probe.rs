@@ -89,11 +89,13 @@ pub fn take(
     }
     let at = t.inner.l4() + UDP_HLEN;
     let probe: Probe = t.inner.read(ctx, at).map_err(|_| Counter::DropTruncated)?;
-    if probe.magic != PROBE_MAGIC {
+    // As one word: an array constant would be kept in `.rodata`, a map the policy program's
+    // object (the same object, loaded with pinned maps only) cannot have.
+    if u64::from_ne_bytes(probe.magic) != u64::from_ne_bytes(PROBE_MAGIC) {
         return Err(Counter::DropBadGeneve);
     }
     match probe.kind {
-        PROBE_REQUEST => answer(ctx, t, at, encrypted),
+        PROBE_REQUEST => answer(ctx, t, at, &probe, encrypted),
         PROBE_REPLY => {
             if t.outer.dst != cfg.node_ip && t.outer.dst != cfg.gateway_ip {
                 return Err(Counter::DropNotLocal);
@@ -112,9 +114,12 @@ pub fn take(
 /// of its words), then into WireGuard (`encrypted`) or out of the uplink toward the hop it
 /// came from (the Ethernet addresses swapped).
 #[inline(always)]
-fn answer(ctx: &TcContext, t: &Tunnel, at: usize, encrypted: bool) -> Outcome {
+fn answer(ctx: &TcContext, t: &Tunnel, at: usize, probe: &Probe, encrypted: bool) -> Outcome {
     let failed = |_| Counter::DropRewriteFailed;
-    ctx.store(at + KIND_OFF, &PROBE_REPLY, 0).map_err(failed)?;
+    // The kind with the padding read from the packet: a store of the constant alone would be
+    // kept in `.rodata`, a map the policy program's object cannot have.
+    let kind = [PROBE_REPLY, probe._pad[0], probe._pad[1], probe._pad[2]];
+    ctx.store(at + KIND_OFF, &kind, 0).map_err(failed)?;
     let swapped = |ip: &Ipv4| -> [u8; 8] {
         let (s, d) = (ip.src, ip.dst);
         [d[0], d[1], d[2], d[3], s[0], s[1], s[2], s[3]]
