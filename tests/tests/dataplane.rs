@@ -1612,7 +1612,7 @@ fn tunnel_up(tb: &Testbed, cluster: &str, remote: &str) -> Option<(String, Strin
             "clusterinfoimport",
             "-n",
             join::MEMBER_NS,
-            &format!("{remote}-clusterinfo"),
+            &format!("{}-clusterinfo", join::id(remote)),
         ],
     )?;
     info["status"]["conditions"]
@@ -1635,7 +1635,7 @@ fn tunnel_metric(gateway: &str, name: &str, cluster: &str) -> Option<f64> {
         http_get(addr, "/metrics", Duration::from_secs(2))
     })
     .ok()?;
-    let needle = format!("{name}{{cluster=\"{cluster}\"");
+    let needle = format!("{name}{{cluster=\"{}\"", join::id(cluster));
     body.lines()
         .find(|l| l.starts_with(&needle))
         .and_then(|l| l.rsplit(' ').next())
@@ -1691,9 +1691,9 @@ fn the_gateways_probe_each_other_and_a_blocked_tunnel_shows_within_5_s() {
     );
     let (_, table, _) = tb.mcctl("east", &["get", "clusterset", "-A"]);
     assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("west") && l.contains("TunnelUp") && l.contains("NoAnswer")),
+        table.lines().any(|l| l.starts_with(&join::id("west"))
+            && l.contains("TunnelUp")
+            && l.contains("NoAnswer")),
         "{table}"
     );
     assert_eq!(
