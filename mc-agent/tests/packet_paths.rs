@@ -1062,8 +1062,9 @@ fn bad_tunnel_packets_are_dropped_and_counted_and_others_tunnels_left_alone() {
     let (v, _) = f.run(Direction::Ingress, &frame[..ETH_HLEN + 20 + 8 + 4]);
     assert_eq!(v, SHOT);
 
-    // Geneve version 1; control (O) bit; a payload that is not IPv4 (a CNI's Ethernet): not
-    // Strait's, even from a peer: to the kernel untouched, never decapsulated.
+    // Geneve version 1; the OAM bit (Strait's probes, but only between gateways: from a local
+    // Node it is not Strait's); a payload that is not IPv4 (a CNI's Ethernet): not Strait's,
+    // even from a peer: to the kernel untouched, never decapsulated.
     for (offset, value) in [(28, 0x40u8), (29, 0x80), (30, 0x65)] {
         let mut other = good.clone();
         other[offset] = value;

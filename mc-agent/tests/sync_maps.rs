@@ -304,9 +304,9 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             0,
         )
         .expect("flow verdict");
-    pinned_hash(&layout, maps::PROBES)
+    pinned_hash::<[u8; 4], mc_common::dataplane::ProbeState>(&layout, maps::PROBES)
         .insert(
-            &[198, 18, 2, 1],
+            &[198u8, 18, 2, 1],
             &mc_common::dataplane::ProbeState {
                 replies: 3,
                 rtt_ns: 400_000,

@@ -8,7 +8,9 @@
 //! `mc_probes` (round trip, sequence, time) and no further.
 
 use aya_ebpf::{
-    bindings::TC_ACT_SHOT, helpers::generated::bpf_ktime_get_ns, helpers::generated::bpf_redirect,
+    bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    helpers::generated::bpf_ktime_get_ns,
+    helpers::generated::bpf_redirect,
     programs::TcContext,
 };
 use mc_common::{
@@ -66,8 +68,8 @@ pub fn send(
 }
 
 /// The ingress program, on the gateway: Strait's Geneve with the OAM bit. From a remote gateway
-/// only, and with encryption on only as WireGuard handed it over (`plaintext`: it came from
-/// the wire). A probe is answered; an answer to this gateway's probe is recorded and dropped.
+/// only (from anyone else it is not Strait's: passed on), and with encryption on only as
+/// WireGuard handed it over (`plaintext`: it came from the wire). A probe is answered; an answer to this gateway's probe is recorded and dropped.
 /// A BPF-to-BPF call, as [`send`].
 #[inline(never)]
 pub fn take(
@@ -79,7 +81,9 @@ pub fn take(
 ) -> Outcome {
     let sender = t.outer.src;
     if peer_kind(&sender) != PEER_REMOTE_GATEWAY {
-        return Err(Counter::DropUnknownPeer);
+        // Only gateways probe each other: Geneve with the OAM bit from anyone else is not
+        // Strait's (as before probes existed), left to the kernel.
+        return Ok((Counter::PassForeignTunnel, TC_ACT_UNSPEC));
     }
     if plaintext {
         return Err(Counter::DropPlaintextFromRemote);
