@@ -319,7 +319,8 @@ pub async fn run(
     let mut answers: Option<aya::maps::HashMap<aya::maps::MapData, [u8; 4], ProbeState>> = None;
     // The verdict written on each ClusterInfoImport (by its name).
     let mut written: BTreeMap<String, Verdict> = BTreeMap::new();
-    let mut exported: Vec<String> = Vec::new();
+    // The (cluster, gateway) pairs whose series are out.
+    let mut exported: Vec<(String, Ipv4Addr)> = Vec::new();
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -331,8 +332,8 @@ pub async fn run(
             // Not the gateway (or not yet): the new gateway's agent probes and writes.
             prober = None;
             written.clear();
-            for cluster in exported.drain(..) {
-                forget(&metrics, &cluster);
+            for (cluster, _) in exported.drain(..) {
+                forget(&metrics, "cluster", &cluster);
             }
             continue;
         };
@@ -354,13 +355,21 @@ pub async fn run(
         let Some(p) = prober.as_mut() else { continue };
         let read = |ip: Ipv4Addr| answers.as_ref().and_then(|m| m.get(&ip.octets(), 0).ok());
         let health = p.round(&now.targets, &read);
-        for gone in exported
-            .iter()
-            .filter(|c| !health.iter().any(|h| &h.cluster_id == *c))
-        {
-            forget(&metrics, gone);
+        // A cluster gone, or its gateway moved: its old series go. A ClusterInfoImport no
+        // longer probed is forgotten too (made again, it gets its condition again).
+        for (cluster, gateway) in &exported {
+            if !health
+                .iter()
+                .any(|h| &h.cluster_id == cluster && h.gateway_ip == *gateway)
+            {
+                forget(&metrics, "gateway", &gateway.to_string());
+            }
         }
-        exported = health.iter().map(|h| h.cluster_id.clone()).collect();
+        exported = health
+            .iter()
+            .map(|h| (h.cluster_id.clone(), h.gateway_ip))
+            .collect();
+        written.retain(|name, _| health.iter().any(|h| &h.info_name == name));
         for h in &health {
             publish(&metrics, h);
             let Some((status, reason, message)) = condition(h, &now) else {
@@ -418,7 +427,8 @@ fn publish(metrics: &mc_kube::Metrics, h: &Health) {
     metrics.set_counter("strait_tunnel_probes_answered_total", &labels, h.answered);
 }
 
-fn forget(metrics: &mc_kube::Metrics, cluster: &str) {
+/// Drops the tunnel series whose `label` is `value`.
+fn forget(metrics: &mc_kube::Metrics, label: &str, value: &str) {
     for name in [
         "strait_tunnel_up",
         "strait_tunnel_rtt_seconds",
@@ -426,7 +436,7 @@ fn forget(metrics: &mc_kube::Metrics, cluster: &str) {
         "strait_tunnel_probes_sent_total",
         "strait_tunnel_probes_answered_total",
     ] {
-        metrics.forget(name, "cluster", cluster);
+        metrics.forget(name, label, value);
     }
 }
 

@@ -922,6 +922,13 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
     // Encryption on: the gateway's WireGuard device (a Node that is no longer the gateway
     // closes its own), then the state again with the device in it.
     let mut wireguard_problem = None;
+    if !opts.config.encryption()
+        && a.wireguard.is_none()
+        && wireguard::is_kernel_device(wireguard::DEVICE)
+    {
+        close_kernel_device("trafficEncryptionMode is not wireGuard");
+        a.dataplane.forget_wireguard_link(wireguard::DEVICE);
+    }
     if opts.config.encryption() {
         let is_gateway = want.config.role == mc_common::dataplane::ROLE_GATEWAY;
         match wireguard_up(opts, a, is_gateway, inputs.mtu) {
@@ -1169,11 +1176,26 @@ fn wireguard_up(
                 "no longer the gateway: WireGuard device {} closed",
                 wireguard::DEVICE
             );
+        } else {
+            // An earlier agent's kernel device (the gateway moved while this Node's agent
+            // restarted): not this Node's to keep.
+            close_kernel_device("this Node is not the gateway");
+            a.dataplane.forget_wireguard_link(wireguard::DEVICE);
         }
         return Ok(None);
     }
     if let Some(wg) = &a.wireguard {
-        return Ok(Some(wg.config));
+        // The device as this agent made it, unless someone deleted it (`ip link del`): then
+        // it is made again, and the maps learn its new index.
+        if nix::net::if_::if_nametoindex(wireguard::DEVICE).ok() == Some(wg.config.ifindex) {
+            return Ok(Some(wg.config));
+        }
+        tracing::warn!(
+            device = wireguard::DEVICE,
+            "the WireGuard device is gone or was made again outside the agent: starting it anew"
+        );
+        a.wireguard = None;
+        a.dataplane.forget_wireguard_link(wireguard::DEVICE);
     }
     let key =
         wireguard::KeyPair::load_or_create(opts.host.wireguard_key()).map_err(|e| e.to_string())?;
@@ -1216,6 +1238,18 @@ fn wireguard_up(
         public_key,
     });
     Ok(Some(config))
+}
+
+/// Deletes an earlier agent's kernel WireGuard device that this agent does not use (`why`).
+fn close_kernel_device(why: &str) {
+    match wireguard::remove_kernel_device(wireguard::DEVICE) {
+        Ok(true) => tracing::info!(
+            device = wireguard::DEVICE,
+            "deleted the kernel's WireGuard device an earlier agent left: {why}"
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(device = wireguard::DEVICE, "{e}"),
+    }
 }
 
 /// Links the policy program at PREROUTING when this Node has something to decide, else takes it

@@ -211,7 +211,13 @@ impl Device {
             message,
         };
         let device = match how {
-            Implementation::Userspace => Self::userspace(name, port, key)?,
+            Implementation::Userspace => {
+                // An earlier agent's kernel device of that name (the setting changed) goes.
+                if is_kernel_device(name) {
+                    remove_kernel_device(name).map_err(device_err)?;
+                }
+                Self::userspace(name, port, key)?
+            }
             Implementation::Kernel => Self::kernel(name, port, key).map_err(device_err)?,
             Implementation::Auto => match Self::kernel(name, port, key) {
                 Ok(device) => device,
@@ -224,10 +230,9 @@ impl Device {
                 }
             },
         };
-        if let Err(e) = device.set_link(mtu) {
-            device.close();
-            return Err(device_err(e));
-        }
+        // On failure the kernel's device stays (it may be an earlier agent's, carrying
+        // traffic): the next start takes it over again.
+        device.set_link(mtu).map_err(device_err)?;
         Ok(device)
     }
 
@@ -369,8 +374,10 @@ impl Device {
 
     /// Removes the device: the kernel's is deleted, boringtun's ends with this object.
     pub fn close(self) {
-        if self.outlives_process() {
-            let _ = remove_kernel_device(&self.name);
+        if self.outlives_process()
+            && let Err(e) = remove_kernel_device(&self.name)
+        {
+            tracing::warn!(device = self.name, "deleting the WireGuard device: {e}");
         }
     }
 
@@ -618,9 +625,11 @@ pub fn remove_kernel_device(name: &str) -> Result<bool, String> {
     Ok(true)
 }
 
-/// Whether `name` is a kernel WireGuard device (one that outlives the agent).
+/// Whether `name` is a kernel WireGuard device (one that outlives the agent). Cheap when there
+/// is no such interface (one system call).
 pub fn is_kernel_device(name: &str) -> bool {
-    matches!(crate::routes::link_kind(name), Ok((Some(kind), _)) if kind == "wireguard")
+    nix::net::if_::if_nametoindex(name).is_ok()
+        && matches!(crate::routes::link_kind(name), Ok((Some(kind), _)) if kind == "wireguard")
 }
 
 #[cfg(test)]

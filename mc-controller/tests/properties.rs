@@ -998,7 +998,7 @@ proptest! {
             bound: others.iter().map(|o| (o.clone(), o.clone())).collect(),
         };
         let _ = rules::member_announce(op, &caller, old.as_ref(), new.as_ref(), &facts);
-        let _ = rules::gateway(&caller, op, old.as_ref(), new.as_ref());
+        let _ = rules::gateway(&caller, op, old.as_ref(), new.as_ref(), None);
         for (what, object, patch_of) in [
             ("mutate_resource_export", new.clone(), &(|v: &serde_json::Value| rules::mutate_resource_export(v)) as &dyn Fn(&serde_json::Value) -> Vec<serde_json::Value>),
             ("stamp_announce", new.clone(), &|v: &serde_json::Value| rules::stamp_announce(&caller, LEADER_NS, v)),

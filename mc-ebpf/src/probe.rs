@@ -46,9 +46,10 @@ pub fn send(
     encrypted: bool,
     pass: i32,
 ) -> Result<Option<i32>, Counter> {
-    let geneve: [u8; 2] = ip
-        .read(ctx, ip.l4() + UDP_HLEN)
-        .map_err(|_| Counter::DropTruncated)?;
+    // Anything too short to be a probe is not one (left alone, as before probes existed).
+    let Ok(geneve) = ip.read::<[u8; 2]>(ctx, ip.l4() + UDP_HLEN) else {
+        return Ok(None);
+    };
     if geneve[1] & GENEVE_OAM == 0 || geneve[0] & 0x3f != 0 {
         return Ok(None);
     }
@@ -56,7 +57,9 @@ pub fn send(
     let kind_at = ip.l4() + UDP_HLEN + GENEVE_HLEN + 20 + UDP_HLEN + KIND_OFF;
     // Four bytes (the kind and its padding): a one-byte read's bounds check compiles to a
     // comparison the verifier cannot follow.
-    let kind: [u8; 4] = ip.read(ctx, kind_at).map_err(|_| Counter::DropTruncated)?;
+    let Ok(kind) = ip.read::<[u8; 4]>(ctx, kind_at) else {
+        return Ok(None);
+    };
     if kind[0] != PROBE_REQUEST {
         return Ok(None);
     }
@@ -114,8 +117,10 @@ pub fn take(
 }
 
 /// Sends a probe back to its prober: the kind set to reply, the outer and the inner addresses
-/// swapped (which leaves every checksum as it was: a header's sum does not depend on the order
-/// of its words), then into WireGuard (`encrypted`) or out of the uplink toward the hop it
+/// swapped (which leaves the IPv4 headers' checksums as they were: a header's sum does not
+/// depend on the order of its words), the outer UDP checksum cleared (the new kind would
+/// spoil the one the prober's socket computed; 0 is "none" over IPv4, as Strait's own tunnel
+/// packets carry), then into WireGuard (`encrypted`) or out of the uplink toward the hop it
 /// came from (the Ethernet addresses swapped).
 #[inline(always)]
 fn answer(ctx: &TcContext, t: &Tunnel, at: usize, probe: &Probe, encrypted: bool) -> Outcome {
@@ -124,6 +129,10 @@ fn answer(ctx: &TcContext, t: &Tunnel, at: usize, probe: &Probe, encrypted: bool
     // kept in `.rodata`, a map the policy program's object cannot have.
     let kind = [PROBE_REPLY, probe._pad[0], probe._pad[1], probe._pad[2]];
     ctx.store(at + KIND_OFF, &kind, 0).map_err(failed)?;
+    // A local, not a constant's address (which would land in `.rodata`).
+    let no_checksum: u16 = 0;
+    ctx.store(t.outer.l4() + 6, &no_checksum, 0)
+        .map_err(failed)?;
     let swapped = |ip: &Ipv4| -> [u8; 8] {
         let (s, d) = (ip.src, ip.dst);
         [d[0], d[1], d[2], d[3], s[0], s[1], s[2], s[3]]

@@ -90,16 +90,24 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Parsed, Counter
         return Ok(Parsed::Foreign);
     }
     let inner_off = outer.l4() + UDP_HLEN + GENEVE_HLEN + options_len;
+    if oam {
+        // A probe is whole, or not Strait's (as the OAM bit was before probes existed).
+        return Ok(
+            match whole_ipv4_at(ctx, inner_off, outer.end(), Counter::DropBadGeneve) {
+                Ok(inner) => Parsed::Probe(Tunnel {
+                    outer: *outer,
+                    inner,
+                }),
+                Err(_) => Parsed::Foreign,
+            },
+        );
+    }
     // The inner packet must be whole and inside the outer one.
     let inner = whole_ipv4_at(ctx, inner_off, outer.end(), Counter::DropBadGeneve)?;
-    let tunnel = Tunnel {
+    Ok(Parsed::Tunnel(Tunnel {
         outer: *outer,
         inner,
-    };
-    if oam {
-        return Ok(Parsed::Probe(tunnel));
-    }
-    Ok(Parsed::Tunnel(tunnel))
+    }))
 }
 
 /// Wraps the IPv4 packet `ip` that follows the Ethernet header in outer IPv4/UDP/Geneve headers

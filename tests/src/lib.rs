@@ -1043,10 +1043,24 @@ pub struct AsServiceAccount {
 
 impl Testbed {
     pub fn as_service_account(&self, cluster: &str, namespace: &str, sa: &str) -> AsServiceAccount {
-        let token = self.ok(
-            cluster,
-            &["create", "token", sa, "-n", namespace, "--duration=1h"],
-        );
+        self.as_service_account_of(cluster, namespace, sa, None)
+    }
+
+    /// As [`Testbed::as_service_account`], with a token bound to the Pod `pod` (of that
+    /// namespace), as the kubelet gives the Pod's containers: the API server adds the Pod's
+    /// Node to the caller's user info.
+    pub fn as_service_account_of(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        sa: &str,
+        pod: Option<&str>,
+    ) -> AsServiceAccount {
+        let mut args = vec!["create", "token", sa, "-n", namespace, "--duration=1h"];
+        if let Some(pod) = pod {
+            args.extend(["--bound-object-kind", "Pod", "--bound-object-name", pod]);
+        }
+        let token = self.ok(cluster, &args);
         let view: Value = serde_json::from_str(&self.ok(
             cluster,
             &["config", "view", "--raw", "--minify", "-o", "json"],
@@ -1063,7 +1077,8 @@ impl Testbed {
         let dir = std::env::temp_dir().join("strait-tests");
         std::fs::create_dir_all(&dir).expect("temp dir");
         let kubeconfig = dir.join(format!(
-            "{cluster}-{namespace}-{sa}-{}.json",
+            "{cluster}-{namespace}-{sa}-{}-{}.json",
+            pod.unwrap_or("any"),
             std::process::id()
         ));
         std::fs::write(&kubeconfig, config.to_string()).expect("writing a kubeconfig");

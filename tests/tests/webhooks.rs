@@ -626,6 +626,47 @@ fn the_agents_may_change_only_the_wireguard_key_of_a_gateway() {
         patch(r#"{"metadata":{"annotations":{"multicluster.strait.io/pod-cidrs":"0.0.0.0/0"}}}"#),
         "not metadata.annotations",
     );
+    // With the token the kubelet gives the agent Pod on the other Node (it names that Node),
+    // the key of the gateway Node's Gateway cannot be replaced.
+    let other_node = if name == "node-a" { "node-b" } else { "node-a" };
+    let pods = tb.get_json(
+        "east",
+        &[
+            "get",
+            "pods",
+            "-n",
+            MEMBER_NS,
+            "-l",
+            "app=strait-agent",
+            "--field-selector",
+            &format!("spec.nodeName={other_node}"),
+        ],
+    );
+    if let Some(pod) = pods["items"][0]["metadata"]["name"].as_str() {
+        let elsewhere = tb.as_service_account_of("east", MEMBER_NS, "strait-agent", Some(pod));
+        denied(
+            "the agent on another Node replaces the gateway's key",
+            elsewhere.run(
+                &[
+                    "patch",
+                    "gateway",
+                    &name,
+                    "-n",
+                    MEMBER_NS,
+                    "--type=merge",
+                    "-p",
+                    r#"{"wireGuard":{"publicKey":"9Gq9BSIb0lXRQm0Hu8RjvJ2u5hLOkbE3XAbCaFUdLWU="}}"#,
+                    "--dry-run=server",
+                ],
+                None,
+            ),
+            &format!("the agent on Node {other_node} may publish only its own"),
+        );
+    } else {
+        eprintln!(
+            "no agent Pod on {other_node} (a testbed without kubelets): the Node check is not exercised"
+        );
+    }
     // RBAC refuses it first (the agents may patch Gateways, not create them); the webhook
     // would too (its unit test).
     let (made, _, err) = create(

@@ -820,7 +820,15 @@ async fn validate_gateway(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> 
         Ok(r) => r,
         Err(done) => return *done,
     };
-    let v = rules::gateway(&r.caller, r.op, r.old.as_ref(), r.new.as_ref());
+    let node = r
+        .req
+        .user_info
+        .extra
+        .as_ref()
+        .and_then(|e| e.get(rules::NODE_NAME_EXTRA))
+        .and_then(|v| v.first())
+        .map(String::as_str);
+    let v = rules::gateway(&r.caller, r.op, r.old.as_ref(), r.new.as_ref(), node);
     answer(&ctx, "gateway", &r, Ok(v))
 }
 

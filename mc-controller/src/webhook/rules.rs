@@ -598,12 +598,25 @@ pub fn mutate_resource_export(re: &Value) -> Vec<Value> {
 // ---------------------------------------------------------------------------------------------
 // Gateway (member)
 
+/// The user-info extra the API server gives a Pod's ServiceAccount token: the Node the Pod runs
+/// on (Kubernetes 1.30 and later).
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+
 /// Only the controller (which elects the gateway) and the agents write Gateways; cluster
 /// administrators may repair them by hand. An agent (its ServiceAccount is every Node's) only
 /// publishes its WireGuard key in a Gateway the controller made: it may change `wireGuard` and
 /// nothing else, so a Node cannot redirect its cluster's cross-cluster traffic by rewriting the
-/// gateway's addresses or CIDRs. (`status` is a subresource this webhook does not see.)
-pub fn gateway(caller: &Caller, op: Op, old: Option<&Value>, new: Option<&Value>) -> Verdict {
+/// gateway's addresses or CIDRs; and where its token names its Node (`node`, from
+/// [`NODE_NAME_EXTRA`]), only in its own Node's Gateway (named after the Node), so another
+/// Node cannot put its key in the gateway's place. (`status` is a subresource this webhook
+/// does not see.)
+pub fn gateway(
+    caller: &Caller,
+    op: Op,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    node: Option<&str>,
+) -> Verdict {
     match caller {
         Caller::Controller | Caller::Admin => Allow,
         Caller::ServiceAccount { name, .. } if name == "antrea-mc-controller" => Allow,
@@ -613,6 +626,19 @@ pub fn gateway(caller: &Caller, op: Op, old: Option<&Value>, new: Option<&Value>
                     "the agents (ServiceAccount {name}) only publish their WireGuard key in a Gateway the multi-cluster controller made; they do not create or delete Gateways"
                 ));
             };
+            let gateway = new["metadata"]["name"].as_str().unwrap_or_default();
+            if let Some(node) = node
+                && node != gateway
+            {
+                return deny(format!(
+                    "the agent on Node {node} may publish only its own Node's WireGuard key, not in Gateway {gateway}"
+                ));
+            }
+            if !old["wireGuard"].is_null() && new["wireGuard"]["publicKey"].is_null() {
+                return deny(format!(
+                    "the agents (ServiceAccount {name}) may not remove a Gateway's WireGuard key"
+                ));
+            }
             let changed = changed_fields(old, new, &["wireGuard", "status"]);
             if changed.is_empty() {
                 Allow
@@ -1242,8 +1268,9 @@ mod tests {
         let gw = json!({"apiVersion": "multicluster.crd.antrea.io/v1alpha1", "kind": "Gateway",
             "metadata": {"name": "node-a", "resourceVersion": "7", "annotations": {"a": "b"}},
             "gatewayIP": "198.18.1.1", "internalIP": "198.18.1.1", "serviceCIDR": "10.96.0.0/16"});
-        let update = |new: &Value, who: &Caller| gateway(who, Op::Update, Some(&gw), Some(new));
-        let create = |who: &Caller| gateway(who, Op::Create, None, Some(&gw));
+        let update =
+            |new: &Value, who: &Caller| gateway(who, Op::Update, Some(&gw), Some(new), None);
+        let create = |who: &Caller| gateway(who, Op::Create, None, Some(&gw), None);
         assert_eq!(create(&Caller::Controller), Allow);
         assert_eq!(create(&Caller::Admin), Allow);
         assert_eq!(create(&sa("antrea-mc-controller")), Allow);
@@ -1253,7 +1280,7 @@ mod tests {
         let agent = sa("strait-agent");
         denied(create(&agent), "do not create or delete");
         denied(
-            gateway(&agent, Op::Delete, Some(&gw), None),
+            gateway(&agent, Op::Delete, Some(&gw), None, None),
             "do not create or delete",
         );
         let mut keyed = gw.clone();
@@ -1262,6 +1289,19 @@ mod tests {
         keyed["metadata"]["managedFields"] = json!([{"manager": "mc-agent"}]);
         assert_eq!(update(&keyed, &agent), Allow);
         assert_eq!(update(&keyed, &sa("antrea-agent")), Allow);
+        // A token that names its Node: that Node's Gateway only.
+        let on = |node: &str| gateway(&agent, Op::Update, Some(&gw), Some(&keyed), Some(node));
+        assert_eq!(on("node-a"), Allow);
+        denied(
+            on("node-b"),
+            "the agent on Node node-b may publish only its own",
+        );
+        let mut unkeyed = keyed.clone();
+        unkeyed["wireGuard"] = Value::Null;
+        denied(
+            gateway(&agent, Op::Update, Some(&keyed), Some(&unkeyed), None),
+            "may not remove a Gateway's WireGuard key",
+        );
         let mut moved = keyed.clone();
         moved["gatewayIP"] = json!("198.18.9.9");
         moved["serviceCIDR"] = json!("0.0.0.0/0");
