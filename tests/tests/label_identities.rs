@@ -296,6 +296,9 @@ fn vnis_from(capture: &RouterCapture, src: &str) -> Vec<u32> {
         .lines()
         .iter()
         .filter(|l| l.contains(&format!(" IP {src}.")))
+        // The gateways' tunnel probes (Geneve's OAM bit, VNI 0, inner UDP port 7) carry no
+        // Pod's identity.
+        .filter(|l| !l.contains("Flags [O") && !l.contains(&format!("{src}.7 > ")))
         .filter_map(|l| {
             let hex = l
                 .split("vni 0x")
