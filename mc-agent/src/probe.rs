@@ -145,7 +145,7 @@ pub fn packet(from: Ipv4Addr, to: Ipv4Addr, seq: u32, sent_ns: u64) -> Vec<u8> {
     ip[9] = 17;
     ip[12..16].copy_from_slice(&from.octets());
     ip[16..20].copy_from_slice(&to.octets());
-    let sum = checksum(&ip);
+    let sum = crate::reject::checksum(&[&ip]);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
     p.extend_from_slice(&ip);
     p.extend_from_slice(&PROBE_PORT.to_be_bytes());
@@ -158,17 +158,6 @@ pub fn packet(from: Ipv4Addr, to: Ipv4Addr, seq: u32, sent_ns: u64) -> Vec<u8> {
     p.extend_from_slice(&seq.to_ne_bytes());
     p.extend_from_slice(&sent_ns.to_ne_bytes());
     p
-}
-
-fn checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the programs' clock (`bpf_ktime_get_ns`).
@@ -351,6 +340,14 @@ pub async fn run(
         }
         if answers.is_none() {
             answers = open_answers(&layout);
+            if answers.is_none() {
+                // The verdicts would all read "no answer": say why instead.
+                tracing::warn!(
+                    map = %layout.map(mc_common::maps::PROBES).display(),
+                    "tunnel probes: the programs' answer map is not pinned (an older dataplane?): no verdicts until it is"
+                );
+                continue;
+            }
         }
         let Some(p) = prober.as_mut() else { continue };
         let read = |ip: Ipv4Addr| answers.as_ref().and_then(|m| m.get(&ip.octets(), 0).ok());
@@ -514,7 +511,7 @@ mod tests {
         assert_eq!(p.len(), 8 + 20 + 8 + 24);
         assert_eq!(&p[..4], &[0, 0x80, 0x08, 0x00]);
         assert_eq!(
-            checksum(&p[8..28]),
+            crate::reject::checksum(&[&p[8..28]]),
             0,
             "the inner header's checksum adds up"
         );

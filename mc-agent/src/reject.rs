@@ -143,7 +143,7 @@ fn pseudo_header(src: [u8; 4], dst: [u8; 4], proto: u8, len: u16) -> [u8; 12] {
 }
 
 /// The Internet checksum of the concatenated parts (each of even length but the last).
-fn checksum(parts: &[&[u8]]) -> u16 {
+pub(crate) fn checksum(parts: &[&[u8]]) -> u16 {
     let mut sum = 0u32;
     for part in parts {
         for pair in part.chunks(2) {

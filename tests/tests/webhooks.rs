@@ -596,8 +596,8 @@ fn the_agents_may_change_only_the_wireguard_key_of_a_gateway() {
             .ok_or_else(|| "no Gateway yet".to_owned())
     });
     let agent = tb.as_service_account("east", MEMBER_NS, "strait-agent");
-    let patch = |body: &str| {
-        agent.run(
+    let patch_as = |who: &AsServiceAccount, body: &str| {
+        who.run(
             &[
                 "patch",
                 "gateway",
@@ -612,10 +612,10 @@ fn the_agents_may_change_only_the_wireguard_key_of_a_gateway() {
             None,
         )
     };
-    ok(
-        "the agent publishes a WireGuard key",
-        patch(r#"{"wireGuard":{"publicKey":"9Gq9BSIb0lXRQm0Hu8RjvJ2u5hLOkbE3XAbCaFUdLWU="}}"#),
-    );
+    let patch = |body: &str| patch_as(&agent, body);
+    const KEY: &str =
+        r#"{"wireGuard":{"publicKey":"9Gq9BSIb0lXRQm0Hu8RjvJ2u5hLOkbE3XAbCaFUdLWU="}}"#;
+    ok("the agent publishes a WireGuard key", patch(KEY));
     denied(
         "the agent moves the gateway",
         patch(r#"{"gatewayIP":"198.18.99.99","serviceCIDR":"0.0.0.0/0"}"#),
@@ -646,20 +646,7 @@ fn the_agents_may_change_only_the_wireguard_key_of_a_gateway() {
         let elsewhere = tb.as_service_account_of("east", MEMBER_NS, "strait-agent", Some(pod));
         denied(
             "the agent on another Node replaces the gateway's key",
-            elsewhere.run(
-                &[
-                    "patch",
-                    "gateway",
-                    &name,
-                    "-n",
-                    MEMBER_NS,
-                    "--type=merge",
-                    "-p",
-                    r#"{"wireGuard":{"publicKey":"9Gq9BSIb0lXRQm0Hu8RjvJ2u5hLOkbE3XAbCaFUdLWU="}}"#,
-                    "--dry-run=server",
-                ],
-                None,
-            ),
+            patch_as(&elsewhere, KEY),
             &format!("the agent on Node {other_node} may publish only its own"),
         );
     } else {
