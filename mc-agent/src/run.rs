@@ -530,10 +530,11 @@ impl Reconciler for Agent {
 
     /// Every pass recomputes everything (a handful of objects): `_work` is not read.
     async fn pass(&mut self, _work: Work) -> usize {
-        if self.stretched.is_some()
-            && self
-                .proxy_asked
-                .is_none_or(|at| at.elapsed() >= ASK_PROXY_EVERY)
+        // kube-proxy's mode: for stretched policy's enforcement, and for `strait_agent_info`
+        // (`mcctl diagnose`).
+        if self
+            .proxy_asked
+            .is_none_or(|at| at.elapsed() >= ASK_PROXY_EVERY)
         {
             self.proxy_asked = Some(Instant::now());
             let node_ip = self
@@ -545,7 +546,7 @@ impl Reconciler for Agent {
             let mode = crate::kube_proxy::ask(&addrs).await;
             if mode != self.proxy_mode {
                 match &mode {
-                    Some(ProxyMode::Ipvs) => tracing::warn!(
+                    Some(ProxyMode::Ipvs) if self.stretched.is_some() => tracing::warn!(
                         "kube-proxy runs in IPVS mode: ClusterSet-scoped ingress rules are not enforced for flows to ClusterIP exports (the policies' EnforcedByStrait condition says so)"
                     ),
                     Some(m) => tracing::info!(mode = m.as_str(), "kube-proxy's mode"),
@@ -616,6 +617,7 @@ impl Reconciler for Agent {
             .is_none_or(|at| at.elapsed() >= PUBLISH_EVERY)
         {
             publish(&self.metrics, self.attached.as_mut());
+            self.publish_info();
             self.published = Some(Instant::now());
         }
         failures
@@ -631,6 +633,68 @@ impl Reconciler for Agent {
 }
 
 impl Agent {
+    /// `strait_agent_info`: one series (value 1) whose labels say what this agent runs with,
+    /// for `mcctl diagnose` and dashboards: version, kernel, attach mode, uplink and its MTU,
+    /// the tunnel's MTU, kube-proxy's mode, the Node's role, which WireGuard.
+    fn publish_info(&self) {
+        let node = self.opts.node_name.as_str();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let role = if self.gateways.all().iter().any(|g| g.name_any() == node) {
+            "gateway"
+        } else {
+            "node"
+        };
+        let (attach, uplink, uplink_mtu_, tunnel_mtu_, wireguard) = match &self.attached {
+            Some(a) => {
+                let up = uplink_mtu(&a.uplink);
+                (
+                    a.mode.as_str(),
+                    a.uplink.clone(),
+                    up.to_string(),
+                    tunnel_mtu(
+                        up,
+                        self.opts.config.tunnel_mtu,
+                        self.opts.config.encryption(),
+                    )
+                    .to_string(),
+                    a.wireguard
+                        .as_ref()
+                        .map_or("off", |w| w.device.implementation()),
+                )
+            }
+            None => ("none", String::new(), String::new(), String::new(), "off"),
+        };
+        let proxy = self
+            .proxy_mode
+            .as_ref()
+            .map_or("unknown", ProxyMode::as_str);
+        self.metrics.forget("strait_agent_info", "node", node);
+        self.metrics.gauge(
+            "strait_agent_info",
+            &[
+                ("node", node),
+                ("version", crate::VERSION),
+                ("kernel", kernel.trim()),
+                ("attach", attach),
+                ("uplink", &uplink),
+                ("uplink_mtu", &uplink_mtu_),
+                ("tunnel_mtu", &tunnel_mtu_),
+                ("kube_proxy", proxy),
+                ("role", role),
+                ("wireguard", wireguard),
+                (
+                    "pod_to_pod",
+                    if self.opts.config.enable_pod_to_pod_connectivity {
+                        "true"
+                    } else {
+                        "false"
+                    },
+                ),
+            ],
+            1.0,
+        );
+    }
+
     /// A gateway candidate (annotated `multicluster.antrea.io/gateway`), or the gateway.
     fn may_be_gateway(&self) -> bool {
         let name = &self.opts.node_name;

@@ -2,8 +2,11 @@
 //! ClusterSets, exports and imports; make member tokens; set up, join, leave and tear down a
 //! ClusterSet. It talks to one cluster at a time (`--kubeconfig`, `--context`).
 
+mod diagnose;
 mod joinconfig;
+mod member;
 mod output;
+mod verify;
 
 use std::{
     collections::BTreeMap,
@@ -73,6 +76,13 @@ enum Command {
     Leave(LeaveArgs),
     /// Leader: delete the ClusterSet and the member tokens mcctl created.
     Destroy(LeaveArgs),
+    /// Members: send traffic between the members of the contexts given, as applications do
+    /// (imported Services by both names, Pod-to-Pod, a full-size transfer); name the first
+    /// failing hop; clean up. Exit status 1 when a check fails.
+    Verify(verify::VerifyArgs),
+    /// Members: read-only checks of what makes traffic cross, with a verdict and a hint each.
+    /// Exit status 1 when a check fails.
+    Diagnose(diagnose::DiagnoseArgs),
 }
 
 #[derive(Args)]
@@ -221,17 +231,40 @@ struct Cluster {
 }
 
 async fn connect(cli: &Cli) -> anyhow::Result<Cluster> {
+    connect_to(cli.kubeconfig.as_deref(), cli.context.as_deref()).await
+}
+
+/// The kubeconfig at `path`, or the files it lists separated by `:` merged as kubectl merges
+/// KUBECONFIG's (the first file to set a value wins).
+fn read_kubeconfig(path: &Path) -> anyhow::Result<Kubeconfig> {
+    let mut merged: Option<Kubeconfig> = None;
+    for p in std::env::split_paths(path.as_os_str()).filter(|p| !p.as_os_str().is_empty()) {
+        let kc = Kubeconfig::read_from(&p)
+            .with_context(|| format!("reading the kubeconfig {}", p.display()))?;
+        merged = Some(match merged {
+            None => kc,
+            Some(m) => m.merge(kc)?,
+        });
+    }
+    merged.with_context(|| format!("no kubeconfig file in {}", path.display()))
+}
+
+async fn connect_to(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Cluster> {
     let opts = KubeConfigOptions {
-        context: cli.context.clone(),
+        context: context.map(str::to_owned),
         ..Default::default()
     };
-    let config = match &cli.kubeconfig {
+    let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &opts).await?
+            let kc = read_kubeconfig(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &opts)
+                .await
+                .with_context(|| match context {
+                    Some(c) => format!("context {c} in {}", path.display()),
+                    None => format!("the kubeconfig {}", path.display()),
+                })?
         }
-        None if cli.context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
+        None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
         None => kube::Config::infer()
             .await
             .context("no kubeconfig: pass --kubeconfig or set KUBECONFIG")?,
@@ -310,7 +343,39 @@ async fn create_clusterset(
     }
 }
 
+/// The members of the contexts given (the current context when none is).
+async fn members(cli: &Cli, contexts: &[String]) -> anyhow::Result<Vec<member::Member>> {
+    let contexts: Vec<Option<&str>> = if contexts.is_empty() {
+        vec![cli.context.as_deref()]
+    } else {
+        contexts.iter().map(|c| Some(c.as_str())).collect()
+    };
+    let mut out = Vec::new();
+    for ctx in contexts {
+        let cluster = connect_to(cli.kubeconfig.as_deref(), ctx).await?;
+        out.push(member::Member::load(ctx.unwrap_or("(current)"), cluster).await?);
+    }
+    Ok(out)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Verify(a) => {
+            let members = members(&cli, &a.contexts).await?;
+            if !verify::run(members, a).await? {
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
+        Command::Diagnose(a) => {
+            let members = members(&cli, &a.contexts).await?;
+            if !diagnose::run(&members, a).await? {
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
     let cluster = connect(&cli).await?;
     match cli.command {
         Command::Get(g) => get(&cluster, g).await,
@@ -342,6 +407,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             leave(&cluster, &ns, a.clusterset.as_deref(), true).await
         }
+        Command::Verify(_) | Command::Diagnose(_) => unreachable!("handled above"),
     }
 }
 
