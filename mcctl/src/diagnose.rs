@@ -841,22 +841,21 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         .iter()
         .map(|a| a.counter("tx_identity_unknown"))
         .sum();
+    // Masquerade of remote prefixes: packets whose Pod the CNI hid behind the Node's address
+    // and Strait found again in conntrack say the CNI masquerades them.
     push(
         "masquerade",
-        if stretched && unknown > 0 {
-            Verdict::Warn
-        } else {
-            Verdict::Ok
+        Verdict::Ok,
+        match (stretched, via_conntrack > 0) {
+            (false, _) => "stretched NetworkPolicy is off: a CNI's masquerade of remote prefixes changes nothing".into(),
+            (true, true) => format!(
+                "the CNI masquerades remote prefixes: {via_conntrack} packets' Pods found through conntrack; {unknown} packets without an identity (host-network senders, or masquerade outside the Node's conntrack)"
+            ),
+            (true, false) => format!(
+                "no masquerade of remote prefixes seen; {unknown} packets without an identity (host-network senders)"
+            ),
         },
-        if stretched {
-            format!(
-                "{via_conntrack} masqueraded flows identified through conntrack, {unknown} left without an identity"
-            )
-        } else {
-            "stretched NetworkPolicy is off: a CNI's masquerade of remote prefixes changes nothing"
-                .into()
-        },
-        "flows masqueraded where Strait cannot see them (outside the Node's conntrack) leave without a label identity, and ClusterSet-scoped ingress rules refuse them: exempt the remote Service and Pod CIDRs from the CNI's masquerade",
+        "",
     );
 
     // The webhooks of the controller in this member's namespace.

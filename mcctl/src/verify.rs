@@ -46,7 +46,7 @@ pub struct VerifyArgs {
     /// may list several files separated by `:`, as KUBECONFIG does).
     #[arg(required = true, num_args = 2..)]
     pub contexts: Vec<String>,
-    /// The image of the server and client Pods: a busybox (wget, httpd, nslookup, timeout).
+    /// The image of the server and client Pods: a busybox (httpd, wget or curl, awk).
     /// Give a mirror's copy where Nodes cannot pull from Docker Hub.
     #[arg(long, default_value = "docker.io/library/busybox:1.37")]
     pub image: String,
@@ -454,14 +454,20 @@ fn client_script(ns: &str, targets: &[Target]) -> String {
     let mut s = format!(
         r#"ms() {{ awk '{{printf "%d", $1 * 1000}}' /proc/uptime; }}
 mtu=$(cat /sys/class/net/eth0/mtu 2>/dev/null || echo ?)
+# fetch SECONDS URL: the body on stdout, errors on stderr; curl where the image has it.
+if command -v curl >/dev/null 2>&1; then
+  fetch() {{ curl -sS -m "$1" -o - "$2"; }}
+else
+  fetch() {{ wget -q -T "$1" -O - "$2"; }}
+fi
 # check TARGET PATH URL EXPECT: EXPECT is the body's first line, or a byte count.
 check() {{
   start=$(ms); end=$((start + 12000)); out=""
   while :; do
     t0=$(ms)
     case "$4" in
-      [0-9]*) n=$(timeout 15 wget -q -T 10 -O - "$3" 2>/tmp/err | wc -c); out="$n bytes $(head -c 200 /tmp/err)"; [ "$n" = "$4" ] && ok=1 || ok=0 ;;
-      *) out=$(timeout 6 wget -q -T 5 -O - "$3" 2>&1 | head -c 200); [ "$out" = "$4" ] && ok=1 || ok=0 ;;
+      [0-9]*) n=$(fetch 14 "$3" 2>/tmp/err | wc -c | tr -d ' '); out="$n bytes $(head -c 200 /tmp/err)"; [ "$n" = "$4" ] && ok=1 || ok=0 ;;
+      *) out=$(fetch 5 "$3" 2>&1 | head -c 200); [ "$out" = "$4" ] && ok=1 || ok=0 ;;
     esac
     t1=$(ms)
     if [ $ok = 1 ]; then echo "{MARK} $1 $2 ok $((t1 - t0)) $(echo $out | tr '\n' ' ')"; return 0; fi

@@ -1174,3 +1174,30 @@ impl Testbed {
         )
     }
 }
+
+impl Testbed {
+    /// `cluster`'s `TunnelUp` condition on `remote`'s ClusterInfoImport: (status, reason), if
+    /// any (the gateway agent's verdict on the tunnel to `remote`'s gateway).
+    pub fn tunnel_up(&self, cluster: &str, remote: &str) -> Option<(String, String)> {
+        let info = self.try_json(
+            cluster,
+            &[
+                "get",
+                "clusterinfoimport",
+                "-n",
+                join::MEMBER_NS,
+                &format!("{}-clusterinfo", join::id(remote)),
+            ],
+        )?;
+        info["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "TunnelUp")
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap_or_default().to_owned(),
+                    c["reason"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+    }
+}

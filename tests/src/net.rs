@@ -131,3 +131,70 @@ impl Drop for RouterCapture {
         let _ = std::fs::remove_file(&self.pcap);
     }
 }
+
+/// The underlay between two addresses cut in the testbed's router (a blackhole rule each way in
+/// `strait-core`, the namespace that routes between the clusters' underlays), for everything or
+/// only one UDP port; restored when dropped, also when a test fails.
+pub struct UnderlayCut(String, String, Option<u16>);
+
+impl UnderlayCut {
+    fn rules(&self, verb: &str) -> Vec<Vec<String>> {
+        [(&self.0, &self.1), (&self.1, &self.0)]
+            .iter()
+            .map(|(from, to)| {
+                [
+                    "netns",
+                    "exec",
+                    "strait-core",
+                    "ip",
+                    "rule",
+                    verb,
+                    "from",
+                    from,
+                    "to",
+                    to,
+                ]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain(self.2.into_iter().flat_map(|port| {
+                    [
+                        "ipproto".to_owned(),
+                        "udp".to_owned(),
+                        "dport".to_owned(),
+                        port.to_string(),
+                    ]
+                }))
+                .chain(["priority", "90", "blackhole"].map(str::to_owned))
+                .collect()
+            })
+            .collect()
+    }
+
+    pub fn new(a: &str, b: &str) -> Self {
+        Self::with(UnderlayCut(a.to_owned(), b.to_owned(), None))
+    }
+
+    /// Only UDP to `port`, both ways.
+    pub fn udp_port(a: &str, b: &str, port: u16) -> Self {
+        Self::with(UnderlayCut(a.to_owned(), b.to_owned(), Some(port)))
+    }
+
+    fn with(cut: Self) -> Self {
+        for args in cut.rules("add") {
+            let ok = std::process::Command::new("ip")
+                .args(&args)
+                .status()
+                .expect("ip rule");
+            assert!(ok.success(), "ip {}", args.join(" "));
+        }
+        cut
+    }
+}
+
+impl Drop for UnderlayCut {
+    fn drop(&mut self) {
+        for args in self.rules("del") {
+            let _ = std::process::Command::new("ip").args(&args).status();
+        }
+    }
+}

@@ -21,7 +21,7 @@ use mc_integration::{
     agent::{agent_bin, build_agent, counters, packets, xtask},
     bpf::{BPF_F_BEFORE, foreign_tcx},
     condition, join, kubelet_nodes,
-    net::{RouterCapture, http_get, in_netns},
+    net::{RouterCapture, UnderlayCut, http_get, in_netns},
     procs, repo_root,
     services::{cluster_ip, endpoint_ips},
     wait_for,
@@ -1471,70 +1471,6 @@ fn a_geneve_flood_from_a_stranger_is_dropped_and_counted_and_real_traffic_keeps_
     drop_web_across(&tb, "web-flood", "flood-client");
 }
 
-/// The underlay between two addresses cut in the testbed's router (a blackhole rule each way in
-/// `strait-core`, the namespace that routes between the clusters' underlays), for everything or
-/// only one UDP port; restored when dropped, also when a test fails.
-struct UnderlayCut(String, String, Option<u16>);
-
-impl UnderlayCut {
-    fn rules(&self, verb: &str) -> Vec<Vec<String>> {
-        [(&self.0, &self.1), (&self.1, &self.0)]
-            .iter()
-            .map(|(from, to)| {
-                [
-                    "netns",
-                    "exec",
-                    "strait-core",
-                    "ip",
-                    "rule",
-                    verb,
-                    "from",
-                    from,
-                    "to",
-                    to,
-                ]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .chain(self.2.into_iter().flat_map(|port| {
-                    [
-                        "ipproto".to_owned(),
-                        "udp".to_owned(),
-                        "dport".to_owned(),
-                        port.to_string(),
-                    ]
-                }))
-                .chain(["priority", "90", "blackhole"].map(str::to_owned))
-                .collect()
-            })
-            .collect()
-    }
-
-    fn new(a: &str, b: &str) -> Self {
-        Self::with(UnderlayCut(a.to_owned(), b.to_owned(), None))
-    }
-
-    /// Only UDP to `port`, both ways.
-    fn udp_port(a: &str, b: &str, port: u16) -> Self {
-        Self::with(UnderlayCut(a.to_owned(), b.to_owned(), Some(port)))
-    }
-
-    fn with(cut: Self) -> Self {
-        for args in cut.rules("add") {
-            let ok = Command::new("ip").args(&args).status().expect("ip rule");
-            assert!(ok.success(), "ip {}", args.join(" "));
-        }
-        cut
-    }
-}
-
-impl Drop for UnderlayCut {
-    fn drop(&mut self) {
-        for args in self.rules("del") {
-            let _ = Command::new("ip").args(&args).status();
-        }
-    }
-}
-
 /// Issue 24 (faults): the underlay between east's and west's gateways cut for 30 s under an
 /// established cross-cluster stream, then restored. The connection resumes on its own (TCP
 /// retransmits through the same tunnel; no state in Strait's path expires): no byte lost or
@@ -1603,30 +1539,6 @@ fn an_established_stream_survives_a_30_s_underlay_cut_between_the_gateways() {
     drop_web_across(&tb, "web-cut", "cut-client");
 }
 
-/// `cluster`'s `TunnelUp` condition on `remote`'s ClusterInfoImport: (status, reason), if any.
-fn tunnel_up(tb: &Testbed, cluster: &str, remote: &str) -> Option<(String, String)> {
-    let info = tb.try_json(
-        cluster,
-        &[
-            "get",
-            "clusterinfoimport",
-            "-n",
-            join::MEMBER_NS,
-            &format!("{}-clusterinfo", join::id(remote)),
-        ],
-    )?;
-    info["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "TunnelUp")
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["reason"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-}
-
 /// A gateway agent's metrics (its health port, :9090 on its Node's address), the lines of
 /// `name` for `cluster`.
 fn tunnel_metric(gateway: &str, name: &str, cluster: &str) -> Option<f64> {
@@ -1652,14 +1564,12 @@ fn the_gateways_probe_each_other_and_a_blocked_tunnel_shows_within_5_s() {
     let tb = joined_with_gateways();
     let (east_gw, west_gw) = (gateway_ip(&tb, "east"), gateway_ip(&tb, "west"));
     for (cluster, remote) in [("east", "west"), ("west", "east")] {
-        wait_for(
-            &format!("{cluster}'s TunnelUp to {remote}"),
-            T,
-            || match tunnel_up(&tb, cluster, remote) {
-                Some((status, reason)) if status == "True" && reason == "ProbesAnswered" => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-        );
+        wait_for(&format!("{cluster}'s TunnelUp to {remote}"), T, || match tb
+            .tunnel_up(cluster, remote)
+        {
+            Some((status, reason)) if status == "True" && reason == "ProbesAnswered" => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
     }
     let rtt = wait_for("east's round trip to west in its metrics", T, || {
         tunnel_metric(&east_gw, "strait_tunnel_rtt_seconds", "west")
@@ -1676,7 +1586,7 @@ fn the_gateways_probe_each_other_and_a_blocked_tunnel_shows_within_5_s() {
     let at = std::time::Instant::now();
     // Both sides in one poll: the time measured is the agents', not the test's.
     wait_for("TunnelUp False on both sides", T, || {
-        let both = [("east", "west"), ("west", "east")].map(|(c, r)| tunnel_up(&tb, c, r));
+        let both = [("east", "west"), ("west", "east")].map(|(c, r)| tb.tunnel_up(c, r));
         match &both {
             [Some((a, ra)), Some((b, rb))]
                 if a == "False" && b == "False" && ra == "NoAnswer" && rb == "NoAnswer" =>
@@ -1708,7 +1618,7 @@ fn the_gateways_probe_each_other_and_a_blocked_tunnel_shows_within_5_s() {
     drop(blocked);
     let at = std::time::Instant::now();
     wait_for("TunnelUp True again on both sides", T, || {
-        let both = [("east", "west"), ("west", "east")].map(|(c, r)| tunnel_up(&tb, c, r));
+        let both = [("east", "west"), ("west", "east")].map(|(c, r)| tb.tunnel_up(c, r));
         match &both {
             [Some((a, _)), Some((b, _))] if a == "True" && b == "True" => Ok(()),
             other => Err(format!("{other:?}")),

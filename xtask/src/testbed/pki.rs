@@ -193,13 +193,16 @@ pub fn kubeconfig(dir: &Path, cluster: &Cluster, user: &str) -> anyhow::Result<S
     )?;
     writeln!(
         s,
-        "users:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}",
+        // The user's name carries the cluster's, as kind's do: kubeconfigs of several
+        // clusters merged (KUBECONFIG=a:b, `mcctl verify`) keep each cluster's credentials.
+        "users:\n- name: {user}@{}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}",
+        cluster.name,
         b64(&format!("{user}.crt"))?,
         b64(&format!("{user}.key"))?
     )?;
     writeln!(
         s,
-        "contexts:\n- name: {0}\n  context:\n    cluster: {0}\n    user: {user}\ncurrent-context: {0}",
+        "contexts:\n- name: {0}\n  context:\n    cluster: {0}\n    user: {user}@{0}\ncurrent-context: {0}",
         cluster.name
     )?;
     Ok(s)
