@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use mc_common::dataplane::{PROBE_MAGIC, PROBE_PORT, PROBE_REQUEST, Probe, ProbeState};
+use mc_common::dataplane::{PROBE_MAGIC, PROBE_PORT, PROBE_REQUEST, PeerStats, Probe, ProbeState};
 
 /// How often each remote gateway is probed.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -38,6 +38,8 @@ pub struct Target {
     /// Its ClusterInfoImport's name (where the condition goes).
     pub info_name: String,
     pub gateway_ip: Ipv4Addr,
+    /// The agent's index of the cluster (its slot in `mc_peer_stats`).
+    pub index: u32,
 }
 
 /// One remote gateway's path, as the agent sees it after a round of probes.
@@ -306,6 +308,8 @@ pub async fn run(
     let api: Api<mc_api::clusterinfo::ClusterInfoImport> = Api::namespaced(client, &namespace);
     let mut prober: Option<Prober> = None;
     let mut answers: Option<aya::maps::HashMap<aya::maps::MapData, [u8; 4], ProbeState>> = None;
+    let mut peer_stats = None;
+    let mut traffic = PeerTraffic::default();
     // The verdict written on each ClusterInfoImport (by its name).
     let mut written: BTreeMap<String, Verdict> = BTreeMap::new();
     // The (cluster, gateway) pairs whose series are out.
@@ -352,6 +356,25 @@ pub async fn run(
         let Some(p) = prober.as_mut() else { continue };
         let read = |ip: Ipv4Addr| answers.as_ref().and_then(|m| m.get(&ip.octets(), 0).ok());
         let health = p.round(&now.targets, &read);
+        if peer_stats.is_none() {
+            peer_stats = open_peer_stats(&layout);
+        }
+        if let Some(map) = &peer_stats {
+            let readings: Vec<(u32, String, PeerStats)> = now
+                .targets
+                .iter()
+                .filter_map(|t| {
+                    Some((
+                        t.index,
+                        t.cluster_id.clone(),
+                        read_peer_stats(map, t.index)?,
+                    ))
+                })
+                .collect();
+            for (cluster, t) in traffic.update(&readings) {
+                publish_traffic(&metrics, &cluster, &t);
+            }
+        }
         // A cluster gone, or its gateway moved: its old series go. A ClusterInfoImport no
         // longer probed is forgotten too (made again, it gets its condition again).
         for (cluster, gateway) in &exported {
@@ -425,6 +448,86 @@ fn publish(metrics: &mc_kube::Metrics, h: &Health) {
 }
 
 /// Drops the tunnel series whose `label` is `value`.
+/// Per remote cluster, the packets and bytes the gateway's programs sent into the tunnel and
+/// took from it, from `mc_peer_stats` (indexed by the agent's cluster index, which a cluster
+/// keeps while it stays but another may take after it goes): running totals by cluster ID.
+#[derive(Debug, Default)]
+pub struct PeerTraffic {
+    /// Per index: the cluster it counted for at the last reading, and that reading.
+    last: BTreeMap<u32, (String, PeerStats)>,
+    totals: BTreeMap<String, PeerStats>,
+    started: bool,
+}
+
+impl PeerTraffic {
+    /// Takes a reading (index, cluster, the slot's sums over CPUs); returns the totals of the
+    /// clusters read. A cluster counts what its index added since the last reading; at an
+    /// index that counted for another cluster (or nothing) at the last reading it counts from
+    /// this reading on (what the slot holds is not known to be its); a cluster not read is
+    /// forgotten.
+    pub fn update(&mut self, readings: &[(u32, String, PeerStats)]) -> Vec<(String, PeerStats)> {
+        let mut out = Vec::new();
+        let mut last = BTreeMap::new();
+        for (index, cluster, now) in readings {
+            let total = self.totals.entry(cluster.clone()).or_default();
+            match self.last.get(index) {
+                Some((c, before)) if c == cluster => {
+                    // A slot only grows; one that shrank was made again (a new map): all new.
+                    let d = |now: u64, before: u64| now.checked_sub(before).unwrap_or(now);
+                    total.tx_packets += d(now.tx_packets, before.tx_packets);
+                    total.tx_bytes += d(now.tx_bytes, before.tx_bytes);
+                    total.rx_packets += d(now.rx_packets, before.rx_packets);
+                    total.rx_bytes += d(now.rx_bytes, before.rx_bytes);
+                }
+                // This agent's first reading: what the slot holds is this cluster's (the map
+                // is new, or this agent's predecessor gave the same clusters the same indexes).
+                _ if !self.started => *total = *now,
+                // An index new to this cluster: counted from this reading on.
+                _ => {}
+            }
+            last.insert(*index, (cluster.clone(), *now));
+            out.push((cluster.clone(), *total));
+        }
+        self.last = last;
+        self.started = true;
+        self.totals
+            .retain(|c, _| readings.iter().any(|(_, r, _)| r == c));
+        out
+    }
+}
+
+/// `mc_peer_stats`, once the programs are loaded (an older dataplane has none).
+fn open_peer_stats(
+    layout: &crate::bpffs::PinLayout,
+) -> Option<aya::maps::PerCpuArray<aya::maps::MapData, PeerStats>> {
+    let pin = layout.map(mc_common::maps::PEER_STATS);
+    let data = aya::maps::MapData::from_pin(&pin).ok()?;
+    aya::maps::PerCpuArray::try_from(aya::maps::Map::from_map_data(data).ok()?).ok()
+}
+
+/// The slot of `index`, summed over CPUs.
+fn read_peer_stats(
+    map: &aya::maps::PerCpuArray<aya::maps::MapData, PeerStats>,
+    index: u32,
+) -> Option<PeerStats> {
+    let values = map.get(&index, 0).ok()?;
+    Some(values.iter().fold(PeerStats::default(), |mut a, v| {
+        a.tx_packets += v.tx_packets;
+        a.tx_bytes += v.tx_bytes;
+        a.rx_packets += v.rx_packets;
+        a.rx_bytes += v.rx_bytes;
+        a
+    }))
+}
+
+fn publish_traffic(metrics: &mc_kube::Metrics, cluster: &str, t: &PeerStats) {
+    let labels = [("cluster", cluster)];
+    metrics.set_counter("strait_tunnel_tx_packets_total", &labels, t.tx_packets);
+    metrics.set_counter("strait_tunnel_tx_bytes_total", &labels, t.tx_bytes);
+    metrics.set_counter("strait_tunnel_rx_packets_total", &labels, t.rx_packets);
+    metrics.set_counter("strait_tunnel_rx_bytes_total", &labels, t.rx_bytes);
+}
+
 fn forget(metrics: &mc_kube::Metrics, label: &str, value: &str) {
     for name in [
         "strait_tunnel_up",
@@ -432,6 +535,10 @@ fn forget(metrics: &mc_kube::Metrics, label: &str, value: &str) {
         "strait_tunnel_probe_loss_ratio",
         "strait_tunnel_probes_sent_total",
         "strait_tunnel_probes_answered_total",
+        "strait_tunnel_tx_packets_total",
+        "strait_tunnel_tx_bytes_total",
+        "strait_tunnel_rx_packets_total",
+        "strait_tunnel_rx_bytes_total",
     ] {
         metrics.forget(name, label, value);
     }
@@ -442,6 +549,40 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000_000;
+
+    fn stats(n: u64) -> PeerStats {
+        PeerStats {
+            tx_packets: n,
+            tx_bytes: n * 100,
+            rx_packets: n * 2,
+            rx_bytes: n * 200,
+        }
+    }
+
+    #[test]
+    fn per_peer_totals_follow_the_cluster_not_the_index() {
+        let mut t = PeerTraffic::default();
+        // First reading: what the slots hold is theirs.
+        let out = t.update(&[(1, "a".into(), stats(10)), (2, "b".into(), stats(5))]);
+        assert_eq!(out, vec![("a".into(), stats(10)), ("b".into(), stats(5))]);
+        let out = t.update(&[(1, "a".into(), stats(15)), (2, "b".into(), stats(5))]);
+        assert_eq!(out[0], ("a".into(), stats(15)));
+        // b goes; c takes index 2 (whose slot still holds b's counts): c starts from nothing,
+        // b's series is gone.
+        let out = t.update(&[(1, "a".into(), stats(16)), (2, "c".into(), stats(7))]);
+        assert_eq!(out[1], ("c".into(), PeerStats::default()));
+        let out = t.update(&[(1, "a".into(), stats(16)), (2, "c".into(), stats(9))]);
+        assert_eq!(out[1], ("c".into(), stats(2)));
+        // a moves to index 3 (the agent's order changed): it keeps its total and counts on
+        // from the new slot's next reading.
+        let out = t.update(&[(3, "a".into(), stats(4)), (2, "c".into(), stats(9))]);
+        assert_eq!(out[0], ("a".into(), stats(16)));
+        let out = t.update(&[(3, "a".into(), stats(6)), (2, "c".into(), stats(9))]);
+        assert_eq!(out[0], ("a".into(), stats(18)));
+        // A slot that shrank belongs to a new map: all of it is new.
+        let out = t.update(&[(3, "a".into(), stats(1)), (2, "c".into(), stats(9))]);
+        assert_eq!(out[0], ("a".into(), stats(19)));
+    }
 
     fn answered(replies: u64, last_ns: u64) -> ProbeState {
         ProbeState {

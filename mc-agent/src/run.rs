@@ -1160,6 +1160,7 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
                         .map(|i| i.name.clone())
                         .unwrap_or_default(),
                     gateway_ip: c.gateway_ip,
+                    index: c.index,
                 })
                 .collect(),
         });

@@ -885,9 +885,38 @@ fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
 
 /// East's gateway probes west's as its agent does (four rounds, 300 ms apart): west's programs
 /// answer every probe, east's take the answers into `mc_probes`, and the path is judged up
-/// with a round trip.
+/// with a round trip. And the traffic before it was counted per remote cluster on both
+/// gateways (`mc_peer_stats`, index 1 in the fixture), each way.
 fn east_probes_west(east_gw: &Node, west_gw: &Node) {
     use mc_agent::probe::{Prober, Target, Verdict};
+    for (name, gw) in [("east", east_gw), ("west", west_gw)] {
+        let pin = PinLayout::new(gw.pin_root()).map(mc_common::maps::PEER_STATS);
+        let map = aya::maps::PerCpuArray::<_, mc_common::dataplane::PeerStats>::try_from(
+            aya::maps::Map::from_map_data(aya::maps::MapData::from_pin(pin).expect("pin"))
+                .expect("map"),
+        )
+        .expect("mc_peer_stats");
+        let sum = |f: fn(&mc_common::dataplane::PeerStats) -> u64| -> u64 {
+            map.get(&1, 0).expect("slot 1").iter().map(f).sum()
+        };
+        let (txp, txb, rxp, rxb) = (
+            sum(|s| s.tx_packets),
+            sum(|s| s.tx_bytes),
+            sum(|s| s.rx_packets),
+            sum(|s| s.rx_bytes),
+        );
+        assert!(
+            txp > 100 && rxp > 100 && txb >= txp * 50 && rxb >= rxp * 50,
+            "{name}: per-peer counts tx {txp} packets {txb} bytes, rx {rxp} packets {rxb} bytes"
+        );
+        let empty: u64 = map
+            .get(&2, 0)
+            .expect("slot 2")
+            .iter()
+            .map(|s| s.tx_packets + s.rx_packets)
+            .sum();
+        assert_eq!(empty, 0, "{name}: a cluster index nobody has counted");
+    }
     let layout = PinLayout::new(east_gw.pin_root());
     let (sent, answered, replies) = (
         east_gw.counter("probe_sent"),
@@ -901,6 +930,7 @@ fn east_probes_west(east_gw: &Node, west_gw: &Node) {
             cluster_id: "west".into(),
             info_name: "west-clusterinfo".into(),
             gateway_ip: std::net::Ipv4Addr::new(198, 18, 2, 1),
+            index: 1,
         }];
         let probes = aya::maps::HashMap::<_, [u8; 4], mc_common::dataplane::ProbeState>::try_from(
             aya::maps::Map::from_map_data(

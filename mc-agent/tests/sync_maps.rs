@@ -370,6 +370,7 @@ fn maps_follow_the_desired_state_and_survive_a_reload() {
             maps::SENDER_IDS => &["node"],
             maps::WIREGUARD => &["ifindex", "uplink_ifindex", "uplink_mac", "port"],
             maps::PROBES => &["replies", "rtt_ns", "last_ns", "seq"],
+            maps::PEER_STATS => &["tx_packets", "tx_bytes", "rx_packets", "rx_bytes"],
             other => panic!("map {other} has no expectation here: add one"),
         };
         for f in expected {

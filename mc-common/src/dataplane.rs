@@ -221,6 +221,24 @@ const _: () = assert!(core::mem::size_of::<ProbeState>() == 32);
 /// Remote gateways probed at once (one entry each in `mc_probes`).
 pub const MAX_PROBED: u32 = 4096;
 
+/// Value of `mc_peer_stats` (per CPU, indexed by the agent's cluster index, the `cluster` of
+/// [`Peer`] and [`RemoteRoute`]): packets and bytes (whole frames, as they leave or arrive,
+/// tunnel headers included) the gateway's programs sent into the tunnel to that remote
+/// cluster's gateway and took from it. Indexes past the map are not counted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<PeerStats>() == 32);
+
+/// Entries of `mc_peer_stats`: cluster indexes 1 to 4095.
+pub const MAX_PEER_STATS: u32 = 4096;
+
 /// Value of the remote-prefix LPM trie (remote Service CIDRs, and remote Pod CIDRs when
 /// Pod-to-Pod connectivity is on).
 #[repr(C)]
@@ -429,7 +447,9 @@ pub struct HairpinCacheEntry {
     pub ifindex: u32,
     /// Destination and source MAC addresses of the frame.
     pub macs: [u8; 12],
-    pub _pad2: u32,
+    /// The remote cluster's index ([`PeerStats`]): where the packet goes ([`HAIRPIN_SNAT`]) or
+    /// comes from ([`HAIRPIN_UNSNAT`]).
+    pub cluster: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<HairpinCacheEntry>() == 64);
@@ -667,6 +687,7 @@ mod pod {
     unsafe impl aya::Pod for super::WireGuardConfig {}
     unsafe impl aya::Pod for super::Probe {}
     unsafe impl aya::Pod for super::ProbeState {}
+    unsafe impl aya::Pod for super::PeerStats {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::SnatEntry {}
     unsafe impl aya::Pod for super::NextHop {}

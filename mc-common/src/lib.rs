@@ -93,6 +93,9 @@ pub mod maps {
     /// The gateway: remote gateway address -> [`crate::dataplane::ProbeState`], the answers to
     /// the agent's tunnel probes the programs took (tunnel health, docs/design.md §4d).
     pub const PROBES: &str = "mc_probes";
+    /// The gateway, per CPU: agent's cluster index -> [`crate::dataplane::PeerStats`], what
+    /// its programs sent into the tunnel to each remote cluster and took from it.
+    pub const PEER_STATS: &str = "mc_peer_stats";
     /// Maps an earlier agent pinned that the programs no longer have (the policy program's
     /// kernel offsets, now patched into its instructions): removed when the agent starts and
     /// when it removes its maps.
@@ -121,5 +124,6 @@ pub mod maps {
         SENDER_IDS,
         WIREGUARD,
         PROBES,
+        PEER_STATS,
     ];
 }

@@ -13,7 +13,7 @@ use mc_common::{
 };
 
 use crate::{
-    maps::{hairpin_cache_slot, same_flow},
+    maps::{count_peer, hairpin_cache_slot, same_flow},
     nat::{L4, flow_key, ports, rewrite},
     packet::{IPPROTO_TCP, IPPROTO_UDP, Ipv4},
     tunnel::{self, Tunnel},
@@ -49,7 +49,9 @@ pub fn fast(
         Counter::HairpinUnsnat
     };
     let (src, dst) = (cfg.node_ip, e.dst);
+    let (cluster, rx) = (e.cluster, e.kind != HAIRPIN_SNAT);
     let verdict = tunnel::retarget_via(ctx, &tunnel.outer, src, dst, &e.macs, ifindex, peer)?;
+    count_peer(cluster, rx, ctx.len());
     Ok(Some((counter, verdict)))
 }
 
@@ -104,7 +106,7 @@ fn cached(
 }
 
 /// Takes this CPU's slot for `flow` from `sender`, translated (`kind`) to `addr`:`port` by the
-/// full path under `generation`: written at once, but expired (`until_ns` 0) until [`complete`]
+/// full path (to or from the remote cluster with index `cluster`) under `generation`: written at once, but expired (`until_ns` 0) until [`complete`]
 /// adds where the packet went. Done right after the translation so that the flow's key does not
 /// stay on the program's stack (512 bytes, nearly all in use) while the packet is re-addressed.
 #[inline(always)]
@@ -115,6 +117,7 @@ pub fn claim(
     kind: u16,
     addr: [u8; 4],
     port: u16,
+    cluster: u32,
 ) -> Option<*mut HairpinCacheEntry> {
     let slot = hairpin_cache_slot(flow, sender)?;
     // SAFETY: this CPU's slot, as in `cached`; written field by field, in place.
@@ -126,6 +129,7 @@ pub fn claim(
         (*slot).kind = kind;
         (*slot).addr = addr;
         (*slot).port = port;
+        (*slot).cluster = cluster;
     }
     Some(slot)
 }

@@ -116,9 +116,15 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     let route = remote_route(ip.dst);
     // Not for a remote prefix: only a reply to a flow a remote cluster opened (to its gateway's
     // address, kube-proxy having reversed its DNAT) goes into the tunnel.
-    if route.is_none() && peer_kind(&ip.dst) != PEER_REMOTE_GATEWAY {
-        return Ok((Counter::PassIpv4, VERDICT_NEXT));
-    }
+    let reply_to = if route.is_none() {
+        let (kind, cluster) = maps::peer(&ip.dst);
+        if kind != PEER_REMOTE_GATEWAY {
+            return Ok((Counter::PassIpv4, VERDICT_NEXT));
+        }
+        cluster
+    } else {
+        0
+    };
     // WireGuard's own datagrams to a remote gateway: left alone too.
     if route.is_none()
         && encrypted
@@ -168,6 +174,7 @@ fn try_egress(ctx: &TcContext) -> Outcome {
             cfg.node_ip
         };
         tunnel::encap(ctx, &ip, src, route.gateway_ip, port, vni, gso_flags)?;
+        maps::count_peer(route.cluster, false, ctx.len());
         let verdict = if encrypted {
             tunnel::into_wireguard(&maps::wireguard())?
         } else {
@@ -179,10 +186,12 @@ fn try_egress(ctx: &TcContext) -> Outcome {
     // kernel just routed this one to, so the Ethernet header it wrote is already right.
     if encrypted {
         tunnel::encap(ctx, &ip, cfg.gateway_ip, ip.dst, port, vni, gso_flags)?;
+        maps::count_peer(reply_to, false, ctx.len());
         let verdict = tunnel::into_wireguard(&maps::wireguard())?;
         return Ok((Counter::TxReplyToRemote, verdict));
     }
     tunnel::encap(ctx, &ip, cfg.node_ip, ip.dst, port, vni, gso_flags)?;
+    maps::count_peer(reply_to, false, ctx.len());
     Ok((Counter::TxReplyToRemote, VERDICT_PASS))
 }
 
@@ -273,6 +282,7 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                         HAIRPIN_SNAT,
                         cfg.gateway_ip,
                         port,
+                        route.cluster,
                     )
                 });
                 let dst = route.gateway_ip;
@@ -284,10 +294,12 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
                     let hop = (cfg.gateway_ip, dst);
                     let wg = maps::wireguard();
                     let verdict = tunnel::retarget_into_wireguard(ctx, &tunnel.outer, hop, &wg)?;
+                    maps::count_peer(route.cluster, false, ctx.len());
                     return Ok((Counter::HairpinSnat, verdict));
                 }
                 let hop = (cfg.node_ip, dst);
                 let verdict = tunnel::retarget(ctx, &tunnel.outer, hop, now, slot, peer)?;
+                maps::count_peer(route.cluster, false, ctx.len());
                 return Ok((Counter::HairpinSnat, verdict));
             }
             if peer_kind(&tunnel.inner.dst) == PEER_REMOTE_GATEWAY {
@@ -298,6 +310,9 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             Err(Counter::DropNotRemote)
         }
         PEER_REMOTE_GATEWAY => {
+            // Everything the remote gateway's tunnel brings, whatever becomes of it (its
+            // cluster looked up again: the program's stack has no room to keep it).
+            maps::count_peer(maps::peer(&sender).1, true, ctx.len());
             if plaintext {
                 return Err(Counter::DropPlaintextFromRemote);
             }
@@ -333,7 +348,15 @@ fn gateway_ingress(ctx: &TcContext, cfg: &LocalConfig, tunnel: &Tunnel) -> Outco
             }
             let slot = translated.and_then(|(flow, addr, port)| {
                 let generation = cfg.route_generation;
-                hairpin::claim(&flow, sender, generation, HAIRPIN_UNSNAT, addr, port)
+                hairpin::claim(
+                    &flow,
+                    sender,
+                    generation,
+                    HAIRPIN_UNSNAT,
+                    addr,
+                    port,
+                    maps::peer(&sender).1,
+                )
             });
             let now = tunnel::now();
             let hop = (cfg.node_ip, node);

@@ -16,10 +16,11 @@ use mc_common::{
         EgressKey, Exposed, ExposedKey, FLOW_CACHE_SLOTS, FlowCacheEntry, FlowIdentity, FlowKey,
         FlowVerdict, HAIRPIN_CACHE_SLOTS, HairpinCacheEntry, LocalConfig, MAX_EGRESS_ENTRIES,
         MAX_EXPOSED, MAX_EXPOSED_PREFIXES, MAX_FLOW_IDENTITIES, MAX_FLOW_VERDICTS, MAX_MASQ_FLOWS,
-        MAX_NEXT_HOPS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES, MAX_POLICY_RULES,
-        MAX_PROBED, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SENDER_IDS, MAX_SNAT_ENTRIES,
-        NextHop, Peer, PodIdentity, PolicyKey, PolicyVerdict, ProbeState, REJECT_RING_BYTES,
-        RejectEvent, RemoteRoute, SenderId, SenderIdKey, SnatEntry, VNI_UNKNOWN, WireGuardConfig,
+        MAX_NEXT_HOPS, MAX_PEER_STATS, MAX_PEERS, MAX_POD_IDENTITIES, MAX_POLICY_ENTRIES,
+        MAX_POLICY_RULES, MAX_PROBED, MAX_PROTECTED_PODS, MAX_REMOTE_PREFIXES, MAX_SENDER_IDS,
+        MAX_SNAT_ENTRIES, NextHop, Peer, PeerStats, PodIdentity, PolicyKey, PolicyVerdict,
+        ProbeState, REJECT_RING_BYTES, RejectEvent, RemoteRoute, SenderId, SenderIdKey, SnatEntry,
+        VNI_UNKNOWN, WireGuardConfig,
     },
 };
 
@@ -34,6 +35,9 @@ static WIREGUARD: Array<WireGuardConfig, 1> = Array::new();
 
 #[btf_map(name = "mc_probes")]
 static PROBES: HashMap<[u8; 4], ProbeState, { MAX_PROBED as usize }> = HashMap::new();
+
+#[btf_map(name = "mc_peer_stats")]
+static PEER_STATS: PerCpuArray<PeerStats, { MAX_PEER_STATS as usize }> = PerCpuArray::new();
 
 #[btf_map(name = "mc_routes")]
 static ROUTES: LpmTrie<[u8; 4], RemoteRoute, { MAX_REMOTE_PREFIXES as usize }> = LpmTrie::new();
@@ -242,6 +246,33 @@ pub(crate) fn pod_id(addr: &[u8; 4]) -> Option<PodIdentity> {
 pub(crate) fn peer_kind(addr: &[u8; 4]) -> u32 {
     // SAFETY: the value is copied out at once.
     unsafe { PEERS.get(addr) }.map_or(0, |p| p.kind)
+}
+
+/// The peer at `addr`: (kind, remote cluster index); kind 0 for none.
+#[inline(always)]
+pub(crate) fn peer(addr: &[u8; 4]) -> (u32, u32) {
+    // SAFETY: the value is copied out at once.
+    unsafe { PEERS.get(addr) }.map_or((0, 0), |p| (p.kind, p.cluster))
+}
+
+/// Counts a frame of `len` bytes sent into the tunnel to (`rx` false) or taken from (`rx`
+/// true) the gateway of the remote cluster with index `cluster` (a route's, flag bits
+/// masked off).
+#[inline(always)]
+pub(crate) fn count_peer(cluster: u32, rx: bool, len: u32) {
+    let index = cluster & !mc_common::dataplane::ROUTE_NO_WIREGUARD_PEER;
+    if let Some(slot) = PEER_STATS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+        unsafe {
+            if rx {
+                (*slot).rx_packets += 1;
+                (*slot).rx_bytes += u64::from(len);
+            } else {
+                (*slot).tx_packets += 1;
+                (*slot).tx_bytes += u64::from(len);
+            }
+        }
+    }
 }
 
 #[inline(always)]

@@ -133,7 +133,7 @@ impl Agent {
             .sum()
     }
 
-    fn gauge(&self, name: &str, label: &str, value: &str) -> Option<f64> {
+    fn value(&self, name: &str, label: &str, value: &str) -> Option<f64> {
         self.metrics
             .iter()
             .find(|s| s.name == name && s.labels.get(label).map(String::as_str) == Some(value))
@@ -746,12 +746,31 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             .flat_map(|s| &s.conditions)
             .find(|c| c.type_.as_deref() == Some("TunnelUp"));
         let loss =
-            gateway_agent.and_then(|a| a.gauge("strait_tunnel_probe_loss_ratio", "cluster", &id));
-        let rtt = gateway_agent.and_then(|a| a.gauge("strait_tunnel_rtt_seconds", "cluster", &id));
+            gateway_agent.and_then(|a| a.value("strait_tunnel_probe_loss_ratio", "cluster", &id));
+        let rtt = gateway_agent.and_then(|a| a.value("strait_tunnel_rtt_seconds", "cluster", &id));
+        let up = c.and_then(|c| c.status.as_deref()) == Some("True");
+        let count = |name: &str| {
+            gateway_agent
+                .and_then(|a| a.value(name, "cluster", &id))
+                .map(|v| v as u64)
+        };
+        let traffic = match (
+            count("strait_tunnel_tx_packets_total"),
+            count("strait_tunnel_tx_bytes_total"),
+            count("strait_tunnel_rx_packets_total"),
+            count("strait_tunnel_rx_bytes_total"),
+        ) {
+            (Some(tp), Some(tb), Some(rp), Some(rb)) => {
+                format!("; sent {tp} packets ({tb} bytes), received {rp} packets ({rb} bytes)")
+            }
+            _ => String::new(),
+        };
+        // The round trip is the last answered probe's: only while answers come.
         let figures = format!(
             "{}{}",
             loss.map_or(String::new(), |l| format!(", loss {:.0}%", l * 100.0)),
-            rtt.map_or(String::new(), |r| format!(", round trip {:.2} ms", r * 1e3))
+            rtt.filter(|_| up)
+                .map_or(String::new(), |r| format!(", round trip {:.2} ms", r * 1e3))
         );
         let (verdict, detail, hint) = match c.map(|c| c.status.as_deref().unwrap_or_default()) {
             Some("True") => (
@@ -769,7 +788,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             Some("False") => (
                 Verdict::Fail,
                 format!(
-                    "to {id}: {port} from {} to {remote_gw} is blocked: probes unanswered since {}{figures}",
+                    "to {id}: {port} from {} to {remote_gw} is blocked: probes unanswered since {}{figures}{traffic}",
                     m.gateway_ip().unwrap_or_default(),
                     c.and_then(|c| c.last_transition_time.as_ref())
                         .map_or("?".into(), |t| t.0.to_string())
@@ -970,7 +989,7 @@ mod tests {
         };
         assert_eq!(a.info("node"), Some("node-a"));
         assert_eq!(a.counter("drop_too_big"), 3);
-        assert_eq!(a.gauge("strait_tunnel_up", "cluster", "c2"), Some(0.0));
+        assert_eq!(a.value("strait_tunnel_up", "cluster", "c2"), Some(0.0));
     }
 
     #[test]

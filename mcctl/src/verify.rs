@@ -701,12 +701,18 @@ fn tunnel_down(a: &Member, b: &Member) -> Option<String> {
         a.gateway_node().unwrap_or_default(),
         a.gateway_ip().unwrap_or_default(),
         b.id,
-        info.spec
-            .0
-            .gateway_infos
-            .first()
-            .and_then(|g| g.gateway_ip.clone())
-            .unwrap_or_default(),
+        match b.gateway_node() {
+            Some(node) => format!(
+                "{node} ({})",
+                info.spec
+                    .0
+                    .gateway_infos
+                    .first()
+                    .and_then(|g| g.gateway_ip.clone())
+                    .unwrap_or_default()
+            ),
+            None => String::new(),
+        },
         c.reason.as_deref().unwrap_or_default(),
         c.last_transition_time
             .as_ref()

@@ -199,6 +199,25 @@ fn verify_and_diagnose_pass_across_east_and_west_and_verify_leaves_nothing_behin
             }
         }
     }
+    // Per peer, each way: both of east's clients downloaded 4 MiB from west's server through
+    // east's gateway.
+    let tunnel = checks(&v, "east", "tunnel")[0]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let received: u64 = tunnel
+        .split("received ")
+        .nth(1)
+        .and_then(|r| {
+            r.split(" packets (")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no bytes received in {tunnel}"));
+    assert!(received > 2 * 4 * 1024 * 1024, "{tunnel}");
     // What the agents say of their Nodes: the mixed ClusterSet's kube-proxy modes.
     let mode = |c: &str| checks(&v, c, "kube-proxy")[0]["detail"].to_string();
     assert!(
