@@ -780,7 +780,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                     Verdict::Ok
                 },
                 format!(
-                    "to {id}: {port} from {} to {remote_gw} passes (probes answered{figures})",
+                    "to {id}: {port} from {} to {remote_gw} passes (probes answered{figures}){traffic}",
                     m.gateway_ip().unwrap_or_default()
                 ),
                 "probes get lost on the way between the gateways: a congested or lossy path",
