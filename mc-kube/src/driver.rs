@@ -1,7 +1,9 @@
 //! The one control loop of the leader, the member and the agent. It waits for a watch event or
 //! a tick, lets a burst of events settle, and runs a pass over the [`Work`] the events marked,
-//! plus whatever the previous pass left for later. Everything is recomputed after a failed
-//! write and at least every `full_resync` (the safety net of an incremental loop: an event
+//! plus whatever the previous pass left for later. A loop that names the keys of its failed
+//! writes ([`Reconciler::failed_keys`]) has each of them retried alone with a growing delay;
+//! for one that does not, everything is recomputed after a failed write. Everything is
+//! recomputed at least every `full_resync` (the safety net of an incremental loop: an event
 //! whose key was computed wrong, or a change nothing watches, is still corrected).
 //!
 //! A periodic resync goes through every key the stores know in slices of [`RESYNC_SLICE`] keys,
@@ -9,7 +11,7 @@
 //! slice, not for the whole ClusterSet (a pass over 1000 Services takes 40-70 ms).
 
 use std::{
-    collections::{BTreeSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -17,6 +19,49 @@ use crate::{Metrics, Trigger, Work, watch::WatchHealth};
 
 /// How many keys of a periodic resync one pass takes.
 pub const RESYNC_SLICE: usize = 50;
+
+/// The first retry of a key whose write failed waits this long; each further failure of it
+/// doubles the wait, up to [`RETRY_MAX`] (as kube-runtime's controllers requeue one object).
+pub const RETRY_FIRST: Duration = Duration::from_millis(500);
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The keys whose writes failed, each with its failures in a row and when it is retried.
+#[derive(Debug, Default)]
+struct Retries(BTreeMap<String, (u32, Instant)>);
+
+impl Retries {
+    /// After a pass over `ran`: the keys in `failed` wait longer; the others of `ran` (every
+    /// key, for a pass over everything) succeeded and are forgotten.
+    fn settle(&mut self, ran: &Work, failed: &BTreeSet<String>, now: Instant) {
+        match ran {
+            Work::All => self.0.retain(|k, _| failed.contains(k)),
+            Work::Keys(keys) => self
+                .0
+                .retain(|k, _| !keys.contains(k) || failed.contains(k)),
+        }
+        for k in failed {
+            let e = self.0.entry(k.clone()).or_insert((0, now));
+            e.0 += 1;
+            let delay = RETRY_FIRST
+                .saturating_mul(1u32 << (e.0 - 1).min(16))
+                .min(RETRY_MAX);
+            e.1 = now + delay;
+        }
+    }
+
+    /// The keys whose retry is due at `now`.
+    fn due(&self, now: Instant) -> impl Iterator<Item = &String> {
+        self.0
+            .iter()
+            .filter(move |(_, (_, at))| *at <= now)
+            .map(|(k, _)| k)
+    }
+
+    /// When the next retry is due.
+    fn next(&self) -> Option<Instant> {
+        self.0.values().map(|(_, at)| *at).min()
+    }
+}
 
 /// A controller the driver runs: its watches (a pass waits for their first lists) and its pass.
 pub trait Reconciler {
@@ -38,6 +83,13 @@ pub trait Reconciler {
     }
     /// Why the loop is not ready after its last pass, beyond its watches (`/readyz`).
     fn not_ready(&self) -> Option<String> {
+        None
+    }
+    /// The keys of the last pass's failed writes, where the loop knows them: each is retried
+    /// alone, after [`RETRY_FIRST`] doubling to [`RETRY_MAX`] while it keeps failing, and the
+    /// other keys go on as usual. `None` (the default), or no key for failed writes: a pass
+    /// with failures is followed by a pass over everything.
+    fn failed_keys(&mut self) -> Option<BTreeSet<String>> {
         None
     }
 }
@@ -69,6 +121,7 @@ impl Driver {
         let mut last_full: Option<Instant> = None;
         let mut later = Work::All;
         let mut resync: Option<Resync> = None;
+        let mut retries = Retries::default();
         let mut waiting = false;
         // When the last pass began.
         let mut last_pass: Option<Instant> = None;
@@ -80,8 +133,10 @@ impl Driver {
                 // not get to the held work, e.g. without a connection): the next event or tick
                 // brings it, rather than a pass every `settle`. Nothing runs while waiting for
                 // the watches anyway.
-                let wake = r
-                    .wake_at()
+                let wake = [r.wake_at(), retries.next()]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .filter(|at| !waiting && last_pass.is_none_or(|p| *at > p));
                 tokio::select! {
                     _ = self.trigger.wait() => {}
@@ -97,6 +152,10 @@ impl Driver {
             tokio::time::sleep(self.settle).await;
             let mut work = self.trigger.take();
             work.merge(std::mem::take(&mut later));
+            let now = Instant::now();
+            for k in retries.due(now) {
+                work.add(k.clone());
+            }
             match last_full {
                 None => work = Work::All,
                 Some(at) if resync.is_none() && at.elapsed() >= self.full_resync => {
@@ -141,6 +200,7 @@ impl Driver {
             };
             let started = Instant::now();
             last_pass = Some(started);
+            let ran = work.clone();
             let failures = r.pass(work).await;
             let left = r.later();
             let took = started.elapsed();
@@ -161,7 +221,18 @@ impl Driver {
             } else if let Some(rs) = resync.take_if(|rs| rs.keys.is_empty()) {
                 last_full = Some(rs.began);
             }
-            later = if failures > 0 { Work::All } else { left };
+            let failed = if failures > 0 {
+                r.failed_keys().filter(|k| !k.is_empty())
+            } else {
+                Some(BTreeSet::new())
+            };
+            later = match failed {
+                Some(keys) => {
+                    retries.settle(&ran, &keys, Instant::now());
+                    left
+                }
+                None => Work::All,
+            };
         }
     }
 }
@@ -179,6 +250,9 @@ mod tests {
         seen: Arc<Mutex<Vec<Work>>>,
         keys: Option<BTreeSet<String>>,
         wake: Arc<Mutex<Option<Instant>>>,
+        /// A key whose write always fails, named by `failed_keys`; when each pass ran.
+        broken: Option<String>,
+        at: Arc<Mutex<Vec<Instant>>>,
     }
 
     impl Reconciler for Recorder {
@@ -188,9 +262,15 @@ mod tests {
 
         fn pass(&mut self, work: Work) -> impl std::future::Future<Output = usize> + Send {
             let mut seen = self.seen.lock().unwrap();
-            let failures = usize::from(self.fail_at.contains(&seen.len()));
+            let broken = self.broken.as_ref().is_some_and(|b| work.covers(b));
+            let failures = usize::from(self.fail_at.contains(&seen.len()) || broken);
             seen.push(work);
+            self.at.lock().unwrap().push(Instant::now());
             async move { failures }
+        }
+
+        fn failed_keys(&mut self) -> Option<BTreeSet<String>> {
+            self.broken.clone().map(|b| BTreeSet::from([b]))
         }
 
         fn later(&mut self) -> Work {
@@ -241,6 +321,8 @@ mod tests {
             seen: seen.clone(),
             keys,
             wake: Default::default(),
+            broken: None,
+            at: Default::default(),
         };
         (r, seen)
     }
@@ -376,6 +458,65 @@ mod tests {
         tokio::select! {
             _ = driver.reconcile(&mut r) => unreachable!("the driver runs for good"),
             _ = script => {}
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_that_keeps_failing_is_retried_alone_ever_later_and_the_others_go_on() {
+        let metrics = Metrics::default();
+        let trigger = Trigger::new(&metrics);
+        let health = Arc::new(WatchHealth::default());
+        health.set_synced();
+        let (mut r, seen) = recorder(&health, None);
+        r.broken = Some("bad".into());
+        let at = r.at.clone();
+        let driver = driver(&trigger, &metrics, Duration::from_secs(3600));
+        let script = async {
+            passes(&seen, 1).await;
+            trigger.mark(Some(vec!["bad".into(), "a".into()]));
+            passes(&seen, 2).await;
+            // Other keys converge in one pass each, while "bad" waits for its retries.
+            trigger.mark(Some(vec!["b".into()]));
+            passes(&seen, 3).await;
+            // Retries after 0.5 s, then 1 s more, then 2 s more (from the failed pass).
+            for _ in 0..3 {
+                let n = seen.lock().unwrap().len();
+                for _ in 0..1000 {
+                    if seen.lock().unwrap().len() > n {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = driver.reconcile(&mut r) => unreachable!("the driver runs for good"),
+            _ = script => {}
+        }
+        let seen = seen.lock().unwrap().clone();
+        let at = at.lock().unwrap().clone();
+        assert_eq!(
+            seen[..6],
+            [
+                Work::All,
+                keys(&["a", "bad"]),
+                keys(&["b"]),
+                keys(&["bad"]),
+                keys(&["bad"]),
+                keys(&["bad"]),
+            ],
+            "no pass over everything because of the failing key; each retry of it alone"
+        );
+        // The first pass over everything failed too ("bad" is among everything): its retries
+        // count from there. Each wait is twice the one before.
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        let retry_gaps = [at[3] - at[1], at[4] - at[3], at[5] - at[4]];
+        for (gap, want) in retry_gaps.iter().zip([1000, 2000, 4000]) {
+            let want = Duration::from_millis(want);
+            assert!(
+                *gap >= want && *gap < want + Duration::from_millis(300),
+                "retry gaps {retry_gaps:?} (all gaps {gaps:?}): wanted about {want:?}"
+            );
         }
     }
 }

@@ -54,9 +54,42 @@ fn the_readmes_inspection_commands_work_on_a_member_and_show_what_it_says() {
     let tb = Testbed::from_env();
     join::ensure_joined(&tb);
     let blocks = blocks("### Inspecting\n");
-    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
+    // verify and diagnose across east and west: the README's kubeconfig files are the
+    // testbed's, and verify's Pods take the testbed's preloaded image (it pulls nothing).
+    let kubeconfigs = std::env::join_paths([tb.kubeconfig("east"), tb.kubeconfig("west")])
+        .expect("kubeconfig list");
+    let block = blocks[0]
+        .replace("east.yaml:west.yaml", &kubeconfigs.to_string_lossy())
+        .replace(
+            "mcctl verify east west",
+            &format!(
+                "mcctl verify east west --image {} --image-pull-policy Never",
+                mc_integration::pods::tools_image()
+            ),
+        );
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "set -euo pipefail\nmcctl() {{ \"$STRAIT_MCCTL\" \"$@\"; }}\nset -x\n{block}\n"
+            ),
+        ])
+        .env("STRAIT_MCCTL", mcctl_bin())
+        .current_dir(repo_root())
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the README's verify and diagnose failed:\n{block}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in ["verify passed", "CHECK", "tunnel"] {
+        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
+    }
     // The overview, in a member.
-    let out = run_block(&tb, "east", &blocks[0]);
+    let out = run_block(&tb, "east", &blocks[1]);
     for want in [
         "CLUSTER-ID",
         "Connected",
@@ -65,7 +98,7 @@ fn the_readmes_inspection_commands_work_on_a_member_and_show_what_it_says() {
         assert!(out.contains(want), "{want:?} missing from:\n{out}");
     }
     // A Node's dataplane through its agent Pod: east's gateway.
-    let block = blocks[1]
+    let block = blocks[2]
         .replace("<node>", "node-a")
         .replace("<uplink>", "eth0");
     let out = run_block(&tb, "east", &block);
