@@ -216,20 +216,26 @@ pub async fn run(members: &[Member], args: &DiagnoseArgs) -> anyhow::Result<bool
     Ok(!failed)
 }
 
-async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
-    let client = &m.cluster.client;
-    let mut out = Vec::new();
-    let mut push = |check: &'static str, verdict: Verdict, detail: String, hint: &str| {
-        out.push(Check {
-            cluster: m.id.clone(),
-            check,
-            verdict,
-            detail,
-            hint: hint.to_owned(),
-        });
-    };
+/// What one member's checks read: its controllers (name, image, ready replicas), its agent
+/// DaemonSets and each agent Pod's `/readyz` and `/metrics`.
+struct Facts {
+    controllers: Vec<(String, String, i32)>,
+    agent_sets: Vec<DaemonSet>,
+    agents: Vec<Agent>,
+}
 
-    // Versions of the controller and the agents.
+/// The containers' images of a Pod template that contain `what`.
+fn images(spec: Option<&k8s_openapi::api::core::v1::PodSpec>, what: &str) -> Vec<String> {
+    spec.map(|s| s.containers.iter())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.image.clone())
+        .filter(|i| i.contains(what))
+        .collect()
+}
+
+async fn facts(m: &Member) -> Facts {
+    let client = &m.cluster.client;
     let deployments = Api::<Deployment>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -240,14 +246,6 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         .await
         .map(|l| l.items)
         .unwrap_or_default();
-    let images = |spec: Option<&k8s_openapi::api::core::v1::PodSpec>, what: &str| -> Vec<String> {
-        spec.map(|s| s.containers.iter())
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.image.clone())
-            .filter(|i| i.contains(what))
-            .collect()
-    };
     let controllers: Vec<(String, String, i32)> = deployments
         .iter()
         .filter(|d| d.namespace().as_deref() == Some(m.namespace.as_str()))
@@ -262,8 +260,8 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                 .map(move |i| (d.name_any(), i, ready))
         })
         .collect();
-    let agent_sets: Vec<&DaemonSet> = daemonsets
-        .iter()
+    let agent_sets: Vec<DaemonSet> = daemonsets
+        .into_iter()
         .filter(|d| !images(d.spec.template.spec.as_ref(), "mc-agent").is_empty())
         .collect();
 
@@ -330,15 +328,59 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         }
     }
     agents.sort_by(|a, b| a.node.cmp(&b.node));
+    Facts {
+        controllers,
+        agent_sets,
+        agents,
+    }
+}
 
+/// The checks of one member, in order.
+struct Checks<'a> {
+    m: &'a Member,
+    out: Vec<Check>,
+}
+
+impl Checks<'_> {
+    fn push(&mut self, check: &'static str, verdict: Verdict, detail: String, hint: &str) {
+        self.out.push(Check {
+            cluster: self.m.id.clone(),
+            check,
+            verdict,
+            detail,
+            hint: hint.to_owned(),
+        });
+    }
+}
+
+async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
+    let f = facts(m).await;
+    let mut c = Checks { m, out: Vec::new() };
+    versions(&mut c, &f);
+    agents(&mut c, &f);
+    gateway(&mut c);
+    leader(&mut c);
+    cidrs(&mut c, all);
+    pod_cidrs(&mut c);
+    tunnels(&mut c, &f);
+    mtu(&mut c, &f);
+    proxy_and_masquerade(&mut c, &f);
+    webhooks(&mut c).await;
+    c.out
+}
+
+/// Versions of the controller and the agents.
+fn versions(c: &mut Checks, f: &Facts) {
+    let m = c.m;
+    let (controllers, agent_sets, agents) = (&f.controllers, &f.agent_sets, &f.agents);
     let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, image, _) in &controllers {
+    for (name, image, _) in controllers {
         versions
             .entry(image_version(image))
             .or_default()
             .push(format!("controller {name}"));
     }
-    for a in &agents {
+    for a in agents {
         if let Some(v) = a.info("version") {
             versions
                 .entry(format!("v{v}"))
@@ -346,7 +388,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                 .push(format!("agent on {}", a.node));
         }
     }
-    for ds in &agent_sets {
+    for ds in agent_sets {
         for i in images(ds.spec.template.spec.as_ref(), "mc-agent") {
             versions.entry(image_version(&i)).or_default();
         }
@@ -358,7 +400,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         agent_sets.is_empty(),
         versions.len(),
     ) {
-        (true, _, _) => push(
+        (true, _, _) => c.push(
             "versions",
             Verdict::Fail,
             format!(
@@ -367,13 +409,13 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             ),
             "install the member controller: kubectl apply -k deploy/member (or the chart)",
         ),
-        (_, true, _) => push(
+        (_, true, _) => c.push(
             "versions",
             Verdict::Fail,
             "no agent DaemonSet (an mc-agent image)".into(),
             "install the agents: kubectl apply -k deploy/agent (or the chart)",
         ),
-        (_, _, n) if n > 1 => push(
+        (_, _, n) if n > 1 => c.push(
             "versions",
             Verdict::Warn,
             versions
@@ -383,7 +425,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                 .join("; "),
             "an upgrade is under way, or one was left half done: roll every controller and agent to one version (docs/operating.md, Upgrading)",
         ),
-        _ => push(
+        _ => c.push(
             "versions",
             if controllers_ready {
                 Verdict::Ok
@@ -403,8 +445,12 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             "the controller's Pod: kubectl -n <ns> get pods, its logs and /readyz",
         ),
     }
+}
 
-    // Every Node's agent ready; kernel and attach mode; programs ahead of Strait's.
+/// Every Node's agent ready, its kernel, attach mode and uplink; programs ahead of Strait's.
+fn agents(c: &mut Checks, f: &Facts) {
+    let m = c.m;
+    let (agent_sets, agents) = (&f.agent_sets, &f.agents);
     let ready_nodes: Vec<String> = m
         .nodes
         .iter()
@@ -447,14 +493,14 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             .collect();
         detail.extend(not_ready.iter().map(|n| format!("not ready: {n}")));
         detail.extend(missing.iter().map(|n| format!("no agent on Node {n}")));
-        push(
+        c.push(
             "agents",
             verdict,
             detail.join("; "),
             "the reason is the agent's /readyz: a program attached ahead of Strait's on the uplink (move it, or detach it), a kernel without TCX (tcAttach: tc) or without what stretched policy needs, no bpffs, an unknown uplink (multicluster.uplink); kubectl describe node <node> shows StraitDataplaneNotReady Events",
         );
         let ahead: Vec<&String> = not_ready.iter().filter(|r| r.contains("ahead")).collect();
-        push(
+        c.push(
             "uplink-programs",
             if ahead.is_empty() {
                 Verdict::Ok
@@ -473,8 +519,11 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             "another program (a CNI's, Cilium's) attached at the head of the uplink's TCX chain after Strait: Strait's programs must see packets first; restart the agent to attach at the head again, and tell the other program's owner",
         );
     }
+}
 
-    // Gateway election.
+/// Gateway election.
+fn gateway(c: &mut Checks) {
+    let m = c.m;
     let candidates: Vec<String> = m
         .nodes
         .iter()
@@ -492,7 +541,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         })
         .collect();
     match &m.gateway {
-        None => push(
+        None => c.push(
             "gateway",
             Verdict::Fail,
             format!(
@@ -513,7 +562,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                 .any(|n| n.name_any() == node && node_ready(n));
             let dp = g.dataplane_ready();
             let dp_ok = dp.is_some_and(|c| c.status.as_deref() == Some("True"));
-            push(
+            c.push(
                 "gateway",
                 if node_ok && dp_ok {
                     Verdict::Ok
@@ -536,8 +585,11 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             );
         }
     }
+}
 
-    // The control plane: the member's own Ready.
+/// The control plane: the member's own Ready.
+fn leader(c: &mut Checks) {
+    let m = c.m;
     let own = m
         .set
         .status
@@ -545,7 +597,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     let ready = own.iter().find(|c| c.type_.as_deref() == Some("Ready"));
-    push(
+    c.push(
         "leader",
         if ready.is_some_and(|c| c.status.as_deref() == Some("True")) {
             Verdict::Ok
@@ -565,11 +617,11 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         }),
         "docs/operating.md, Troubleshooting: the first rows (token, Secret, the leader's address)",
     );
+}
 
-    // CIDRs: refused announcements, overlaps, the Nodes' Pod CIDRs inside what is announced.
-    let own_service = m.gateway.as_ref().and_then(|g| g.spec.service_cidr.clone());
-    let own_pods: Vec<String> = m
-        .gateway
+/// The Pod CIDRs the member controller announces (the Gateway's annotation).
+fn announced_pod_cidrs(m: &Member) -> Vec<String> {
+    m.gateway
         .as_ref()
         .and_then(|g| g.annotations().get(annotations::POD_CIDRS).cloned())
         .map(|l| {
@@ -578,7 +630,14 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                 .filter(|c| !c.is_empty())
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// CIDRs: refused announcements, overlaps, members without an import here.
+fn cidrs(c: &mut Checks, all: &[Member]) {
+    let m = c.m;
+    let own_service = m.gateway.as_ref().and_then(|g| g.spec.service_cidr.clone());
+    let own_pods = announced_pod_cidrs(m);
     let mut prefixes: Vec<(String, String, Prefix)> = Vec::new();
     let mut add = |cluster: &str, what: &str, text: &str| {
         if let Ok(p) = Prefix::parse(text) {
@@ -630,7 +689,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         .filter(|o| o.id != m.id && !remote_ids.contains(&o.id))
         .map(|o| o.id.as_str())
         .collect();
-    push(
+    c.push(
         "cidrs",
         if overlaps.is_empty() && refused.is_empty() && absent.is_empty() {
             Verdict::Ok
@@ -663,6 +722,12 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         },
         "CIDRs must be unique across the ClusterSet: give the later cluster other Service/Pod CIDRs (controller config serviceCIDR/podCIDRs, matching what the cluster uses); a missing ClusterInfoImport means that cluster has no Gateway or its ClusterInfo was refused (mcctl get resourceexport --cluster-id <id> in the leader)",
     );
+}
+
+/// With Pod-to-Pod: the Nodes' Pod CIDRs inside what is announced.
+fn pod_cidrs(c: &mut Checks) {
+    let m = c.m;
+    let own_pods = announced_pod_cidrs(m);
     let pod_to_pod = m.agent_flag("enablePodToPodConnectivity") == Some(true);
     if pod_to_pod {
         let announced: Vec<Prefix> = own_pods
@@ -685,7 +750,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             })
             .map(|(n, c)| format!("Node {n}'s {c}"))
             .collect();
-        push(
+        c.push(
             "pod-cidrs",
             if !announced.is_empty() && uncovered.is_empty() {
                 Verdict::Ok
@@ -705,18 +770,25 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             "the member controller announces the Nodes' spec.podCIDRs, Calico's IPPools and Cilium's CiliumNodes; a CNI that keeps its subnets elsewhere (Flannel with etcd) needs podCIDRs in the controller config",
         );
     } else {
-        push(
+        c.push(
             "pod-cidrs",
             Verdict::Ok,
             "Pod-to-Pod is off (enablePodToPodConnectivity)".into(),
             "",
         );
     }
+}
 
-    // The tunnel between the gateways, from the probes.
-    let gateway_agent = m
-        .gateway_node()
-        .and_then(|g| agents.iter().find(|a| a.node == g));
+/// The gateway's agent, where it reported.
+fn gateway_agent<'a>(m: &Member, f: &'a Facts) -> Option<&'a Agent> {
+    m.gateway_node()
+        .and_then(|g| f.agents.iter().find(|a| a.node == g))
+}
+
+/// The tunnel between the gateways, per remote cluster, from the probes.
+fn tunnels(out: &mut Checks, f: &Facts) {
+    let m = out.m;
+    let gateway_agent = gateway_agent(m, f);
     let encryption = m
         .agent_str("trafficEncryptionMode")
         .is_some_and(|v| v.eq_ignore_ascii_case("wireguard"));
@@ -801,16 +873,20 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
                 "the gateway's agent writes TunnelUp within seconds of starting; an older agent does not probe",
             ),
         };
-        push("tunnel", verdict, detail, hint);
+        out.push("tunnel", verdict, detail, hint);
     }
+}
 
-    // MTU: the tunnel's, and what the programs had to do about larger packets.
-    if let Some(a) = gateway_agent {
+/// MTU: the tunnel's, and what the programs had to do about larger packets.
+fn mtu(c: &mut Checks, f: &Facts) {
+    let m = c.m;
+    let agents = &f.agents;
+    if let Some(a) = gateway_agent(m, f) {
         let too_big: u64 = agents.iter().map(|a| a.counter("drop_too_big")).sum();
         let frag_needed: u64 = agents.iter().map(|a| a.counter("tx_frag_needed")).sum();
         let clamped: u64 = agents.iter().map(|a| a.counter("tcp_mss_clamped")).sum();
         let tunnel = a.info("tunnel_mtu").unwrap_or("?");
-        push(
+        c.push(
             "mtu",
             if too_big > 0 {
                 Verdict::Warn
@@ -827,18 +903,22 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             "datagrams larger than the tunnel without DF are dropped (drop_too_big): give Pods an MTU of the tunnel's minus 36; if large transfers stall while small requests work, the path between the gateways is narrower than the tunnel MTU: set tunnelMTU in the agents' config (mcctl verify's transfer check shows it)",
         );
     }
+}
 
-    // kube-proxy's mode, and masquerade of remote prefixes.
+/// kube-proxy's mode, and masquerade of remote prefixes.
+fn proxy_and_masquerade(c: &mut Checks, f: &Facts) {
+    let m = c.m;
+    let agents = &f.agents;
     let stretched = m.agent_flag("enableStretchedNetworkPolicy") == Some(true);
     let mut modes: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for a in &agents {
+    for a in agents {
         modes
             .entry(a.info("kube_proxy").unwrap_or("unknown").to_owned())
             .or_default()
             .push(a.node.clone());
     }
     let ipvs = modes.contains_key("ipvs");
-    push(
+    c.push(
         "kube-proxy",
         if ipvs && stretched {
             Verdict::Warn
@@ -862,7 +942,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         .sum();
     // Masquerade of remote prefixes: packets whose Pod the CNI hid behind the Node's address
     // and Strait found again in conntrack say the CNI masquerades them.
-    push(
+    c.push(
         "masquerade",
         Verdict::Ok,
         match (stretched, via_conntrack > 0) {
@@ -876,8 +956,12 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         },
         "",
     );
+}
 
-    // The webhooks of the controller in this member's namespace.
+/// The webhooks of the controller in this member's namespace.
+async fn webhooks(c: &mut Checks<'_>) {
+    let m = c.m;
+    let client = &m.cluster.client;
     let mut hooks: Vec<(String, String, String, bool)> = Vec::new();
     if let Ok(l) = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .list(&ListParams::default())
@@ -939,7 +1023,7 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
             problems.push(format!("Service {ns}/{svc} has no ready endpoint"));
         }
     }
-    push(
+    c.push(
         "webhooks",
         if hooks.is_empty() {
             Verdict::Warn
@@ -965,7 +1049,6 @@ async fn member_checks(m: &Member, all: &[Member]) -> Vec<Check> {
         },
         "writes of Strait's objects fail closed while the controller serving the webhooks has no ready Pod; its CA is published into the configurations at start and every 30 s",
     );
-    out
 }
 
 #[cfg(test)]
