@@ -13,7 +13,9 @@ pub mod write;
 pub use driver::{Driver, RESYNC_SLICE, Reconciler};
 pub use metrics::Metrics;
 pub use watch::{Trigger, Watched, Work, watch_readiness};
-pub use write::{Op, StatusPacer, Then, Writer, is_managed, managed_labels, run_all};
+pub use write::{
+    Op, StatusPacer, Then, Writer, is_managed, managed_labels, run_all, run_all_failed,
+};
 
 /// A request that gets no byte for this long fails: an API server gone without closing the
 /// connection, or one that took a request and never answered it (kube sets no read timeout by

@@ -522,6 +522,15 @@ pub async fn run_all<F>(what: &str, ops: Vec<(String, F)>) -> usize
 where
     F: Future<Output = kube::Result<()>>,
 {
+    run_all_failed(what, ops).await.len()
+}
+
+/// As [`run_all`]; the labels of the writes that failed (for a loop whose labels are its work
+/// keys: [`crate::driver::Reconciler::failed_keys`]).
+pub async fn run_all_failed<F>(what: &str, ops: Vec<(String, F)>) -> Vec<String>
+where
+    F: Future<Output = kube::Result<()>>,
+{
     let results: Vec<(String, kube::Result<()>)> = futures::stream::iter(
         ops.into_iter()
             .map(|(label, op)| async move { (label, op.await) }),
@@ -529,11 +538,11 @@ where
     .buffer_unordered(16)
     .collect()
     .await;
-    let mut failed = 0;
+    let mut failed = Vec::new();
     for (label, result) in results {
         if let Err(e) = result {
-            failed += 1;
             tracing::warn!(what, object = label, error = %e, "write failed; will retry");
+            failed.push(label);
         }
     }
     failed

@@ -65,7 +65,7 @@ use crate::conditions::{condition, keep_transition_time, meta_condition, same_me
 use connection::{Beat, Connection, Identity};
 use mc_kube::{
     Driver, Metrics, Op, Reconciler, StatusPacer, Then, Trigger, Watched, Work, Writer, is_managed,
-    run_all,
+    run_all, run_all_failed,
     watch::{KeysOf, WatchHealth},
     write::Compare,
 };
@@ -105,6 +105,11 @@ struct Member {
     cni_cidrs: BTreeMap<&'static str, Vec<String>>,
     /// When those were last listed.
     cni_listed: Option<Instant>,
+    /// The Services whose ServiceExport status write failed in the last pass, and how many
+    /// writes failed in all: when every failure was one of those, the driver retries just
+    /// them, with backoff ([`Reconciler::failed_keys`]).
+    failed: BTreeSet<String>,
+    last_failures: usize,
     /// The leader token Secret as last read: its name, the Secret (None: not found), when.
     token: Option<(String, Option<Arc<Secret>>, Instant)>,
 }
@@ -153,6 +158,8 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         tiers_tried: None,
         cni_cidrs: BTreeMap::new(),
         cni_listed: None,
+        failed: BTreeSet::new(),
+        last_failures: 0,
         token: None,
     };
     tracing::info!(namespace = member.ns, "member controller started");
@@ -191,8 +198,14 @@ impl Reconciler for Member {
         .collect()
     }
 
-    fn pass(&mut self, work: Work) -> impl Future<Output = usize> + Send {
-        self.sync(work)
+    async fn pass(&mut self, work: Work) -> usize {
+        self.failed.clear();
+        self.last_failures = self.sync(work).await;
+        self.last_failures
+    }
+
+    fn failed_keys(&mut self) -> Option<BTreeSet<String>> {
+        (self.last_failures == self.failed.len()).then(|| std::mem::take(&mut self.failed))
     }
 
     fn later(&mut self) -> Work {
@@ -363,7 +376,9 @@ impl Member {
                 (failures, busy) = (failures + f, busy || wrote);
             }
             if self.statuses.due(busy, !statuses.is_empty()) {
-                failures += run_all("ServiceExport", statuses).await;
+                let failed = run_all_failed("ServiceExport", statuses).await;
+                failures += failed.len();
+                self.failed.extend(failed);
             } else {
                 // Deferred: the next pass (a wake-up or the tick) writes them. Their labels
                 // are the Services' keys.
