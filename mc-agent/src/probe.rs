@@ -309,6 +309,7 @@ pub async fn run(
     let mut prober: Option<Prober> = None;
     let mut answers: Option<aya::maps::HashMap<aya::maps::MapData, [u8; 4], ProbeState>> = None;
     let mut peer_stats = None;
+    let mut told_no_stats = false;
     let mut traffic = PeerTraffic::default();
     // The verdict written on each ClusterInfoImport (by its name).
     let mut written: BTreeMap<String, Verdict> = BTreeMap::new();
@@ -358,6 +359,13 @@ pub async fn run(
         let health = p.round(&now.targets, &read);
         if peer_stats.is_none() {
             peer_stats = open_peer_stats(&layout);
+            if peer_stats.is_none() && !told_no_stats {
+                tracing::warn!(
+                    map = %layout.map(mc_common::maps::PEER_STATS).display(),
+                    "per-peer traffic: the programs' map is not pinned (an older dataplane?): no strait_tunnel_{{tx,rx}}_* series until it is"
+                );
+                told_no_stats = true;
+            }
         }
         if let Some(map) = &peer_stats {
             let readings: Vec<(u32, String, PeerStats)> = now

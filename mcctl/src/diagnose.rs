@@ -9,10 +9,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::{
-    admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+    admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+    },
     apps::v1::{DaemonSet, Deployment},
     core::v1::Pod,
-    discovery::v1::EndpointSlice,
 };
 use kube::{Api, ResourceExt as _, api::ListParams};
 use mc_api::{names::annotations, net::Prefix};
@@ -769,6 +770,16 @@ fn pod_cidrs(c: &mut Checks) {
             },
             "the member controller announces the Nodes' spec.podCIDRs, Calico's IPPools and Cilium's CiliumNodes; a CNI that keeps its subnets elsewhere (Flannel with etcd) needs podCIDRs in the controller config",
         );
+    } else if m.agent_config.is_none() {
+        c.push(
+            "pod-cidrs",
+            Verdict::Warn,
+            format!(
+                "no agent config ({}) found: whether Pod-to-Pod is on is not known; the checks assume the agents' defaults",
+                crate::member::AGENT_CONFIG
+            ),
+            "the agents' ConfigMap (deploy/agent, the chart) holds their multicluster settings; diagnose reads it to know Pod-to-Pod, encryption and the tunnel port",
+        );
     } else {
         c.push(
             "pod-cidrs",
@@ -958,45 +969,38 @@ fn proxy_and_masquerade(c: &mut Checks, f: &Facts) {
     );
 }
 
+/// A webhook served by a Service: (webhook, its namespace, its name, whether a CA is set).
+fn served(name: String, config: WebhookClientConfig) -> Option<(String, String, String, bool)> {
+    let s = config.service?;
+    let ca = config.ca_bundle.is_some_and(|b| !b.0.is_empty());
+    Some((name, s.namespace, s.name, ca))
+}
+
 /// The webhooks of the controller in this member's namespace.
 async fn webhooks(c: &mut Checks<'_>) {
     let m = c.m;
     let client = &m.cluster.client;
-    let mut hooks: Vec<(String, String, String, bool)> = Vec::new();
-    if let Ok(l) = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .list(&ListParams::default())
         .await
-    {
-        for c in l.items {
-            for w in c.webhooks.unwrap_or_default() {
-                if let Some(s) = w.client_config.service {
-                    hooks.push((
-                        w.name,
-                        s.namespace,
-                        s.name,
-                        w.client_config.ca_bundle.is_some_and(|b| !b.0.is_empty()),
-                    ));
-                }
-            }
-        }
-    }
-    if let Ok(l) = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .list(&ListParams::default())
         .await
-    {
-        for c in l.items {
-            for w in c.webhooks.unwrap_or_default() {
-                if let Some(s) = w.client_config.service {
-                    hooks.push((
-                        w.name,
-                        s.namespace,
-                        s.name,
-                        w.client_config.ca_bundle.is_some_and(|b| !b.0.is_empty()),
-                    ));
-                }
-            }
-        }
-    }
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut hooks: Vec<(String, String, String, bool)> = validating
+        .into_iter()
+        .flat_map(|c| c.webhooks.unwrap_or_default())
+        .filter_map(|w| served(w.name, w.client_config))
+        .chain(
+            mutating
+                .into_iter()
+                .flat_map(|c| c.webhooks.unwrap_or_default())
+                .filter_map(|w| served(w.name, w.client_config)),
+        )
+        .collect();
     hooks.retain(|(name, ns, ..)| ns == &m.namespace && name.contains("antrea.io"));
     let mut problems = Vec::new();
     let mut services = std::collections::BTreeSet::new();
@@ -1007,18 +1011,7 @@ async fn webhooks(c: &mut Checks<'_>) {
         services.insert((ns.clone(), svc.clone()));
     }
     for (ns, svc) in &services {
-        let ready = Api::<EndpointSlice>::namespaced(client.clone(), ns)
-            .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc}")))
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .flat_map(|s| &s.endpoints)
-                    .flatten()
-                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-                    .count()
-            })
-            .unwrap_or(0);
+        let ready = crate::member::ready_endpoints(client, ns, svc).await;
         if ready == 0 {
             problems.push(format!("Service {ns}/{svc} has no ready endpoint"));
         }

@@ -3,7 +3,10 @@
 //! (ClusterInfoImports) and its agents' configuration. Read-only.
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Node},
+    discovery::v1::EndpointSlice,
+};
 use kube::{Api, ResourceExt as _, api::ListParams};
 use mc_api::{
     clusterinfo::ClusterInfoImport, clusterset::v1alpha2::ClusterSet, gateway::Gateway,
@@ -206,4 +209,21 @@ async fn agent_config(client: &kube::Client) -> Option<serde_yaml::Value> {
         .with_context(|| format!("{AGENT_CONFIG}: {AGENT_CONFIG_KEY}"))
         .ok()?;
     v.get("multicluster").cloned()
+}
+
+/// The endpoints of Service `ns/service` that are ready (or do not say), over its
+/// EndpointSlices; 0 when they cannot be listed.
+pub async fn ready_endpoints(client: &kube::Client, ns: &str, service: &str) -> usize {
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .flat_map(|s| &s.endpoints)
+                .flatten()
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                .count()
+        })
+        .unwrap_or(0)
 }

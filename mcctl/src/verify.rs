@@ -239,10 +239,26 @@ async fn verify(members: &[Member], ns: &str, args: &VerifyArgs) -> anyhow::Resu
                 let t = &members[s.member];
                 let pod_to_pod = c.agent_flag("enablePodToPodConnectivity") == Some(true)
                     && t.agent_flag("enablePodToPodConnectivity") == Some(true);
+                // Without an agent config to read, say so rather than "off".
+                let unread: Vec<&str> = [c, t]
+                    .iter()
+                    .filter(|m| m.agent_config.is_none())
+                    .map(|m| m.id.as_str())
+                    .collect();
+                let pod_skip = if unread.is_empty() {
+                    "Pod-to-Pod is off in one of the two members".to_owned()
+                } else {
+                    format!(
+                        "no agent config ({}) found in {}: Pod-to-Pod not checked",
+                        crate::member::AGENT_CONFIG,
+                        unread.join(", ")
+                    )
+                };
                 Target {
                     id: t.id.clone(),
                     service: s.name.clone(),
                     pod_ip: pod_to_pod.then(|| s.pod_ip.clone()).flatten(),
+                    pod_skip,
                 }
             })
             .collect();
@@ -403,30 +419,18 @@ async fn wait_import(c: &Member, ns: &str, name: &str, deadline: Instant) -> Res
     let client = c.cluster.client.clone();
     let imported = format!("{IMPORTED_PREFIX}{name}");
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
-    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(client, ns);
+    let imports: Api<ServiceImport> = Api::namespaced(client, ns);
     loop {
         let svc = services.get_opt(&imported).await.ok().flatten();
         let si = imports.get_opt(name).await.ok().flatten();
-        let endpoints = slices
-            .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={imported}")))
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .flat_map(|s| &s.endpoints)
-                    .flatten()
-                    .flat_map(|e| &e.addresses)
-                    .count()
-            })
-            .unwrap_or(0);
+        let endpoints = crate::member::ready_endpoints(&c.cluster.client, ns, &imported).await;
         let why = match (&svc, &si) {
             (None, _) => format!(
                 "Service {imported} not imported into {} (the leader's ResourceExports and ResourceImports: mcctl get resourceexport/resourceimport in the leader)",
                 c.id
             ),
             (Some(_), _) if endpoints == 0 => {
-                format!("Service {imported} in {} has no endpoints", c.id)
+                format!("Service {imported} in {} has no ready endpoints", c.id)
             }
             (Some(_), None) => format!("no ServiceImport {name} in {}", c.id),
             (Some(_), Some(si)) if si.spec.ips.is_empty() => {
@@ -446,6 +450,8 @@ struct Target {
     id: String,
     service: String,
     pod_ip: Option<String>,
+    /// Why Pod-to-Pod is not checked, when `pod_ip` is `None`.
+    pod_skip: String,
 }
 
 /// The client's script: busybox sh. Each check retries for up to 12 s; one line per check:
@@ -495,7 +501,8 @@ echo "{MARK}-MTU $mtu"
                 "check {id} pod http://{ip}:{SERVER_PORT}/ '{body}'\n"
             )),
             None => s.push_str(&format!(
-                "echo \"{MARK} {id} pod skipped 0 Pod-to-Pod is off in one of the two members\"\n"
+                "echo \"{MARK} {id} pod skipped 0 {}\"\n",
+                t.pod_skip
             )),
         }
     }
@@ -850,6 +857,7 @@ mod tests {
                 id: "c2".into(),
                 service: "verify-c2".into(),
                 pod_ip: Some("10.1.2.3".into()),
+                pod_skip: String::new(),
             }],
         );
         for want in [

@@ -416,6 +416,21 @@ pub mod join {
     }
 
     /// Everything joined and ready, joining with the v1alpha2 forms if needed.
+    /// [`ensure_joined`], then waits until east and west have elected `node-a` their gateway.
+    pub fn ensure_joined_with_gateways(tb: &Testbed) {
+        ensure_joined(tb);
+        for c in MEMBERS {
+            wait_for(
+                &format!("{c}'s Gateway node-a"),
+                Duration::from_secs(60),
+                || {
+                    tb.try_json(c, &["get", "gateway", "-n", MEMBER_NS, "node-a"])
+                        .ok_or_else(|| "none".to_owned())
+                },
+            );
+        }
+    }
+
     pub fn ensure_joined(tb: &Testbed) {
         let members_present = MEMBERS.iter().all(|m| {
             tb.try_json(m, &["get", "clusterset", "-n", MEMBER_NS, CLUSTERSET])

@@ -193,13 +193,7 @@ impl Drop for Spawned {
 /// The testbed, joined, with east's and west's Gateways elected.
 fn joined_with_gateways() -> Testbed {
     let tb = Testbed::from_env();
-    join::ensure_joined(&tb);
-    for c in ["east", "west"] {
-        wait_for(&format!("{c}'s Gateway node-a"), T, || {
-            tb.try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
-                .ok_or_else(|| "none".to_owned())
-        });
-    }
+    join::ensure_joined_with_gateways(&tb);
     tb
 }
 

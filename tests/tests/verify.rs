@@ -17,13 +17,8 @@ const T: Duration = Duration::from_secs(60);
 
 fn joined() -> Testbed {
     let tb = Testbed::from_env();
-    join::ensure_joined(&tb);
-    for c in ["east", "west"] {
-        wait_for(&format!("{c}'s Gateway node-a"), T, || {
-            tb.try_json(c, &["get", "gateway", "-n", join::MEMBER_NS, "node-a"])
-                .ok_or_else(|| "none".to_owned())
-        });
-        let remote = if c == "east" { "west" } else { "east" };
+    join::ensure_joined_with_gateways(&tb);
+    for (c, remote) in [("east", "west"), ("west", "east")] {
         wait_for(&format!("{c}'s TunnelUp to {remote}"), T, || {
             match tb.tunnel_up(c, remote) {
                 Some((s, _)) if s == "True" => Ok(()),
@@ -43,22 +38,28 @@ fn mcctl(tb: &Testbed, args: &[&str]) -> Command {
     cmd
 }
 
-/// `mcctl verify east west` with the testbed's preloaded image: (success, stdout, stderr).
-fn verify(tb: &Testbed, extra: &[&str]) -> (bool, String, String) {
+/// `mcctl verify east west` with the testbed's preloaded image.
+fn verify_cmd(tb: &Testbed) -> Command {
     let image = tools_image();
-    let mut args = vec![
-        "verify",
-        "east",
-        "west",
-        "--image",
-        &image,
-        "--image-pull-policy",
-        "Never",
-        "--timeout",
-        "90",
-    ];
-    args.extend(extra);
-    let out = mcctl(tb, &args).output().expect("running mcctl verify");
+    mcctl(
+        tb,
+        &[
+            "verify",
+            "east",
+            "west",
+            "--image",
+            &image,
+            "--image-pull-policy",
+            "Never",
+            "--timeout",
+            "90",
+        ],
+    )
+}
+
+/// [`verify_cmd`], run: (success, stdout, stderr).
+fn verify(tb: &Testbed) -> (bool, String, String) {
+    let out = verify_cmd(tb).output().expect("running mcctl verify");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -153,7 +154,7 @@ fn rows(table: &str) -> Vec<Vec<String>> {
 fn verify_and_diagnose_pass_across_east_and_west_and_verify_leaves_nothing_behind() {
     let tb = joined();
     let at = Instant::now();
-    let (ok, out, err) = verify(&tb, &[]);
+    let (ok, out, err) = verify(&tb);
     let took = at.elapsed();
     assert!(ok, "verify failed:\n{out}\n{err}");
     let rows = rows(&out);
@@ -240,7 +241,7 @@ fn verify_and_diagnose_pass_across_east_and_west_and_verify_leaves_nothing_behin
 #[test]
 fn a_pod_mtu_larger_than_the_tunnel_carries_is_handled_and_both_pass() {
     let tb = joined();
-    let (ok, out, err) = verify(&tb, &[]);
+    let (ok, out, err) = verify(&tb);
     assert!(ok, "verify failed:\n{out}\n{err}");
     let transfers: Vec<Vec<String>> = rows(&out)
         .into_iter()
@@ -311,7 +312,7 @@ fn a_blocked_tunnel_port_fails_verify_at_the_gateway_pair_and_diagnose_names_the
         detail.contains("UDP 51821") && detail.contains(&east_gw) && detail.contains(&west_gw),
         "{detail}"
     );
-    let (ok, out, err) = verify(&tb, &[]);
+    let (ok, out, err) = verify(&tb);
     assert!(!ok, "verify passed with the port blocked:\n{out}");
     let hop = out
         .lines()
@@ -340,23 +341,11 @@ fn a_blocked_tunnel_port_fails_verify_at_the_gateway_pair_and_diagnose_names_the
 #[test]
 fn an_interrupted_verify_removes_what_it_made() {
     let tb = joined();
-    let image = tools_image();
-    let child = mcctl(
-        &tb,
-        &[
-            "verify",
-            "east",
-            "west",
-            "--image",
-            &image,
-            "--image-pull-policy",
-            "Never",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("mcctl verify");
+    let child = verify_cmd(&tb)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcctl verify");
     wait_for("verify's namespace in west", T, || {
         let nss = tb
             .try_json(
