@@ -1,18 +1,24 @@
 //! Strait's Kubernetes runtime, shared by the controllers and the agent: watch-backed stores
 //! that wake a loop ([`watch`]), the writer that makes the API equal to a desired state
-//! ([`write`]), the object store behind the watches ([`store`]), the one control loop that
-//! runs them by key ([`driver`]), and Prometheus metrics with health and readiness
-//! ([`metrics`]).
+//! ([`write`]), the object store behind the watches ([`store`]), what a pass recomputes
+//! ([`work`]), the one control loop that runs them by key ([`driver`]), and Prometheus metrics
+//! with health and readiness ([`metrics`]).
+//!
+//! The modules depend on each other one way only: `work` and `metrics` on none of the others,
+//! `store` on `work`, `watch` on `store`, `work` and `metrics`, `write` on `metrics`, and
+//! `driver` on `watch`, `work` and `metrics`.
 
 pub mod driver;
 pub mod metrics;
 pub mod store;
 pub mod watch;
+pub mod work;
 pub mod write;
 
 pub use driver::{Driver, RESYNC_SLICE, Reconciler};
 pub use metrics::Metrics;
-pub use watch::{Trigger, Watched, Work, watch_readiness};
+pub use watch::{Trigger, Watched, watch_readiness};
+pub use work::Work;
 pub use write::{
     Op, StatusPacer, Then, Writer, is_managed, managed_labels, run_all, run_all_failed,
 };

@@ -18,7 +18,7 @@ use std::{
 
 use kube::{Resource, runtime::watcher};
 
-use crate::watch::Work;
+use crate::work::Work;
 
 /// Which keys an object is about: `None` when its effect has no key (a change recomputes
 /// everything), `Some(vec![])` when it is about no key in particular.

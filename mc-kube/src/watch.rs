@@ -3,7 +3,6 @@
 //! are counted in the loop's [`Metrics`].
 
 use std::{
-    collections::BTreeSet,
     fmt::Debug,
     hash::Hash,
     sync::{
@@ -28,6 +27,7 @@ use tokio::sync::Notify;
 use crate::{
     metrics::Metrics,
     store::{ObjectStore, StoreWriter},
+    work::Work,
 };
 
 /// Wakes a sync loop and says what to recompute. Any number of events before the loop runs
@@ -38,52 +38,6 @@ pub struct Trigger {
     notify: Arc<Notify>,
     marked: Arc<Mutex<Work>>,
     metrics: Metrics,
-}
-
-/// What a loop recomputes on a wake-up: everything, or the desired state of some keys (each loop
-/// names its own keys, for example a Service's `<namespace>/<name>`). The parts of a loop that
-/// are not per key (a handful of objects) are recomputed on every wake-up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Work {
-    All,
-    Keys(BTreeSet<String>),
-}
-
-impl Default for Work {
-    fn default() -> Self {
-        Work::Keys(BTreeSet::new())
-    }
-}
-
-impl Work {
-    /// Whether the desired state of `key` is to be recomputed.
-    pub fn covers(&self, key: &str) -> bool {
-        match self {
-            Work::All => true,
-            Work::Keys(keys) => keys.contains(key),
-        }
-    }
-
-    pub fn is_all(&self) -> bool {
-        matches!(self, Work::All)
-    }
-
-    pub fn add(&mut self, key: String) {
-        if let Work::Keys(keys) = self {
-            keys.insert(key);
-        }
-    }
-
-    pub fn merge(&mut self, other: Work) {
-        match other {
-            Work::All => *self = Work::All,
-            Work::Keys(keys) => {
-                for k in keys {
-                    self.add(k);
-                }
-            }
-        }
-    }
 }
 
 /// Which keys an event about an object marks: `None` when its effect has no key (everything is
@@ -433,6 +387,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
