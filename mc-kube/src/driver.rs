@@ -112,128 +112,181 @@ struct Resync {
     keys: VecDeque<String>,
 }
 
+/// What the driver carries from one pass to the next.
+struct State {
+    /// When everything was last recomputed (in one pass or in slices).
+    last_full: Option<Instant>,
+    /// The work left for the next pass (by the loop, or because it could not run).
+    later: Work,
+    resync: Option<Resync>,
+    retries: Retries,
+    /// Whether the last attempt found the watches not ready (nothing ran).
+    waiting: bool,
+    /// When the last pass began.
+    last_pass: Option<Instant>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            last_full: None,
+            // The first pass recomputes everything.
+            later: Work::All,
+            resync: None,
+            retries: Retries::default(),
+            waiting: false,
+            last_pass: None,
+        }
+    }
+}
+
+impl State {
+    /// When to wake without an event: the loop's held work or the next retry. A wake-up time no
+    /// later than the last pass's start is stale (that pass did not get to the held work, e.g.
+    /// without a connection): the next event or tick brings it, rather than a pass every
+    /// `settle`. Nothing runs while waiting for the watches anyway.
+    fn wake_at(&self, r: &impl Reconciler) -> Option<Instant> {
+        [r.wake_at(), self.retries.next()]
+            .into_iter()
+            .flatten()
+            .min()
+            .filter(|at| !self.waiting && self.last_pass.is_none_or(|p| *at > p))
+    }
+}
+
 impl Driver {
     /// Runs a [`Reconciler`] for good.
     pub async fn reconcile(self, r: &mut impl Reconciler) {
         let mut tick = tokio::time::interval(self.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // When everything was last recomputed (in one pass or in slices).
-        let mut last_full: Option<Instant> = None;
-        let mut later = Work::All;
-        let mut resync: Option<Resync> = None;
-        let mut retries = Retries::default();
-        let mut waiting = false;
-        // When the last pass began.
-        let mut last_pass: Option<Instant> = None;
+        let mut state = State::default();
         loop {
             // During a resync the next slice does not wait for an event (unless the loop is
             // waiting for its watches).
-            if resync.is_none() || waiting {
-                // A wake-up time no later than the last pass's start is stale (that pass did
-                // not get to the held work, e.g. without a connection): the next event or tick
-                // brings it, rather than a pass every `settle`. Nothing runs while waiting for
-                // the watches anyway.
-                let wake = [r.wake_at(), retries.next()]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .filter(|at| !waiting && last_pass.is_none_or(|p| *at > p));
-                tokio::select! {
-                    _ = self.trigger.wait() => {}
-                    _ = tick.tick() => {}
-                    _ = async {
-                        match wake {
-                            Some(at) => tokio::time::sleep_until(at.into()).await,
-                            None => std::future::pending().await,
-                        }
-                    } => {}
-                }
+            if state.resync.is_none() || state.waiting {
+                self.wait(&mut tick, state.wake_at(r)).await;
             }
             tokio::time::sleep(self.settle).await;
-            let mut work = self.trigger.take();
-            work.merge(std::mem::take(&mut later));
-            let now = Instant::now();
-            for k in retries.due(now) {
-                work.add(k.clone());
-            }
-            match last_full {
-                None => work = Work::All,
-                Some(at) if resync.is_none() && at.elapsed() >= self.full_resync => {
-                    match r.keys() {
-                        Some(keys) => {
-                            resync = Some(Resync {
-                                began: Instant::now(),
-                                keys: keys.into_iter().collect(),
-                            })
-                        }
-                        None => work = Work::All,
-                    }
-                }
-                Some(_) => {}
-            }
-            if let Some(rs) = &mut resync {
-                if work.is_all() {
-                    // This pass recomputes everything anyway.
-                    resync = None;
-                } else {
-                    let n = rs.keys.len().min(RESYNC_SLICE);
-                    for k in rs.keys.drain(..n) {
-                        work.add(k);
-                    }
-                }
-            }
+            let work = self.next_work(r, &mut state);
             let failing_watches = match crate::watch_readiness(&r.watches()) {
                 Ok(failing) => failing,
                 Err(why) => {
                     // Nothing is done; the work waits for the next pass.
                     self.metrics.set_ready(Some(why));
-                    later = work;
-                    waiting = true;
+                    state.later = work;
+                    state.waiting = true;
                     continue;
                 }
             };
-            waiting = false;
-            let all = work.is_all();
-            let keys = match &work {
-                Work::All => 0,
-                Work::Keys(k) => k.len(),
-            };
-            let started = Instant::now();
-            last_pass = Some(started);
-            let ran = work.clone();
-            let failures = r.pass(work).await;
-            let left = r.later();
-            let took = started.elapsed();
-            tracing::debug!(
-                domain = self.domain,
-                all,
-                keys,
-                failures,
-                ms = took.as_secs_f64() * 1e3,
-                "pass"
-            );
-            self.metrics.sync(self.domain, took, failures);
-            // Readiness is set once per pass, after it: never Ready in the middle of a pass
-            // that then fails.
-            self.metrics.set_ready(r.not_ready().or(failing_watches));
-            if all {
-                last_full = Some(started);
-            } else if let Some(rs) = resync.take_if(|rs| rs.keys.is_empty()) {
-                last_full = Some(rs.began);
-            }
-            let failed = if failures > 0 {
-                r.failed_keys().filter(|k| !k.is_empty())
-            } else {
-                Some(BTreeSet::new())
-            };
-            later = match failed {
-                Some(keys) => {
-                    retries.settle(&ran, &keys, Instant::now());
-                    left
-                }
-                None => Work::All,
-            };
+            state.waiting = false;
+            self.run_pass(r, work, failing_watches, &mut state).await;
         }
+    }
+
+    /// Waits for a watch event, the tick, or `wake`.
+    async fn wait(&self, tick: &mut tokio::time::Interval, wake: Option<Instant>) {
+        tokio::select! {
+            _ = self.trigger.wait() => {}
+            _ = tick.tick() => {}
+            _ = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+
+    /// The work of the next pass: what the watches marked, what the last pass left, the retries
+    /// that are due, and everything when it is time (at first, or the next slice of a periodic
+    /// resync, which this starts when `full_resync` has passed).
+    fn next_work(&self, r: &impl Reconciler, state: &mut State) -> Work {
+        let mut work = self.trigger.take();
+        work.merge(std::mem::take(&mut state.later));
+        let now = Instant::now();
+        for k in state.retries.due(now) {
+            work.add(k.clone());
+        }
+        match state.last_full {
+            None => work = Work::All,
+            Some(at) if state.resync.is_none() && at.elapsed() >= self.full_resync => {
+                match r.keys() {
+                    Some(keys) => {
+                        state.resync = Some(Resync {
+                            began: Instant::now(),
+                            keys: keys.into_iter().collect(),
+                        })
+                    }
+                    None => work = Work::All,
+                }
+            }
+            Some(_) => {}
+        }
+        if let Some(rs) = &mut state.resync {
+            if work.is_all() {
+                // This pass recomputes everything anyway.
+                state.resync = None;
+            } else {
+                let n = rs.keys.len().min(RESYNC_SLICE);
+                for k in rs.keys.drain(..n) {
+                    work.add(k);
+                }
+            }
+        }
+        work
+    }
+
+    /// Runs one pass over `work` and records it: metrics, readiness (`failing_watches` beside
+    /// the loop's own), when everything was last recomputed, and what the next pass takes
+    /// (what the loop left, with the failed keys' retries; or everything, after failures the
+    /// loop cannot name).
+    async fn run_pass(
+        &self,
+        r: &mut impl Reconciler,
+        work: Work,
+        failing_watches: Option<String>,
+        state: &mut State,
+    ) {
+        let all = work.is_all();
+        let keys = match &work {
+            Work::All => 0,
+            Work::Keys(k) => k.len(),
+        };
+        let started = Instant::now();
+        state.last_pass = Some(started);
+        let ran = work.clone();
+        let failures = r.pass(work).await;
+        let left = r.later();
+        let took = started.elapsed();
+        tracing::debug!(
+            domain = self.domain,
+            all,
+            keys,
+            failures,
+            ms = took.as_secs_f64() * 1e3,
+            "pass"
+        );
+        self.metrics.sync(self.domain, took, failures);
+        // Readiness is set once per pass, after it: never Ready in the middle of a pass
+        // that then fails.
+        self.metrics.set_ready(r.not_ready().or(failing_watches));
+        if all {
+            state.last_full = Some(started);
+        } else if let Some(rs) = state.resync.take_if(|rs| rs.keys.is_empty()) {
+            state.last_full = Some(rs.began);
+        }
+        let failed = if failures > 0 {
+            r.failed_keys().filter(|k| !k.is_empty())
+        } else {
+            Some(BTreeSet::new())
+        };
+        state.later = match failed {
+            Some(keys) => {
+                state.retries.settle(&ran, &keys, Instant::now());
+                left
+            }
+            None => Work::All,
+        };
     }
 }
 
