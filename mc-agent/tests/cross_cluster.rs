@@ -38,7 +38,10 @@ use mc_agent::{
     state::{ClusterInfoObject, GatewayObject, Inputs, desired},
     sync::apply,
 };
-use support::{Bpffs, NetNs, agent, in_netns, require_root, run};
+use support::{Bpffs, NetNs, agent, in_netns, lacks_root, run};
+
+/// Why the tests here need root (said when they are skipped without it).
+const WHY_ROOT: &str = "loads eBPF programs and creates network namespaces";
 
 const PORT_HTTP: u16 = 8080;
 /// The Pods keep the full MTU (nothing tuned for the tunnel): full-size TCP segments must get
@@ -524,7 +527,9 @@ fn world_with(tag: &str, attach_args: &[&str], to_peer: bool, foreign_first: boo
 /// the traffic from the tunnel: the reason it is named.
 #[test]
 fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     if support::tc_attach() == "tc" {
         // TCX programs run before every legacy TC filter: nothing to order against.
         eprintln!("legacy TC attach: the TCX chain's order does not apply");
@@ -601,7 +606,9 @@ fn a_foreign_program_on_the_uplink_does_not_keep_strait_from_running() {
 /// receiving end's MTU).
 #[test]
 fn a_tunnel_mtu_below_the_uplinks_is_what_pods_are_held_to() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let World {
         router,
         east_gw: _east_gw,
@@ -659,7 +666,9 @@ fn a_tunnel_mtu_below_the_uplinks_is_what_pods_are_held_to() {
 
 #[test]
 fn pods_reach_a_remote_service_and_pod_through_both_gateways() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let World {
         router,
         east_gw,
@@ -1137,7 +1146,9 @@ fn clusterset_ingress_rules_decide_new_flows_by_identity_and_the_pod_kube_proxy_
     use mc_agent::{policy::PolicyObject, state::PodObject};
     use mc_api::{labelidentity::normalized_label, selector::labels};
 
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     // (Every part is bound: a namespace goes when its handle is dropped.)
     let World {
         router: _router,
@@ -1721,7 +1732,9 @@ fn forge_geneve_from_east(router: &NetNs, payload: &'static [u8]) {
 /// it reaches the Pod.
 #[test]
 fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let World {
         router,
         east_gw,
@@ -1952,7 +1965,9 @@ fn gateways_tunnel_through_wireguard_and_refuse_plaintext_from_remote_gateways()
 /// not; `kernel` on a kernel without it fails naming why and leaves no device behind.
 #[test]
 fn the_kernels_wireguard_is_taken_where_the_kernel_has_it_and_userspace_otherwise() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     use mc_agent::wireguard::{DEFAULT_PORT, DEVICE, Device, Implementation, KeyPair};
     let ns = NetNs::new("mc-wgk");
     let dir = std::env::temp_dir().join(format!("strait-wgk-{}", std::process::id()));

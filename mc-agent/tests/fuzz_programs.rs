@@ -28,7 +28,11 @@ use support::{
         ETH_HLEN, ICMP, TCP, UDP, as_fragment, csum, eth, geneve, geneve_with_options, icmp_echo,
         icmp_error, ipv4, tcp, tcp_syn_mss, udp, without_df,
     },
+    lacks_root,
 };
+
+/// Why the tests here need root (said when they are skipped without it).
+const WHY_ROOT: &str = "loads eBPF programs and mounts a bpffs";
 
 const DEFAULT_CASES: u32 = 100_000;
 
@@ -532,10 +536,16 @@ fn fuzz(role: u32, name: &str) {
 
 #[test]
 fn generated_frames_through_the_gateway_programs_keep_every_invariant() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     fuzz(ROLE_GATEWAY, "fuzz-gateway");
 }
 
 #[test]
 fn generated_frames_through_a_regular_nodes_programs_keep_every_invariant() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     fuzz(ROLE_NODE, "fuzz-node");
 }

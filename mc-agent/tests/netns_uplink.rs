@@ -8,8 +8,11 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 use support::{
-    Bpffs, NetNs, agent, agent_bin, daemonset_caps, in_netns, require_root, run, setpriv_only,
+    Bpffs, NetNs, agent, agent_bin, daemonset_caps, in_netns, lacks_root, run, setpriv_only,
 };
+
+/// Why the tests here need root (said when they are skipped without it).
+const WHY_ROOT: &str = "loads eBPF programs and creates network namespaces";
 
 /// Packets of one counter, from `mc-agent counters --json`.
 fn agent_packets(pin_root: &Path, name: &str) -> u64 {
@@ -81,7 +84,9 @@ fn ping(ns: &NetNs, dst: &str, count: u32) {
 
 #[test]
 fn traffic_moves_counters_and_a_restart_reuses_the_pins() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let (a, _b) = linked("mc-uplink", "198.18.250.1", "198.18.250.2");
     let fs = Bpffs::new("netns-uplink");
     let pin_root = fs.pin_root();
@@ -181,7 +186,9 @@ fn confined(ns: &NetNs, pin_root: &Path, args: &[&str]) -> Command {
 /// privileged init container's `mount-bpffs` mounts a BPF filesystem where there is none, once.
 #[test]
 fn the_daemonsets_capabilities_are_all_the_agent_needs() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let caps = daemonset_caps();
     assert!(
         !caps.iter().any(|(n, _)| n == "SYS_ADMIN"),
@@ -247,7 +254,9 @@ fn the_daemonsets_capabilities_are_all_the_agent_needs() {
 /// leaving through it in software. A veth uplink gets no such warning.
 #[test]
 fn a_bridge_uplink_is_attached_with_a_warning_of_its_cost() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let a = NetNs::new("mc-bridge-a");
     let b = NetNs::new("mc-bridge-b");
     veth_pair(&a, "pa", &b, "pb");
@@ -300,7 +309,9 @@ fn tc_filters(ns: &NetNs, dev: &str, hook: &str) -> Vec<String> {
 /// `uninstall` takes the filters off.
 #[test]
 fn legacy_tc_filters_are_replaced_in_place_and_uninstalled() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let (a, _b) = linked("mc-tc", "198.18.250.9", "198.18.250.10");
     let fs = Bpffs::new("legacy-tc");
     let pin_root = fs.pin_root();
@@ -377,7 +388,9 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
 
     use mc_agent::{routes, state::Prefix};
 
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let ns = NetNs::new("mc-routes");
     let peer = NetNs::new("mc-routes-peer");
     run(Command::new("ip").args([

@@ -21,7 +21,11 @@ use support::{
         ETH_HLEN, ICMP, Ip, TCP, UDP, as_fragment, decode_geneve, eth, geneve, geneve_with_options,
         icmp_echo, icmp_error, ipv4, tcp, tcp_mss, tcp_syn_mss, tcp_syn_options, udp, without_df,
     },
+    lacks_root,
 };
+
+/// Why the tests here need root (said when they are skipped without it).
+const WHY_ROOT: &str = "loads eBPF programs and mounts a bpffs";
 
 /// The outer headers Strait writes: DF, TTL 64, UDP to the tunnel port from the flow-hash range
 /// with checksum 0, Geneve version 0 carrying IPv4 with VNI 0xffffff (no label identity).
@@ -61,6 +65,9 @@ fn vni_of(frame: &[u8]) -> u32 {
 
 #[test]
 fn the_vni_carries_the_source_pods_label_id_from_node_and_gateway_and_the_hairpin_keeps_it() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let set_ids = |f: &mut Fixture, ids: &[([u8; 4], u32)]| {
         let mut maps = f.dp.maps().expect("maps");
         for (ip, id) in ids {
@@ -115,6 +122,9 @@ fn the_vni_carries_the_source_pods_label_id_from_node_and_gateway_and_the_hairpi
 /// host-network process cannot pass for another Pod, nor a Node for another Node's Pod.
 #[test]
 fn the_gateway_lets_a_node_claim_only_the_identities_of_its_own_pods() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-sender-ids", ROLE_GATEWAY);
     const N2: [u8; 4] = [198, 18, 1, 3];
     {
@@ -168,6 +178,9 @@ fn the_gateway_lets_a_node_claim_only_the_identities_of_its_own_pods() {
 
 #[test]
 fn regular_node_tunnels_remote_traffic_to_the_local_gateway() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("node-egress", ROLE_NODE);
 
     // A Pod's TCP SYN to a west ClusterIP (kube-proxy already chose the endpoint).
@@ -208,6 +221,9 @@ fn regular_node_tunnels_remote_traffic_to_the_local_gateway() {
 
 #[test]
 fn the_outer_source_port_follows_the_flow() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("node-flow-hash", ROLE_NODE);
     // Test frames carry no stack hash: the program hashes the inner packet itself. The same flow always leaves with the same port; flows that differ in
     // any one of source port, destination port, source or destination address spread out.
@@ -247,6 +263,9 @@ fn the_outer_source_port_follows_the_flow() {
 
 #[test]
 fn with_routes_via_the_gateway_the_kernels_ethernet_header_is_kept() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("node-routed", ROLE_NODE);
     {
         let mut maps = f.dp.maps().expect("maps");
@@ -275,6 +294,9 @@ fn with_routes_via_the_gateway_the_kernels_ethernet_header_is_kept() {
 
 #[test]
 fn regular_node_decapsulates_only_from_its_gateway() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("node-ingress", ROLE_NODE);
     let inner = tcp(WEST_SVC, POD_N, 80, 40000, 0x12, b"");
     let (verdict, out) = f.run(Direction::Ingress, &eth(&geneve(G, N, PORT, &inner)));
@@ -305,6 +327,9 @@ fn regular_node_decapsulates_only_from_its_gateway() {
 
 #[test]
 fn snat_keeps_a_flows_port_when_free_and_picks_another_on_a_clash() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-port-clash", ROLE_GATEWAY);
     let hairpin = |f: &mut Fixture, pod: [u8; 4], port: u16| {
         let request = tcp(pod, WEST_SVC, port, 80, 0x02, b"");
@@ -338,6 +363,9 @@ fn snat_keeps_a_flows_port_when_free_and_picks_another_on_a_clash() {
 
 #[test]
 fn a_flow_whose_reverse_entry_was_evicted_gets_it_back_with_its_next_packet() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-rev-evicted", ROLE_GATEWAY);
     let port = f.hairpin_tcp(POD_N, 3000, 0x02);
     // The LRU table evicts the reverse entry, not the forward one (a user-space delete here).
@@ -363,6 +391,9 @@ fn a_flow_whose_reverse_entry_was_evicted_gets_it_back_with_its_next_packet() {
 
 #[test]
 fn a_flow_whose_reply_key_went_to_another_flow_moves_to_a_new_port() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-rev-taken", ROLE_GATEWAY);
     let other_pod = [10, 244, 1, 6];
     assert_eq!(f.hairpin_tcp(POD_N, 40000, 0x02), 40000);
@@ -385,6 +416,9 @@ fn a_flow_whose_reply_key_went_to_another_flow_moves_to_a_new_port() {
 
 #[test]
 fn a_flow_whose_forward_entry_was_evicted_keeps_its_port() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-evicted", ROLE_GATEWAY);
     assert_eq!(f.hairpin_tcp(POD_N, 40000, 0x02), 40000);
     // The LRU table evicts the forward entry, not the reverse one (as a user-space delete here).
@@ -416,6 +450,9 @@ fn coarse_now_ns() -> u64 {
 
 #[test]
 fn the_hairpin_takes_the_next_hop_from_the_cache_while_it_is_fresh() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-next-hop", ROLE_GATEWAY);
     // BPF_PROG_TEST_RUN runs the program on loopback (ifindex 1). A fresh entry for W there:
     let macs = [0x02, 0xaa, 0, 0, 0, 0x01, 0x02, 0xbb, 0, 0, 0, 0x02];
@@ -480,6 +517,9 @@ fn next_coarse_second() {
 
 #[test]
 fn the_hairpin_reuses_a_flows_translation_and_next_hop_until_the_routes_change() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-hairpin-cache", ROLE_GATEWAY);
     let to_w = [0x02, 0xaa, 0, 0, 0, 0x01, 0x02, 0xbb, 0, 0, 0, 0x02];
     let to_n = [0x02, 0xaa, 0, 0, 0, 0x03, 0x02, 0xbb, 0, 0, 0, 0x02];
@@ -558,6 +598,9 @@ fn the_hairpin_reuses_a_flows_translation_and_next_hop_until_the_routes_change()
 
 #[test]
 fn the_hairpin_carries_geneve_options_and_counts_them_in_its_lengths() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-options", ROLE_GATEWAY);
     let request = tcp(POD_N, WEST_SVC, 40000, 80, 0x10, b"data");
     // One option: class 0x0102, type 0x80, one 4-byte word of data.
@@ -641,6 +684,9 @@ fn hairpin_round_trip(f: &mut Fixture, request: &[u8], reply_for: impl Fn(u16) -
 
 #[test]
 fn gateway_hairpin_snats_tcp_udp_and_icmp_and_reverses_replies() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-hairpin", ROLE_GATEWAY);
 
     let syn = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
@@ -683,6 +729,9 @@ fn gateway_hairpin_snats_tcp_udp_and_icmp_and_reverses_replies() {
 
 #[test]
 fn gateway_node_itself_snats_on_egress_and_takes_its_replies() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-local", ROLE_GATEWAY);
     // A Pod on the gateway Node opens a flow to west.
     let syn = tcp(POD_G, WEST_SVC, 41000, 80, 0x02, b"");
@@ -719,6 +768,9 @@ fn gateway_node_itself_snats_on_egress_and_takes_its_replies() {
 
 #[test]
 fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-remote-open", ROLE_GATEWAY);
     // West's gateway (SNATed west Pod) opens a flow to an east ClusterIP.
     let syn = tcp(W, EAST_SVC, 42000, 80, 0x02, b"");
@@ -753,6 +805,9 @@ fn flows_opened_by_a_remote_cluster_reach_the_stack_and_replies_go_back() {
 #[test]
 fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only_as_itself_into_this_cluster()
  {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-spoof", ROLE_GATEWAY);
     // A second remote cluster, south, behind gateway S.
     const S: [u8; 4] = [198, 18, 3, 1];
@@ -826,6 +881,9 @@ fn a_remote_gateway_answers_only_for_its_own_clusters_flows_and_opens_flows_only
 /// gateway Node could route to. Replies to flows this cluster opened are not asked.
 #[test]
 fn a_remote_cluster_opens_flows_only_to_what_this_cluster_exported() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-exposed", ROLE_GATEWAY);
     const KUBERNETES: [u8; 4] = [10, 97, 0, 1];
     const UNEXPORTED: [u8; 4] = [10, 97, 0, 30];
@@ -918,6 +976,9 @@ fn assert_icmp_error(error: Ip, src: [u8; 4], dst: [u8; 4], want: &[u8]) {
 
 #[test]
 fn icmp_errors_about_translated_flows_are_translated_with_them() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-icmp-error", ROLE_GATEWAY);
     const WEST_NODE: [u8; 4] = [198, 18, 2, 7];
 
@@ -1047,6 +1108,9 @@ fn dns_from(pod: [u8; 4]) -> Vec<u8> {
 
 #[test]
 fn bad_tunnel_packets_are_dropped_and_counted_and_others_tunnels_left_alone() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("gw-bad", ROLE_GATEWAY);
     let inner = tcp(POD_N, WEST_SVC, 40000, 80, 0x02, b"");
     let good = geneve(N, G, PORT, &inner);
@@ -1129,6 +1193,9 @@ fn bad_tunnel_packets_are_dropped_and_counted_and_others_tunnels_left_alone() {
 
 #[test]
 fn syn_mss_is_clamped_to_the_tunnel_and_oversize_df_packets_get_frag_needed() {
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let mut f = Fixture::new("node-mtu", ROLE_NODE);
     // Uplink MTU 1500: inner packets up to 1464 bytes, so MSS up to 1424.
 

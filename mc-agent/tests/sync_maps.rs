@@ -22,7 +22,10 @@ use mc_common::{
     },
     maps,
 };
-use support::{Bpffs, require_root, run};
+use support::{Bpffs, lacks_root, run};
+
+/// Why the tests here need root (said when they are skipped without it).
+const WHY_ROOT: &str = "loads eBPF programs and mounts a bpffs";
 
 fn inputs(node: &str, gateway: &str, clusters: &[(&str, &str, &str)]) -> Inputs {
     Inputs {
@@ -95,7 +98,9 @@ fn peers<T: std::borrow::Borrow<aya::maps::MapData>>(
 
 #[test]
 fn maps_follow_the_desired_state_and_survive_a_reload() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let fs = Bpffs::new("sync");
     let layout = PinLayout::new(fs.pin_root());
     let mut dp = Dataplane::load(layout.clone()).expect("load");
@@ -426,7 +431,9 @@ fn bpftool_fields(path: &std::path::Path) -> std::collections::BTreeSet<String> 
 /// still full, and once there is room the Pod's own verdicts are in place.
 #[test]
 fn a_full_policy_map_refuses_the_pods_it_cannot_hold_and_the_other_maps_still_follow() {
-    require_root();
+    if lacks_root(WHY_ROOT) {
+        return;
+    }
     let fs = Bpffs::new("sync-full");
     let mut dp = Dataplane::load(PinLayout::new(fs.pin_root())).expect("load");
     let capacity = dp.policy_capacity().expect("the policy map's size");

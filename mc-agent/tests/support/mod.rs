@@ -1,15 +1,62 @@
 //! Shared fixtures for the kernel tests: a fresh network namespace per test and a private bpffs
-//! instance per test, both removed on drop (also when the test panics).
+//! instance per test, both removed on drop (also when the test panics). A test that needs root
+//! starts with [`lacks_root`]: without root it is skipped and says so, unless
+//! `STRAIT_TEST_REQUIRE` names `root` (the test command's setting), where it fails.
 #![allow(dead_code)] // each test file uses a subset
 
 pub mod fixture;
 pub mod frames;
 
 use std::{
+    io::Write as _,
     path::{Path, PathBuf},
     process::{Command, Output},
 };
 
+/// The environment variable that turns a skipped test into a failed one: a comma-separated list
+/// of prerequisites (`root`, `testbed`) a missing one of which must fail the test. The test
+/// command (scripts/test.sh) sets `root,testbed`, so in CI nothing is skipped silently. The
+/// testbed's tests (mc-integration) read the same variable.
+pub const REQUIRE_VAR: &str = "STRAIT_TEST_REQUIRE";
+
+/// Whether a test that needs root must return at once, skipped: true when this process is not
+/// root. Every such test starts with `if lacks_root("<what it does>") { return; }`, so a plain
+/// `cargo test` as a user passes and says what it left out: one line on stderr,
+/// `skipped: <test>: needs root (<why>)` (written past the test harness's capture, so it shows).
+/// Where [`REQUIRE_VAR`] names `root` it panics instead, as a missing prerequisite must fail in CI.
+#[must_use]
+pub fn lacks_root(why: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return false;
+    }
+    let reason = format!("needs root ({why})");
+    if required("root") {
+        panic!("{reason}; {REQUIRE_VAR} names root: run the tests as root");
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    // Not `eprintln!`: the harness captures that and shows it only for a failed test.
+    let _ = writeln!(std::io::stderr(), "skipped: {test}: {reason}");
+    true
+}
+
+/// Whether [`REQUIRE_VAR`] names `prerequisite`; panics on a name it does not know (a typo
+/// would otherwise let the tests skip silently).
+fn required(prerequisite: &str) -> bool {
+    let value = std::env::var(REQUIRE_VAR).unwrap_or_default();
+    let names: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(unknown) = names.iter().find(|n| !["root", "testbed"].contains(n)) {
+        panic!("{REQUIRE_VAR}={value}: unknown prerequisite {unknown:?} (known: root, testbed)");
+    }
+    names.contains(&prerequisite)
+}
+
+/// Panics unless this process is root: the fixtures' own check, behind each test's
+/// [`lacks_root`].
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(
