@@ -1,5 +1,6 @@
 //! Helpers for the black-box tests: they drive the real testbed with the real `kubectl`, the way
-//! a user would. Start it first with `cargo xtask testbed up` (the test command does).
+//! a user would. Start it first with `cargo xtask testbed up` (the test command does); without
+//! it, or without root, the tests are skipped and say so ([`prerequisites`]).
 
 use std::{
     collections::HashMap,
@@ -14,6 +15,7 @@ pub mod agent;
 pub mod bpf;
 pub mod net;
 pub mod pods;
+pub mod prerequisites;
 pub mod services;
 
 pub const CLUSTERS: [&str; 3] = ["north", "east", "west"];
@@ -37,7 +39,11 @@ pub struct Testbed {
 }
 
 impl Testbed {
+    /// The testbed `cargo xtask testbed up` wrote. Every test starts here (or at
+    /// [`kubelet_nodes`]): without the testbed or root the test binary is skipped, or fails
+    /// where `STRAIT_TEST_REQUIRE` asks ([`prerequisites::require`]).
     pub fn from_env() -> Self {
+        prerequisites::require();
         let path = repo_root().join("target/testbed/env");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             panic!(
@@ -573,7 +579,10 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Whether the testbed's Nodes are kubelets (`testbed up` without `--processes`). Some tests
+/// start here: it checks the tests' prerequisites first ([`prerequisites::require`]).
 pub fn kubelet_nodes() -> bool {
+    prerequisites::require();
     std::fs::read_to_string(repo_root().join("target/testbed/mode"))
         .is_ok_and(|m| m.trim() == "kubelets")
 }

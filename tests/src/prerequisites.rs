@@ -1,0 +1,100 @@
+//! What the testbed's tests need before they start, checked in one place: the testbed
+//! (`target/testbed/env`, written by `cargo xtask testbed up`) and root (the tests enter the
+//! testbed's network namespaces, signal its processes and run `cargo xtask testbed` commands).
+//! Every test starts by getting the testbed ([`crate::Testbed::from_env`] or
+//! [`crate::kubelet_nodes`]), and both call [`require`] first.
+//!
+//! Without one of them a plain `cargo test` passes and says what it left out: the test binary
+//! ends at once, successfully, after one line on stderr such as
+//! `skipped: every test of crds: no testbed (start it with `cargo xtask testbed up`)`. (The test
+//! harness cannot skip a single test at run time, and every test here needs both.) Where
+//! [`REQUIRE_VAR`] names the missing prerequisite it panics instead, as before: the test command
+//! (scripts/test.sh) sets `STRAIT_TEST_REQUIRE=root,testbed`, so in CI nothing is skipped
+//! silently. mc-agent's kernel tests read the same variable (mc-agent/tests/support).
+
+use std::{io::Write as _, path::Path, sync::OnceLock};
+
+/// The environment variable that turns a skip into a failure: a comma-separated list of the
+/// prerequisites (`root`, `testbed`) whose absence must fail the tests.
+pub const REQUIRE_VAR: &str = "STRAIT_TEST_REQUIRE";
+
+/// A prerequisite that is not there: its name in [`REQUIRE_VAR`] and what to tell the user.
+struct Missing {
+    name: &'static str,
+    reason: String,
+}
+
+/// Returns when the tests may run: the testbed is there and this process is root. Otherwise
+/// ends this test binary successfully after saying why on stderr, or panics where
+/// [`REQUIRE_VAR`] names what is missing. Checked once per process.
+pub fn require() {
+    static MISSING: OnceLock<Option<Missing>> = OnceLock::new();
+    let Some(missing) = MISSING.get_or_init(missing) else {
+        return;
+    };
+    if required(missing.name) {
+        panic!("{}; {REQUIRE_VAR} names {}", missing.reason, missing.name);
+    }
+    // Straight to stderr: the harness captures `eprintln!` and shows it only for failed tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: every test of {}: {}",
+        binary_name(),
+        missing.reason
+    );
+    std::process::exit(0);
+}
+
+/// The first prerequisite missing: the testbed's env file (readable), then root.
+fn missing() -> Option<Missing> {
+    let env = crate::repo_root().join("target/testbed/env");
+    if let Err(e) = std::fs::File::open(&env) {
+        return Some(Missing {
+            name: "testbed",
+            reason: format!(
+                "no testbed (start it with `cargo xtask testbed up`): {}: {e}",
+                env.display()
+            ),
+        });
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(Missing {
+            name: "root",
+            reason: "needs root (the tests enter the testbed's network namespaces, signal its \
+                     processes and run `cargo xtask testbed` commands)"
+                .to_owned(),
+        });
+    }
+    None
+}
+
+/// Whether [`REQUIRE_VAR`] names `prerequisite`; panics on a name it does not know (a typo
+/// would otherwise let the tests skip silently).
+fn required(prerequisite: &str) -> bool {
+    let value = std::env::var(REQUIRE_VAR).unwrap_or_default();
+    let names: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(unknown) = names.iter().find(|n| !["root", "testbed"].contains(n)) {
+        panic!("{REQUIRE_VAR}={value}: unknown prerequisite {unknown:?} (known: root, testbed)");
+    }
+    names.contains(&prerequisite)
+}
+
+/// This test binary's name as cargo shows it (`crds` for `crds-0123456789abcdef`).
+fn binary_name() -> String {
+    let path = std::env::args().next().unwrap_or_default();
+    let file = Path::new(&path)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match file.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
+            name.to_owned()
+        }
+        _ => file,
+    }
+}
