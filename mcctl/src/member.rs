@@ -13,7 +13,7 @@ use mc_api::{
     names::annotations,
 };
 
-use crate::{Cluster, explain};
+use crate::cluster::{Cluster, connect_to, explain};
 
 /// The agents' ConfigMap (deploy/agent, the chart) and its key.
 pub const AGENT_CONFIG: &str = "strait-agent-config";
@@ -32,6 +32,26 @@ pub struct Member {
     pub infos: Vec<ClusterInfoImport>,
     /// The agents' `multicluster` section, when their ConfigMap is found.
     pub agent_config: Option<serde_yaml::Value>,
+}
+
+/// The members of the contexts given (`current`, the current context when None, when none is),
+/// each read through the kubeconfig given (kubectl's default when None).
+pub async fn load_all(
+    kubeconfig: Option<&std::path::Path>,
+    current: Option<&str>,
+    contexts: &[String],
+) -> anyhow::Result<Vec<Member>> {
+    let contexts: Vec<Option<&str>> = if contexts.is_empty() {
+        vec![current]
+    } else {
+        contexts.iter().map(|c| Some(c.as_str())).collect()
+    };
+    let mut out = Vec::new();
+    for ctx in contexts {
+        let cluster = connect_to(kubeconfig, ctx).await?;
+        out.push(Member::load(ctx.unwrap_or("(current)"), cluster).await?);
+    }
+    Ok(out)
 }
 
 impl Member {
