@@ -16,17 +16,20 @@ use std::{
 };
 
 use mc_api::{
-    antrea::{ClusterNetworkPolicySpec, DEFAULT_TIERS},
+    antrea::{
+        AppliedTo, ClusterNetworkPolicySpec, DEFAULT_TIERS, Peer, PortRef, Rule as PolicyRule,
+        RuleAction,
+    },
     labelidentity::parse_normalized_label,
+    parsed::Parsed,
     selector::{Labels, Selector},
 };
 use mc_common::dataplane::{
     ACTION_ALLOW, ACTION_DROP, ACTION_REFUSE_ALL, ACTION_REJECT, EgressKey, MAX_POLICY_RULES,
     PolicyKey, PolicyVerdict,
 };
-use serde_json::Value;
 
-use crate::{kube_proxy::ProxyMode, state::PodObject};
+use crate::{kube_proxy::ProxyMode, pods::PodObject};
 
 /// The rule counter of flows no rule matched (allowed).
 pub const RULE_NO_MATCH: u32 = 0;
@@ -279,54 +282,62 @@ struct EgressRule {
     services: Vec<(String, String)>,
 }
 
-fn selector(v: Option<&Value>, what: &str) -> Result<Option<Selector>, String> {
-    v.map(|v| Selector::parse(v).map_err(|e| format!("{what}: {e}")))
-        .transpose()
-}
-
-fn targets(entries: &[Value], within: Option<&str>, what: &str) -> Result<Vec<Target>, String> {
+/// The Pods `entries` select (a policy's or a rule's `appliedTo`, or a rule's peers).
+fn targets<'a>(
+    entries: impl IntoIterator<Item = (Option<&'a Selector>, Option<&'a Selector>)>,
+    within: Option<&str>,
+) -> Vec<Target> {
     entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            Ok(Target {
-                namespace: selector(e.get("namespaceSelector"), &format!("{what}[{i}]"))?,
-                pod: selector(e.get("podSelector"), &format!("{what}[{i}]"))?,
-                within: within.map(str::to_owned),
-            })
+        .into_iter()
+        .map(|(namespace, pod)| Target {
+            namespace: namespace.cloned(),
+            pod: pod.cloned(),
+            within: within.map(str::to_owned),
         })
         .collect()
 }
 
-fn ports(rule: &Value, what: &str) -> Result<Ports, String> {
+fn applied_to(entries: &[AppliedTo], within: Option<&str>) -> Vec<Target> {
+    targets(
+        entries
+            .iter()
+            .map(|a| (a.namespace_selector.as_ref(), a.pod_selector.as_ref())),
+        within,
+    )
+}
+
+fn peers(entries: &[&Peer], within: Option<&str>) -> Vec<Target> {
+    targets(
+        entries
+            .iter()
+            .map(|p| (p.namespace_selector.as_ref(), p.pod_selector.as_ref())),
+        within,
+    )
+}
+
+/// The packets a rule's `ports` take; an error for what the gateway cannot decide on.
+fn ports(rule: &PolicyRule, what: &str) -> Result<Ports, String> {
     let mut out = Ports::new();
-    for (i, p) in rule
-        .get("ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let proto = match p.get("protocol").and_then(Value::as_str).unwrap_or("TCP") {
+    for (i, p) in rule.ports.iter().enumerate() {
+        let proto = match p.protocol.as_deref().unwrap_or("TCP") {
             "TCP" => PROTO_TCP,
             "UDP" => PROTO_UDP,
             "SCTP" => PROTO_SCTP,
             other => return Err(format!("{what}.ports[{i}]: protocol {other}")),
         };
-        match p.get("port") {
+        match &p.port {
             None => {
                 out.insert((proto, 0));
             }
-            Some(Value::Number(n)) => {
-                let start = n
-                    .as_u64()
-                    .filter(|&n| (1..=65535).contains(&n))
-                    .ok_or_else(|| format!("{what}.ports[{i}]: port {n}"))?
-                    as u32;
+            Some(PortRef::Number(n)) => {
+                let start = u32::try_from(*n)
+                    .ok()
+                    .filter(|n| (1..=65535).contains(n))
+                    .ok_or_else(|| format!("{what}.ports[{i}]: port {n}"))?;
                 let end = p
-                    .get("endPort")
-                    .and_then(Value::as_u64)
-                    .map_or(start, |e| e as u32);
+                    .end_port
+                    .map_or(Ok(start), |e| u32::try_from(e).map_err(|_| e));
+                let end = end.map_err(|e| format!("{what}.ports[{i}]: endPort {e}"))?;
                 if end < start || end > 65535 || end - start >= MAX_RANGE {
                     return Err(format!(
                         "{what}.ports[{i}]: the range {start}-{end} (at most {MAX_RANGE} ports are compiled)"
@@ -336,9 +347,9 @@ fn ports(rule: &Value, what: &str) -> Result<Ports, String> {
                     out.insert((proto, port as u16));
                 }
             }
-            Some(other) => {
+            Some(PortRef::Name(name)) => {
                 return Err(format!(
-                    "{what}.ports[{i}]: named port {other} (the gateway decides on port numbers)"
+                    "{what}.ports[{i}]: named port \"{name}\" (the gateway decides on port numbers)"
                 ));
             }
         }
@@ -346,24 +357,23 @@ fn ports(rule: &Value, what: &str) -> Result<Ports, String> {
     Ok(out)
 }
 
-fn action(rule: &Value, what: &str) -> Result<Action, String> {
-    match rule.get("action").and_then(Value::as_str) {
-        Some("Allow") => Ok(Action::Verdict(ACTION_ALLOW)),
-        Some("Drop") => Ok(Action::Verdict(ACTION_DROP)),
-        Some("Reject") => Ok(Action::Verdict(ACTION_REJECT)),
-        Some("Pass") => Ok(Action::Pass),
-        other => Err(format!("{what}: action {other:?}")),
+fn action(a: RuleAction) -> Action {
+    match a {
+        RuleAction::Allow => Action::Verdict(ACTION_ALLOW),
+        RuleAction::Drop => Action::Verdict(ACTION_DROP),
+        RuleAction::Reject => Action::Verdict(ACTION_REJECT),
+        RuleAction::Pass => Action::Pass,
     }
 }
 
-/// The ingress rules of every policy, in evaluation order, each with its counter index.
-fn rules(
-    policies: &[PolicyObject],
+/// The policies in evaluation order (Tier priority, then policy priority, then namespace and
+/// name); those of a Tier that does not exist are left out, said in `skipped` and `coverage`.
+fn ordered<'a>(
+    policies: &'a [PolicyObject],
     tiers: &BTreeMap<String, i32>,
-    names: &mut Vec<String>,
     skipped: &mut Vec<String>,
     coverage: &mut BTreeMap<(Option<String>, String), Coverage>,
-) -> (Vec<Rule>, Vec<EgressRule>) {
+) -> Vec<&'a PolicyObject> {
     let mut ordered: Vec<(i32, f64, &PolicyObject)> = Vec::new();
     for p in policies {
         let tier = p.spec.tier.as_deref().unwrap_or("application");
@@ -385,133 +395,176 @@ fn rules(
             .partial_cmp(&(b.0, b.1, &b.2.namespace, &b.2.name))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    let mut out = Vec::new();
-    let mut egress = Vec::new();
-    let counter_for = |names: &mut Vec<String>, what: &str, r: &Value| {
-        let counter = (names.len() as u32).min(MAX_POLICY_RULES - 1);
-        if counter == names.len() as u32 {
-            names.push(format!(
-                "{what} {}",
-                r.get("action").and_then(Value::as_str).unwrap_or_default()
-            ));
+    ordered.into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// Where the rules of every policy go while they are read: the counters' names, what is
+/// skipped, each policy's coverage, and the rules in evaluation order.
+struct Gathered<'a> {
+    names: &'a mut Vec<String>,
+    skipped: &'a mut Vec<String>,
+    ingress: Vec<Rule>,
+    egress: Vec<EgressRule>,
+}
+
+impl Gathered<'_> {
+    /// The counter of the next rule (the last one is shared once they run out).
+    fn counter(&mut self, what: &str, action: RuleAction) -> u32 {
+        let counter = (self.names.len() as u32).min(MAX_POLICY_RULES - 1);
+        if counter == self.names.len() as u32 {
+            self.names.push(format!("{what} {}", action.as_str()));
         }
         counter
+    }
+
+    /// A rule Strait cannot enforce, with why.
+    fn refuse(&mut self, cover: &mut Coverage, why: String, name: &str) {
+        cover.not_enforced.push(without_prefix(&why, name));
+        self.skipped.push(why);
+    }
+}
+
+/// The ingress rules of every policy, in evaluation order, each with its counter index.
+fn rules(
+    policies: &[PolicyObject],
+    tiers: &BTreeMap<String, i32>,
+    names: &mut Vec<String>,
+    skipped: &mut Vec<String>,
+    coverage: &mut BTreeMap<(Option<String>, String), Coverage>,
+) -> (Vec<Rule>, Vec<EgressRule>) {
+    let ordered = ordered(policies, tiers, skipped, coverage);
+    let mut g = Gathered {
+        names,
+        skipped,
+        ingress: Vec::new(),
+        egress: Vec::new(),
     };
-    for (_, _, p) in ordered {
-        let within = p.namespace.as_deref();
+    for p in ordered {
         let name = label(p);
         let cover = coverage
             .entry((p.namespace.clone(), p.name.clone()))
             .or_default();
-        let applied = match targets(&p.spec.applied_to, within, &format!("{name} appliedTo")) {
-            Ok(t) => t,
+        let applied: Result<Vec<AppliedTo>, String> = p
+            .spec
+            .applied_to
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                a.get()
+                    .cloned()
+                    .map_err(|e| format!("{name} appliedTo[{i}]: {e}"))
+            })
+            .collect();
+        let applied = match applied {
+            Ok(a) => applied_to(&a, p.namespace.as_deref()),
             Err(e) => {
-                cover.not_enforced.push(without_prefix(&e, &name));
-                skipped.push(e);
+                g.refuse(cover, e, &name);
                 continue;
             }
         };
         let baseline = p.spec.tier.as_deref() == Some(BASELINE_TIER);
         for (i, r) in p.spec.ingress.iter().enumerate() {
-            let what = format!("{name} ingress[{i}]");
-            let from: Vec<Value> = r
-                .get("from")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let clusterset: Vec<Value> = from
-                .iter()
-                .filter(|peer| peer.get("scope").and_then(Value::as_str) == Some("ClusterSet"))
-                .cloned()
-                .collect();
-            let rule = (|| -> Result<Rule, String> {
-                let applied_to = match r.get("appliedTo").and_then(Value::as_array) {
-                    Some(t) => targets(t, within, &format!("{what} appliedTo"))?,
-                    None => applied.clone(),
-                };
-                Ok(Rule {
-                    policy: (p.namespace.clone(), p.name.clone()),
-                    counter: 0,
-                    action: action(r, &what)?,
-                    baseline,
-                    applied_to,
-                    from: (!from.is_empty())
-                        .then(|| targets(&clusterset, within, &format!("{what} from")))
-                        .transpose()?,
-                    clusterset: !clusterset.is_empty(),
-                    ports: ports(r, &what)?,
-                })
-            })();
-            let short = format!("ingress[{i}]");
-            match rule {
-                Ok(mut rule) => {
-                    rule.counter = counter_for(names, &what, r);
-                    // No `from`: every source, those of other clusters decided here.
-                    if rule.clusterset || from.is_empty() {
-                        cover.enforced.push(short.clone());
-                    }
-                    if from.len() > clusterset.len() || from.is_empty() {
-                        cover.in_cluster.push(short);
-                    }
-                    out.push(rule);
-                }
-                Err(e) => {
-                    cover.not_enforced.push(without_prefix(&e, &name));
-                    skipped.push(e);
-                }
-            }
+            ingress_rule(&mut g, cover, (p, &name, &applied, baseline), i, r);
         }
         for (i, r) in p.spec.egress.iter().enumerate() {
-            let what = format!("{name} egress[{i}]");
-            let services: Vec<(String, String)> = r
-                .get("toServices")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|s| s.get("scope").and_then(Value::as_str) == Some("ClusterSet"))
-                .filter_map(|s| {
-                    let name = s.get("name").and_then(Value::as_str)?;
-                    let ns = s.get("namespace").and_then(Value::as_str).or(within)?;
-                    Some((ns.to_owned(), name.to_owned()))
-                })
-                .collect();
-            let short = format!("egress[{i}]");
-            let peers = r.get("to").and_then(Value::as_array).map_or(0, Vec::len)
-                + r.get("toServices")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-            if services.is_empty() || peers > services.len() {
-                cover.in_cluster.push(short.clone());
-            }
-            if services.is_empty() {
-                continue;
-            }
-            let rule = (|| -> Result<EgressRule, String> {
-                Ok(EgressRule {
-                    counter: 0,
-                    action: action(r, &what)?,
-                    baseline,
-                    applied_to: match r.get("appliedTo").and_then(Value::as_array) {
-                        Some(t) => targets(t, within, &format!("{what} appliedTo"))?,
-                        None => applied.clone(),
-                    },
-                    services,
-                })
-            })();
-            match rule {
-                Ok(mut rule) => {
-                    rule.counter = counter_for(names, &what, r);
-                    cover.enforced.push(short);
-                    egress.push(rule);
-                }
-                Err(e) => {
-                    cover.not_enforced.push(without_prefix(&e, &name));
-                    skipped.push(e);
-                }
-            }
+            egress_rule(&mut g, cover, (p, &name, &applied, baseline), i, r);
         }
     }
-    (out, egress)
+    (g.ingress, g.egress)
+}
+
+/// The policy a rule is read in: the policy, its label, its targets, whether it is of the
+/// baseline Tier.
+type InPolicy<'a> = (&'a PolicyObject, &'a str, &'a [Target], bool);
+
+/// Reads ingress rule `i` of a policy into `g`, or says why it cannot be enforced.
+fn ingress_rule(
+    g: &mut Gathered,
+    cover: &mut Coverage,
+    (p, name, applied, baseline): InPolicy,
+    i: usize,
+    r: &Parsed<PolicyRule>,
+) {
+    let what = format!("{name} ingress[{i}]");
+    let r = match r.get() {
+        Ok(r) => r,
+        Err(e) => return g.refuse(cover, format!("{what}: {e}"), name),
+    };
+    let within = p.namespace.as_deref();
+    let clusterset: Vec<&Peer> = r.from.iter().filter(|peer| peer.clusterset()).collect();
+    let ports = match ports(r, &what) {
+        Ok(ports) => ports,
+        Err(e) => return g.refuse(cover, e, name),
+    };
+    let rule = Rule {
+        policy: (p.namespace.clone(), p.name.clone()),
+        counter: g.counter(&what, r.action),
+        action: action(r.action),
+        baseline,
+        applied_to: r
+            .applied_to
+            .as_deref()
+            .map_or_else(|| applied.to_vec(), |a| applied_to(a, within)),
+        from: (!r.from.is_empty()).then(|| peers(&clusterset, within)),
+        clusterset: !clusterset.is_empty(),
+        ports,
+    };
+    let short = format!("ingress[{i}]");
+    // No `from`: every source, those of other clusters decided here.
+    if rule.clusterset || r.from.is_empty() {
+        cover.enforced.push(short.clone());
+    }
+    if r.from.len() > clusterset.len() || r.from.is_empty() {
+        cover.in_cluster.push(short);
+    }
+    g.ingress.push(rule);
+}
+
+/// Reads egress rule `i` of a policy into `g`: only its `toServices` of ClusterSet scope are
+/// Strait's; the rest is the cluster's policy engine's.
+fn egress_rule(
+    g: &mut Gathered,
+    cover: &mut Coverage,
+    (p, name, applied, baseline): InPolicy,
+    i: usize,
+    r: &Parsed<PolicyRule>,
+) {
+    let what = format!("{name} egress[{i}]");
+    let r = match r.get() {
+        Ok(r) => r,
+        Err(e) => return g.refuse(cover, format!("{what}: {e}"), name),
+    };
+    let within = p.namespace.as_deref();
+    let services: Vec<(String, String)> = r
+        .to_services
+        .iter()
+        .filter(|s| s.clusterset())
+        .filter_map(|s| {
+            let name = s.name.as_deref()?;
+            let ns = s.namespace.as_deref().or(within)?;
+            Some((ns.to_owned(), name.to_owned()))
+        })
+        .collect();
+    let short = format!("egress[{i}]");
+    let peers = r.to.len() + r.to_services.len();
+    if services.is_empty() || peers > services.len() {
+        cover.in_cluster.push(short.clone());
+    }
+    if services.is_empty() {
+        return;
+    }
+    cover.enforced.push(short);
+    let rule = EgressRule {
+        counter: g.counter(&what, r.action),
+        action: action(r.action),
+        baseline,
+        applied_to: r
+            .applied_to
+            .as_deref()
+            .map_or_else(|| applied.to_vec(), |a| applied_to(a, within)),
+        services,
+    };
+    g.egress.push(rule);
 }
 
 /// A skip reason without the policy's name (the condition is on the policy itself).
@@ -776,7 +829,7 @@ fn ingress(rules: &[Rule], cluster: &Cluster, out: &mut Compiled) {
 mod tests {
     use super::*;
     use mc_api::{labelidentity::normalized_label, selector::labels};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn ns(name: &str, extra: &[(&str, &str)]) -> Labels {
         let mut l = labels(extra);
@@ -1223,6 +1276,25 @@ mod tests {
             message,
             "not enforced: every rule (Tier nope does not exist)"
         );
+        // A rule that cannot be read (a label value that is not a string) is refused alone,
+        // naming why; the policy's other rule is enforced.
+        let c = compile_in(
+            &w,
+            &[policy(
+                None,
+                "half-bad",
+                json!({"priority": 1, "appliedTo": [{"podSelector": {}}],
+                       "ingress": [{"action": "Drop", "from": [{"scope": "ClusterSet", "podSelector": {"matchLabels": {"app": 1}}}]},
+                                   {"action": "Drop", "from": [{"scope": "ClusterSet", "podSelector": {}}]}]}),
+            )],
+        );
+        let (_, reason, message) = c.coverage[&(None, "half-bad".to_owned())].condition();
+        assert_eq!(reason, "PartlyEnforced", "{message}");
+        assert!(
+            message.contains("ingress[0]: matchLabels.app must be a string"),
+            "{message}"
+        );
+        assert!(!c.protected.is_empty());
     }
 
     #[test]

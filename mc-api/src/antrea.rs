@@ -1,10 +1,14 @@
 //! The subset of `crd.antrea.io/v1beta1` needed to store, replicate and validate the Antrea
 //! ClusterNetworkPolicies (ACNPs) of the guides, for clusters that run Strait without Antrea.
-//! Rules and peers are kept as they are; the fields Strait reads are typed.
+//! Rules and `appliedTo` entries are kept as they were written ([`Parsed`]: fields Strait does
+//! not read stay, and are written back unchanged) and read once into the types below: what
+//! Strait decides on (actions, peers, ports, the ClusterSet-scoped Services).
 
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::{parsed::Parsed, selector::Selector};
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -46,13 +50,132 @@ pub struct ClusterNetworkPolicySpec {
     pub priority: f64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::open_object_array")]
-    pub applied_to: Vec<serde_json::Value>,
+    pub applied_to: Vec<Parsed<AppliedTo>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::policy_rules")]
-    pub ingress: Vec<serde_json::Value>,
+    pub ingress: Vec<Parsed<Rule>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::policy_rules")]
-    pub egress: Vec<serde_json::Value>,
+    pub egress: Vec<Parsed<Rule>>,
+}
+
+/// One ingress or egress rule, as Strait reads it (Antrea's `Rule`; `l7Protocols`, `logLabel`,
+/// `enableLogging` and the rest stay as written).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rule {
+    pub action: RuleAction,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The sources of an ingress rule; none: every source.
+    #[serde(default)]
+    pub from: Vec<Peer>,
+    /// The destinations of an egress rule (besides `toServices`).
+    #[serde(default)]
+    pub to: Vec<Peer>,
+    #[serde(default)]
+    pub to_services: Vec<PeerService>,
+    /// None: every port.
+    #[serde(default)]
+    pub ports: Vec<RulePort>,
+    /// The rule's own targets; `None`: the policy's `appliedTo`.
+    #[serde(default)]
+    pub applied_to: Option<Vec<AppliedTo>>,
+}
+
+/// What a rule does with what it matches; `Pass` hands the decision to the baseline Tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum RuleAction {
+    Allow,
+    Drop,
+    Reject,
+    Pass,
+}
+
+impl RuleAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Allow => "Allow",
+            RuleAction::Drop => "Drop",
+            RuleAction::Reject => "Reject",
+            RuleAction::Pass => "Pass",
+        }
+    }
+}
+
+/// `scope` of a peer or a Service that reaches across the ClusterSet.
+pub const SCOPE_CLUSTERSET: &str = "ClusterSet";
+
+/// A source or destination of a rule: Pods by Namespace and Pod labels, in this cluster or,
+/// with `scope: ClusterSet`, in every cluster of the ClusterSet. (Peers by `ipBlock`, `group`,
+/// `fqdn`... read as neither selector: all Pods the other selector leaves.)
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Peer {
+    #[serde(default)]
+    pub pod_selector: Option<Selector>,
+    #[serde(default)]
+    pub namespace_selector: Option<Selector>,
+    /// `Cluster` (the default) or `ClusterSet`.
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+impl Peer {
+    pub fn clusterset(&self) -> bool {
+        self.scope.as_deref() == Some(SCOPE_CLUSTERSET)
+    }
+}
+
+/// The Pods a policy or a rule applies to.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedTo {
+    #[serde(default)]
+    pub pod_selector: Option<Selector>,
+    #[serde(default)]
+    pub namespace_selector: Option<Selector>,
+}
+
+/// A Service an egress rule names (`toServices`); with `scope: ClusterSet`, the multi-cluster
+/// Service of that name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerService {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// None: the policy's own namespace (an Antrea NetworkPolicy's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+impl PeerService {
+    pub fn clusterset(&self) -> bool {
+        self.scope.as_deref() == Some(SCOPE_CLUSTERSET)
+    }
+}
+
+/// A rule's port: a protocol (TCP when absent) and a number, a range (`port`..`endPort`), a
+/// named port, or every port of the protocol (no `port`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RulePort {
+    #[serde(default)]
+    pub protocol: Option<String>,
+    #[serde(default)]
+    pub port: Option<PortRef>,
+    #[serde(default)]
+    pub end_port: Option<i64>,
+}
+
+/// A port by number or by name (Kubernetes' IntOrString).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PortRef {
+    Number(i64),
+    Name(String),
 }
 
 /// An Antrea-native NetworkPolicy (namespaced): the same spec as a ClusterNetworkPolicy, its

@@ -7,7 +7,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{clusterinfo::ClusterInfo, conditions::Condition};
+use crate::{
+    antrea::ClusterNetworkPolicySpec, clusterinfo::ClusterInfo, conditions::Condition,
+    parsed::Parsed,
+};
 
 /// `spec.kind` values.
 pub mod kinds {
@@ -174,13 +177,85 @@ pub enum Verdict {
     Failure(String),
     /// The export disagrees with another export of its Service (the MCS API's `Conflict`, which
     /// every exporter of the Service reports): `accepted` when it is imported all the same (its
-    /// ports are the imported ones), refused otherwise. `reason` is one or more MCS reasons,
-    /// comma-joined (`PortConflict`, `LabelsConflict`...).
+    /// ports are the imported ones), refused otherwise; why, in [`ConflictReason`]'s order.
     Conflict {
         accepted: bool,
-        reason: String,
+        reasons: Vec<ConflictReason>,
         message: String,
     },
+}
+
+/// Why exports conflict: the MCS API's reasons (in its order), then Strait's own. The condition
+/// carries them comma-joined (`PortConflict,LabelsConflict`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConflictReason {
+    Port,
+    Type,
+    SessionAffinity,
+    SessionAffinityConfig,
+    InternalTrafficPolicy,
+    TrafficDistribution,
+    Labels,
+    Annotations,
+    /// A ClusterInfo accepted with some of its Pod CIDRs left out.
+    PodCidrsNotRouted,
+    /// A reason this version does not know, read back as it was written.
+    Other(String),
+}
+
+impl ConflictReason {
+    /// The MCS API's reasons, in its order.
+    pub const MCS: [ConflictReason; 8] = [
+        ConflictReason::Port,
+        ConflictReason::Type,
+        ConflictReason::SessionAffinity,
+        ConflictReason::SessionAffinityConfig,
+        ConflictReason::InternalTrafficPolicy,
+        ConflictReason::TrafficDistribution,
+        ConflictReason::Labels,
+        ConflictReason::Annotations,
+    ];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            ConflictReason::Port => "PortConflict",
+            ConflictReason::Type => "TypeConflict",
+            ConflictReason::SessionAffinity => "SessionAffinityConflict",
+            ConflictReason::SessionAffinityConfig => "SessionAffinityConfigConflict",
+            ConflictReason::InternalTrafficPolicy => "InternalTrafficPolicyConflict",
+            ConflictReason::TrafficDistribution => "TrafficDistributionConflict",
+            ConflictReason::Labels => "LabelsConflict",
+            ConflictReason::Annotations => "AnnotationsConflict",
+            ConflictReason::PodCidrsNotRouted => "PodCIDRsNotRouted",
+            ConflictReason::Other(s) => s,
+        }
+    }
+
+    pub fn parse(s: &str) -> ConflictReason {
+        Self::MCS
+            .into_iter()
+            .chain([ConflictReason::PodCidrsNotRouted])
+            .find(|r| r.as_str() == s)
+            .unwrap_or_else(|| ConflictReason::Other(s.to_owned()))
+    }
+
+    /// The condition's reason: the reasons comma-joined.
+    pub fn join(reasons: &[ConflictReason]) -> String {
+        reasons
+            .iter()
+            .map(ConflictReason::as_str)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A condition's reason read back.
+    pub fn split(reason: &str) -> Vec<ConflictReason> {
+        reason
+            .split(',')
+            .filter(|r| !r.is_empty())
+            .map(ConflictReason::parse)
+            .collect()
+    }
 }
 
 /// The condition type of an export's conflict, beside the verdict's own condition.
@@ -190,15 +265,15 @@ impl Verdict {
     /// `(type, status, reason, message)` of each condition: first Antrea's (`Succeeded`/True, or
     /// `Failure`/False with reason `ConvergeFailure`), then, on a conflict, `Conflict`/True with
     /// the MCS reason (a condition Antrea's members do not read).
-    pub fn conditions(&self) -> Vec<(&'static str, &'static str, &str, &str)> {
-        let succeeded = ("Succeeded", "True", "", "");
-        let failure = |message| ("Failure", "False", "ConvergeFailure", message);
+    pub fn conditions(&self) -> Vec<(&'static str, &'static str, String, &str)> {
+        let succeeded = ("Succeeded", "True", String::new(), "");
+        let failure = |message| ("Failure", "False", "ConvergeFailure".to_owned(), message);
         match self {
             Verdict::Succeeded => vec![succeeded],
             Verdict::Failure(message) => vec![failure(message.as_str())],
             Verdict::Conflict {
                 accepted,
-                reason,
+                reasons,
                 message,
             } => vec![
                 if *accepted {
@@ -206,7 +281,12 @@ impl Verdict {
                 } else {
                     failure(message.as_str())
                 },
-                (CONFLICT, "True", reason.as_str(), message.as_str()),
+                (
+                    CONFLICT,
+                    "True",
+                    ConflictReason::join(reasons),
+                    message.as_str(),
+                ),
             ],
         }
     }
@@ -226,7 +306,7 @@ impl Verdict {
         Some(match conflict {
             Some(k) => Verdict::Conflict {
                 accepted,
-                reason: k.reason.clone().unwrap_or_default(),
+                reasons: ConflictReason::split(k.reason.as_deref().unwrap_or_default()),
                 message: k.message.clone().unwrap_or_default(),
             },
             None if accepted => Verdict::Succeeded,
@@ -273,10 +353,11 @@ pub struct ResourceExportSpec {
     pub cluster_info: Option<ClusterInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_entity: Option<ExternalEntityExport>,
-    /// A `crd.antrea.io/v1beta1` ClusterNetworkPolicy spec.
+    /// A `crd.antrea.io/v1beta1` ClusterNetworkPolicy spec (an admin's, read once; a malformed
+    /// one fails this export alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub cluster_network_policy: Option<serde_json::Value>,
+    pub cluster_network_policy: Option<Parsed<ClusterNetworkPolicySpec>>,
     /// The lowercase spelling used by the Markdown guide's ACNP example (Antrea's own type only
     /// knows `clusterNetworkPolicy`); accepted so that YAML applies unchanged, and read as the
     /// same thing (see [`ResourceExportSpec::acnp`]).
@@ -286,7 +367,7 @@ pub struct ResourceExportSpec {
         skip_serializing_if = "Option::is_none"
     )]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub cluster_network_policy_lowercase: Option<serde_json::Value>,
+    pub cluster_network_policy_lowercase: Option<Parsed<ClusterNetworkPolicySpec>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_identity: Option<LabelIdentityExport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -300,7 +381,7 @@ impl ResourceExportSpec {
     }
 
     /// The exported ACNP spec, whichever of the two spellings carried it.
-    pub fn acnp(&self) -> Option<&serde_json::Value> {
+    pub fn acnp(&self) -> Option<&Parsed<ClusterNetworkPolicySpec>> {
         self.cluster_network_policy
             .as_ref()
             .or(self.cluster_network_policy_lowercase.as_ref())
@@ -331,7 +412,11 @@ mod tests {
     fn a_verdict_reads_back_as_written() {
         let conflict = |accepted| Verdict::Conflict {
             accepted,
-            reason: "PortConflict,LabelsConflict".into(),
+            reasons: vec![
+                ConflictReason::Port,
+                ConflictReason::Labels,
+                ConflictReason::Other("SomethingNewConflict".into()),
+            ],
             message: "ports and labels differ".into(),
         };
         for v in [
@@ -347,7 +432,7 @@ mod tests {
                     .map(|(type_, status, reason, message)| Condition {
                         type_: Some(type_.into()),
                         status: Some(status.into()),
-                        reason: (!reason.is_empty()).then(|| reason.into()),
+                        reason: (!reason.is_empty()).then_some(reason),
                         message: (!message.is_empty()).then(|| message.into()),
                         last_transition_time: None,
                     })

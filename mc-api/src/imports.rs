@@ -2,15 +2,45 @@
 //! Note the JSON names: `clusterinfo`, `clusternetworkpolicy`, `externalentity` are lowercase and
 //! `clusterID` is a list — Antrea's wire format, reproduced exactly.
 
+use std::collections::BTreeMap;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    antrea::ClusterNetworkPolicySpec,
     clusterinfo::ClusterInfo,
     conditions::Condition,
     exports::{EndpointsExport, RawResource},
+    mcs::ServiceImportSpec,
+    parsed::Parsed,
 };
+
+/// The ServiceImport a Service's ResourceImport carries: in Antrea's format a whole
+/// `multicluster.x-k8s.io/v1alpha1` ServiceImport; of it the leader writes, and a member reads,
+/// the name and namespace, the exported labels and annotations (MCS API), and the spec (its
+/// ports, type and the exported Service's traits; no IP, which each member's import gets). Other
+/// fields an Antrea leader writes (`status`, `apiVersion`, `kind`) are not read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImportedService {
+    #[serde(default)]
+    pub metadata: ImportedServiceMeta,
+    pub spec: ServiceImportSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedServiceMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The labels the exporting ServiceExport marked for export (MCS API).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LabelIdentityImport {
@@ -80,10 +110,10 @@ pub struct ResourceImportSpec {
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// A whole `multicluster.x-k8s.io/v1alpha1` ServiceImport (only `.spec` is used).
+    /// The Service's import (kind `ServiceImport`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub service_import: Option<serde_json::Value>,
+    pub service_import: Option<ImportedService>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<EndpointsExport>,
     #[serde(
@@ -104,7 +134,7 @@ pub struct ResourceImportSpec {
         skip_serializing_if = "Option::is_none"
     )]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub cluster_network_policy: Option<serde_json::Value>,
+    pub cluster_network_policy: Option<Parsed<ClusterNetworkPolicySpec>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_identity: Option<LabelIdentityImport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

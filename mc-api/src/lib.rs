@@ -24,6 +24,7 @@ pub mod mcs;
 pub mod memberclusterannounce;
 pub mod names;
 pub mod net;
+pub mod parsed;
 mod schema;
 pub mod selector;
 

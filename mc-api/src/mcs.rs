@@ -20,7 +20,10 @@ pub mod labels {
     pub const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 }
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as MetaCondition;
+use k8s_openapi::{
+    api::core::v1::SessionAffinityConfig,
+    apimachinery::pkg::apis::meta::v1::Condition as MetaCondition,
+};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -118,7 +121,7 @@ pub struct ServiceImportSpec {
     pub session_affinity: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub session_affinity_config: Option<serde_json::Value>,
+    pub session_affinity_config: Option<SessionAffinityConfig>,
     /// The family of each entry of `ips`, in the same order (Strait: `IPv4`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 2))]

@@ -94,6 +94,15 @@ impl Selector {
     }
 }
 
+/// Read as [`Selector::parse`] reads it: a malformed selector fails the object that carries it,
+/// with the reason.
+impl<'de> serde::Deserialize<'de> for Selector {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Selector::parse(&v).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

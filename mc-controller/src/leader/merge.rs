@@ -20,11 +20,17 @@ use std::{
 use k8s_openapi::api::core::v1::{EndpointSubset, ServicePort, ServiceSpec};
 use kube::ResourceExt as _;
 use mc_api::{
-    exports::{ClusterSubsets, EndpointsExport, Kind, ResourceExport, with_ports_named},
-    imports::{ResourceImport, ResourceImportSpec, kinds as ri_kinds},
+    antrea::ClusterNetworkPolicySpec,
+    exports::{
+        ClusterSubsets, ConflictReason, EndpointsExport, Kind, ResourceExport, with_ports_named,
+    },
+    imports::{
+        ImportedService, ImportedServiceMeta, ResourceImport, ResourceImportSpec, kinds as ri_kinds,
+    },
+    mcs::{self, ServiceImportSpec, ServiceImportType},
     names,
+    parsed::Parsed,
 };
-use serde_json::{Value, json};
 
 use super::announce::{self, Announcement};
 
@@ -465,12 +471,20 @@ impl Shape {
     /// order the import lists them (the claims keep that order, so a merge over its own output
     /// writes nothing new).
     fn imported(ri: &ResourceImport) -> Option<Shape> {
-        let si = ri.spec.service_import.as_ref()?;
-        let ports: Vec<ServicePort> =
-            serde_json::from_value(si.pointer("/spec/ports")?.clone()).ok()?;
+        let si = &ri.spec.service_import.as_ref()?.spec;
         Some(Shape {
-            headless: si.pointer("/spec/type").and_then(Value::as_str) == Some("Headless"),
-            ports: ports.iter().map(port_key).collect(),
+            headless: si.type_ == ServiceImportType::Headless,
+            ports: si
+                .ports
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.clone().unwrap_or_default(),
+                        p.port,
+                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    )
+                })
+                .collect(),
         })
     }
 
@@ -492,33 +506,36 @@ struct Exporter<'a> {
     payload: &'a mc_api::exports::ServiceExport,
 }
 
-/// The MCS API's conflict reasons, in its order.
-const CONFLICT_REASONS: [&str; 8] = [
-    "PortConflict",
-    "TypeConflict",
-    "SessionAffinityConflict",
-    "SessionAffinityConfigConflict",
-    "InternalTrafficPolicyConflict",
-    "TrafficDistributionConflict",
-    "LabelsConflict",
-    "AnnotationsConflict",
-];
-
-/// Which of [`CONFLICT_REASONS`] `e` gives, against the import: its ports (`union`), its kind
-/// (`headless`), and the traits and marks of the export imported (`chosen`).
-fn conflicts(e: &Exporter, union: &[PortKey], headless: bool, chosen: &Exporter) -> [bool; 8] {
+/// Whether `e` differs from the import on `reason`: its ports (`union`), its kind (`headless`),
+/// and the traits and marks of the export imported (`chosen`).
+fn differs(
+    reason: &ConflictReason,
+    e: &Exporter,
+    union: &[PortKey],
+    headless: bool,
+    chosen: &Exporter,
+) -> bool {
     let (a, b) = (e.spec, chosen.spec);
-    [
-        e.shape.ports != union,
-        e.shape.headless != headless,
-        a.session_affinity.as_deref().unwrap_or("None")
-            != b.session_affinity.as_deref().unwrap_or("None"),
-        a.session_affinity_config != b.session_affinity_config,
-        a.internal_traffic_policy != b.internal_traffic_policy,
-        a.traffic_distribution != b.traffic_distribution,
-        e.payload.exported_labels != chosen.payload.exported_labels,
-        e.payload.exported_annotations != chosen.payload.exported_annotations,
-    ]
+    match reason {
+        ConflictReason::Port => e.shape.ports != union,
+        ConflictReason::Type => e.shape.headless != headless,
+        ConflictReason::SessionAffinity => {
+            a.session_affinity.as_deref().unwrap_or("None")
+                != b.session_affinity.as_deref().unwrap_or("None")
+        }
+        ConflictReason::SessionAffinityConfig => {
+            a.session_affinity_config != b.session_affinity_config
+        }
+        ConflictReason::InternalTrafficPolicy => {
+            a.internal_traffic_policy != b.internal_traffic_policy
+        }
+        ConflictReason::TrafficDistribution => a.traffic_distribution != b.traffic_distribution,
+        ConflictReason::Labels => e.payload.exported_labels != chosen.payload.exported_labels,
+        ConflictReason::Annotations => {
+            e.payload.exported_annotations != chosen.payload.exported_annotations
+        }
+        ConflictReason::PodCidrsNotRouted | ConflictReason::Other(_) => false,
+    }
 }
 
 /// The ServiceImport of a Service's exports (oldest first), by the MCS API's rules:
@@ -538,7 +555,7 @@ fn service(
     imported: Option<&ResourceImport>,
     service_ok: &mut Accepted,
     out: &mut Merged,
-) -> Option<Value> {
+) -> Option<ImportedService> {
     let exporters = exporters(tuple, out);
     let oldest = exporters.first()?;
     let imported = imported
@@ -585,17 +602,16 @@ fn service(
     let chosen = exporters.iter().find(|e| accepts(e))?;
     let mut union = claimed.clone();
     union.sort();
-    let mut found = [false; 8];
-    for e in &exporters {
-        for (any, differs) in found.iter_mut().zip(conflicts(e, &union, headless, chosen)) {
-            *any |= differs;
-        }
-    }
-    let reasons: Vec<&str> = CONFLICT_REASONS
-        .iter()
-        .zip(found)
-        .filter_map(|(r, f)| f.then_some(*r))
+    // The MCS API's reasons any exporter gives, in its order.
+    let reasons: Vec<ConflictReason> = ConflictReason::MCS
+        .into_iter()
+        .filter(|r| {
+            exporters
+                .iter()
+                .any(|e| differs(r, e, &union, headless, chosen))
+        })
         .collect();
+    let joined = ConflictReason::join(&reasons);
     let winner = cluster_of(chosen.re);
     let reference = Shape {
         headless,
@@ -609,7 +625,7 @@ fn service(
                 "the exports of {}/{} disagree ({}); the import has {} and the traits, labels and annotations of cluster {winner:?}, the oldest export",
                 tuple.namespace,
                 tuple.name,
-                reasons.join(", "),
+                joined.replace(',', ", "),
                 reference.describe()
             )
         } else {
@@ -636,7 +652,7 @@ fn service(
             (false, true) => Verdict::Failure(message),
             (accepted, false) => Verdict::Conflict {
                 accepted,
-                reason: reasons.join(","),
+                reasons: reasons.clone(),
                 message,
             },
         };
@@ -673,56 +689,70 @@ fn exporters<'a>(tuple: &Tuple<'a>, out: &mut Merged) -> Vec<Exporter<'a>> {
         .collect()
 }
 
-/// The ServiceImport of `tuple`: the `claimed` ports, its type, the traits, labels and
-/// annotations of the `chosen` export.
-fn service_import(tuple: &Tuple, claimed: &[PortKey], headless: bool, chosen: &Exporter) -> Value {
-    let ports: Vec<Value> = claimed
-        .iter()
-        .map(|(name, port, protocol)| {
-            let mut p = json!({"port": port, "protocol": protocol});
-            if !name.is_empty() {
-                p["name"] = json!(name);
-            }
-            p
-        })
-        .collect();
-    let type_ = if headless { "Headless" } else { "ClusterSetIP" };
-    let mut spec = json!({"ports": ports, "type": type_});
-    // The MCS API's copies of the exported Service's traits.
+/// The ServiceImport of `tuple`: the `claimed` ports, its type, the traits (the MCS API's
+/// copies of the exported Service's), labels and annotations of the `chosen` export.
+fn service_import(
+    tuple: &Tuple,
+    claimed: &[PortKey],
+    headless: bool,
+    chosen: &Exporter,
+) -> ImportedService {
     let from = chosen.spec;
-    let traits = [
-        ("sessionAffinity", json!(from.session_affinity)),
-        ("sessionAffinityConfig", json!(from.session_affinity_config)),
-        ("internalTrafficPolicy", json!(from.internal_traffic_policy)),
-        ("trafficDistribution", json!(from.traffic_distribution)),
-    ];
-    for (key, value) in traits {
-        if !value.is_null() {
-            spec[key] = value;
-        }
+    ImportedService {
+        metadata: ImportedServiceMeta {
+            name: Some(tuple.name.clone()),
+            namespace: Some(tuple.namespace.clone()),
+            labels: chosen.payload.exported_labels.clone(),
+            annotations: chosen.payload.exported_annotations.clone(),
+        },
+        spec: ServiceImportSpec {
+            ports: claimed
+                .iter()
+                .map(|(name, port, protocol)| mcs::ServicePort {
+                    name: (!name.is_empty()).then(|| name.clone()),
+                    protocol: Some(protocol.clone()),
+                    app_protocol: None,
+                    port: *port,
+                })
+                .collect(),
+            type_: if headless {
+                ServiceImportType::Headless
+            } else {
+                ServiceImportType::ClusterSetIP
+            },
+            session_affinity: from.session_affinity.clone(),
+            session_affinity_config: from.session_affinity_config.clone(),
+            internal_traffic_policy: from.internal_traffic_policy.clone(),
+            traffic_distribution: from.traffic_distribution.clone(),
+            ips: Vec::new(),
+            ip_families: Vec::new(),
+        },
     }
-    let mut metadata = json!({"name": tuple.name, "namespace": tuple.namespace});
-    if !chosen.payload.exported_labels.is_empty() {
-        metadata["labels"] = json!(chosen.payload.exported_labels);
-    }
-    if !chosen.payload.exported_annotations.is_empty() {
-        metadata["annotations"] = json!(chosen.payload.exported_annotations);
-    }
-    json!({"metadata": metadata, "spec": spec})
 }
 
-/// The policy of an ACNP's exports: the oldest's; an export with another spec fails.
-fn acnp(tuple: &Tuple, out: &mut Merged) -> Option<Value> {
+/// The policy of an ACNP's exports: the oldest's; an export with another spec, or one whose
+/// spec cannot be read, fails.
+fn acnp(tuple: &Tuple, out: &mut Merged) -> Option<Parsed<ClusterNetworkPolicySpec>> {
     let oldest = tuple.exports[0];
-    let Some(policy) = oldest.spec.acnp() else {
+    let failed = |why: String, out: &mut Merged| {
         for re in &tuple.exports {
-            out.verdicts.insert(
-                re.name_any(),
-                Verdict::Failure("an ACNP export needs spec.clusterNetworkPolicy".into()),
-            );
+            out.verdicts
+                .insert(re.name_any(), Verdict::Failure(why.clone()));
         }
+    };
+    let Some(policy) = oldest.spec.acnp() else {
+        failed("an ACNP export needs spec.clusterNetworkPolicy".into(), out);
         return None;
     };
+    if let Err(why) = policy.get() {
+        failed(
+            format!(
+                "spec.clusterNetworkPolicy cannot be read as an Antrea ClusterNetworkPolicy spec: {why}"
+            ),
+            out,
+        );
+        return None;
+    }
     for re in &tuple.exports {
         let verdict = if re.spec.acnp() == Some(policy) {
             Verdict::Succeeded
@@ -902,7 +932,7 @@ fn clusterinfo(
         // Accepted with Pod CIDRs left out: said as a conflict beside `Succeeded`.
         (None, Some(why)) => Verdict::Conflict {
             accepted: true,
-            reason: "PodCIDRsNotRouted".into(),
+            reasons: vec![ConflictReason::PodCidrsNotRouted],
             message: why.clone(),
         },
         (None, None) if announced.imports.contains_key(&name) => Verdict::Succeeded,
@@ -951,6 +981,12 @@ mod tests {
         clusterinfo::{ClusterInfo, GatewayInfo},
         exports::{ResourceExportSpec, ServiceExport},
     };
+    use serde_json::{Value, json};
+
+    /// The ServiceImport of `name`'s import as the leader writes it (the wire format).
+    fn wire(m: &Merged, name: &str) -> Value {
+        serde_json::to_value(m.imports[name].service_import.as_ref().unwrap()).unwrap()
+    }
 
     const NS: &str = "antrea-multicluster";
 
@@ -1041,7 +1077,7 @@ mod tests {
         let si = &m.imports["default-nginx-service"];
         assert_eq!(si.kind.as_deref(), Some("ServiceImport"));
         assert_eq!(
-            si.service_import.as_ref().unwrap()["spec"],
+            serde_json::to_value(si.service_import.as_ref().unwrap()).unwrap()["spec"],
             json!({"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "type": "ClusterSetIP"})
         );
         assert_eq!(ips(&m), ["10.98.0.7"]);
@@ -1074,10 +1110,7 @@ mod tests {
             with_traits("west", 0, "ClientIP"),
         ];
         let m = merge(NS, &exports, &[], &BTreeSet::new());
-        let spec = &m.imports["default-nginx-service"]
-            .service_import
-            .as_ref()
-            .unwrap()["spec"];
+        let spec = &wire(&m, "default-nginx-service")["spec"];
         assert_eq!(spec["sessionAffinity"], "ClientIP");
         assert_eq!(
             spec["sessionAffinityConfig"],
@@ -1146,8 +1179,8 @@ mod tests {
         // East is refused (Antrea's rule) and both exporters hear of the conflict (MCS API).
         assert!(matches!(
             &m.verdicts["east-default-nginx-service"],
-            Verdict::Conflict { accepted: false, reason, message }
-                if reason == "PortConflict" && message.contains("8080")
+            Verdict::Conflict { accepted: false, reasons, message }
+                if *reasons == [ConflictReason::Port] && message.contains("8080")
         ));
         assert!(matches!(
             &m.verdicts["east-default-nginx-endpoints"],
@@ -1155,8 +1188,8 @@ mod tests {
         ));
         assert!(matches!(
             &m.verdicts["west-default-nginx-service"],
-            Verdict::Conflict { accepted: true, reason, message }
-                if reason == "PortConflict" && message.contains("\"west\"")
+            Verdict::Conflict { accepted: true, reasons, message }
+                if *reasons == [ConflictReason::Port] && message.contains("\"west\"")
         ));
     }
 
@@ -1186,27 +1219,21 @@ mod tests {
     fn the_oldest_exports_marks_are_imported_and_disagreeing_marks_are_a_conflict_for_all() {
         let west = marked("west", 0, false, (&[("tier", "front")], &[("note", "w")]));
         let m = merge(NS, std::slice::from_ref(&west), &[], &BTreeSet::new());
-        let si = m.imports["default-nginx-service"]
-            .service_import
-            .clone()
-            .unwrap();
+        let si = wire(&m, "default-nginx-service");
         assert_eq!(si["metadata"]["labels"], json!({"tier": "front"}));
         assert_eq!(si["metadata"]["annotations"], json!({"note": "w"}));
         assert_eq!(m.verdicts["west-default-nginx-service"], Verdict::Succeeded);
 
         let east = marked("east", 5, false, (&[("tier", "back")], &[("note", "w")]));
         let m = merge(NS, &[west.clone(), east], &[], &BTreeSet::new());
-        let si = m.imports["default-nginx-service"]
-            .service_import
-            .clone()
-            .unwrap();
+        let si = wire(&m, "default-nginx-service");
         assert_eq!(si["metadata"]["labels"], json!({"tier": "front"}));
         for cluster in ["west", "east"] {
             assert_eq!(
                 m.verdicts[&format!("{cluster}-default-nginx-service")],
                 Verdict::Conflict {
                     accepted: true,
-                    reason: "LabelsConflict".into(),
+                    reasons: vec![ConflictReason::Labels],
                     message: "the exports of default/nginx disagree (LabelsConflict); the import has ports [http:80/TCP] and the traits, labels and annotations of cluster \"west\", the oldest export".into(),
                 },
                 "{cluster}"
@@ -1220,10 +1247,7 @@ mod tests {
 
     /// The import's ports as `name:port/protocol`, and each cluster's endpoint ports.
     fn ports_of(m: &Merged) -> (Vec<String>, Vec<(String, Vec<String>)>) {
-        let si = m.imports["default-nginx-service"]
-            .service_import
-            .clone()
-            .unwrap();
+        let si = wire(&m, "default-nginx-service");
         let ports = si["spec"]["ports"]
             .as_array()
             .unwrap()
@@ -1296,7 +1320,7 @@ mod tests {
             assert!(
                 matches!(
                     &m.verdicts[&format!("{cluster}-default-nginx-service")],
-                    Verdict::Conflict { accepted: true, reason, .. } if reason == "PortConflict"
+                    Verdict::Conflict { accepted: true, reasons, .. } if *reasons == [ConflictReason::Port]
                 ),
                 "{cluster}: {:?}",
                 m.verdicts
@@ -1354,25 +1378,19 @@ mod tests {
     fn a_headless_export_is_imported_headless_and_headlessness_must_agree() {
         let west = marked("west", 0, true, (&[], &[]));
         let m = merge(NS, std::slice::from_ref(&west), &[], &BTreeSet::new());
-        let si = m.imports["default-nginx-service"]
-            .service_import
-            .clone()
-            .unwrap();
+        let si = wire(&m, "default-nginx-service");
         assert_eq!(si["spec"]["type"], "Headless");
         let east = marked("east", 5, false, (&[], &[]));
         let m = merge(NS, &[west, east], &[], &BTreeSet::new());
-        let si = m.imports["default-nginx-service"]
-            .service_import
-            .clone()
-            .unwrap();
+        let si = wire(&m, "default-nginx-service");
         assert_eq!(si["spec"]["type"], "Headless", "the oldest's");
         assert!(matches!(
             &m.verdicts["east-default-nginx-service"],
-            Verdict::Conflict { accepted: false, reason, .. } if reason == "TypeConflict"
+            Verdict::Conflict { accepted: false, reasons, .. } if *reasons == [ConflictReason::Type]
         ));
         assert!(matches!(
             &m.verdicts["west-default-nginx-service"],
-            Verdict::Conflict { accepted: true, reason, .. } if reason == "TypeConflict"
+            Verdict::Conflict { accepted: true, reasons, .. } if *reasons == [ConflictReason::Type]
         ));
     }
 
@@ -1519,7 +1537,7 @@ mod tests {
             ResourceExportSpec {
                 name: Some("strict".into()),
                 namespace: Some(String::new()),
-                cluster_network_policy: Some(json!({"priority": 1.0})),
+                cluster_network_policy: Some(Parsed::new(json!({"priority": 1.0}))),
                 ..Default::default()
             },
         );

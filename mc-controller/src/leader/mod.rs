@@ -562,7 +562,7 @@ impl Leader {
             let mut want: Vec<_> = verdict
                 .conditions()
                 .into_iter()
-                .map(|(type_, status, reason, message)| condition(type_, status, reason, message))
+                .map(|(type_, status, reason, message)| condition(type_, status, &reason, message))
                 .collect();
             let old = re.status.as_ref().map(|s| s.conditions.as_slice());
             let unchanged = old.is_some_and(|old| {

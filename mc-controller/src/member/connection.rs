@@ -144,21 +144,14 @@ fn describe(e: &kube::Error, id: &Identity) -> String {
     }
 }
 
-/// What a member reads of a ResourceImport: of its embedded ServiceImport only the `spec` and the
-/// exported labels and annotations. The
-/// embedded object is a JSON tree, where every map costs over 600 bytes; its metadata repeats the
-/// import's own name and namespace.
+/// What a member keeps of a ResourceImport: its embedded ServiceImport is read as
+/// [`mc_api::imports::ImportedService`] (the spec and the exported labels and annotations; the
+/// rest of an Antrea leader's object is not kept), and its name and namespace, which repeat the
+/// import's own, are dropped.
 fn trim_import(ri: &mut ResourceImport) {
     if let Some(si) = ri.spec.service_import.as_mut() {
-        let spec = si.get_mut("spec").map(serde_json::Value::take);
-        let mut kept = serde_json::json!({ "spec": spec });
-        // The exported labels and annotations (MCS API), when there are any.
-        for key in ["labels", "annotations"] {
-            if let Some(marks) = si.pointer_mut(&format!("/metadata/{key}")) {
-                kept["metadata"][key] = marks.take();
-            }
-        }
-        *si = kept;
+        si.metadata.name = None;
+        si.metadata.namespace = None;
     }
 }
 
@@ -329,19 +322,25 @@ mod tests {
 
     #[test]
     fn a_stored_import_keeps_the_embedded_spec_the_member_reads() {
+        // As an Antrea leader writes it: a whole ServiceImport, status included.
         let si = json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
-            "metadata": {"name": "nginx", "namespace": "default"},
-            "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "type": "ClusterSetIP"}});
-        let mut ri = ResourceImport::new(
-            "default-nginx-service",
-            ResourceImportSpec {
-                kind: Some("ServiceImport".into()),
-                service_import: Some(si.clone()),
-                ..Default::default()
-            },
-        );
+            "metadata": {"name": "nginx", "namespace": "default", "labels": {"tier": "front"},
+                "creationTimestamp": null},
+            "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "type": "ClusterSetIP"},
+            "status": {}});
+        let mut ri: ResourceImport = serde_json::from_value(json!({
+            "apiVersion": "multicluster.crd.antrea.io/v1alpha1", "kind": "ResourceImport",
+            "metadata": {"name": "default-nginx-service"},
+            "spec": {"kind": "ServiceImport", "name": "nginx", "namespace": "default",
+                "serviceImport": si},
+        }))
+        .unwrap();
         trim_import(&mut ri);
-        assert_eq!(ri.spec.service_import, Some(json!({"spec": si["spec"]})));
+        let kept = serde_json::to_value(ri.spec.service_import.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            kept,
+            json!({"metadata": {"labels": {"tier": "front"}}, "spec": si["spec"]})
+        );
         let mut endpoints = ResourceImport::new(
             "default-nginx-endpoints",
             ResourceImportSpec {

@@ -14,7 +14,7 @@ use mc_api::{
     clusterinfo::{ClusterInfo, GatewayInfo},
     config::EndpointIpType,
     exports::{
-        EndpointsExport, LabelIdentityExport, ResourceExport, ResourceExportSpec,
+        ConflictReason, EndpointsExport, LabelIdentityExport, ResourceExport, ResourceExportSpec,
         ServiceExport as ServicePayload, Verdict, kinds,
     },
     gateway::Gateway,
@@ -404,7 +404,7 @@ pub fn service_export_conditions(
             Ok(_),
             Some(Verdict::Conflict {
                 accepted,
-                reason,
+                reasons,
                 message,
             }),
         ) => vec![
@@ -419,7 +419,7 @@ pub fn service_export_conditions(
             } else {
                 c("Ready", "False", "Failed", "The leader refused the export")
             },
-            c("Conflict", "True", reason, message),
+            c("Conflict", "True", &ConflictReason::join(reasons), message),
         ],
         (Ok(_), Some(Verdict::Succeeded)) => vec![
             valid,
@@ -634,7 +634,7 @@ mod tests {
         for (accepted, ready, why) in [(true, "True", "Exported"), (false, "False", "Failed")] {
             let conflict = Verdict::Conflict {
                 accepted,
-                reason: "PortConflict,LabelsConflict".into(),
+                reasons: vec![ConflictReason::Port, ConflictReason::Labels],
                 message: "ports differ".into(),
             };
             let conditions = service_export_conditions(&ok, Some(&conflict));

@@ -303,9 +303,7 @@ fn headless(ri: &ResourceImport) -> bool {
     ri.spec
         .service_import
         .as_ref()
-        .and_then(|si| si.pointer("/spec/type"))
-        .and_then(serde_json::Value::as_str)
-        == Some("Headless")
+        .is_some_and(|si| si.spec.type_ == ServiceImportType::Headless)
 }
 
 /// What one Endpoints import becomes: the MCS EndpointSlices (MCS API, KEP-1645) and, unless
@@ -494,30 +492,13 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
     if !importable(plan, local, ns, name) {
         return;
     }
-    let field = |path: &str| {
-        ri.spec
-            .service_import
-            .as_ref()
-            .and_then(|si| si.pointer(path))
-            .cloned()
-    };
-    let text = |path: &str| field(path).and_then(|v| v.as_str().map(str::to_owned));
-    let headless = headless(ri);
+    let imported = ri.spec.service_import.clone().unwrap_or_default();
+    let headless = imported.spec.type_ == ServiceImportType::Headless;
+    // The leader's spec, with this cluster's IP (below) and family.
     let mut spec = ServiceImportSpec {
-        ports: field("/spec/ports")
-            .and_then(|p| serde_json::from_value(p).ok())
-            .unwrap_or_default(),
         ips: Vec::new(),
         ip_families: vec!["IPv4".into()],
-        type_: if headless {
-            ServiceImportType::Headless
-        } else {
-            ServiceImportType::ClusterSetIP
-        },
-        session_affinity: text("/spec/sessionAffinity"),
-        session_affinity_config: field("/spec/sessionAffinityConfig"),
-        internal_traffic_policy: text("/spec/internalTrafficPolicy"),
-        traffic_distribution: text("/spec/trafficDistribution"),
+        ..imported.spec
     };
     let target = names::imported(name);
     if !headless {
@@ -539,10 +520,7 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
                 // kube-proxy keeps a client on one endpoint across the clusters as it would on
                 // one of the Service's own.
                 session_affinity: spec.session_affinity.clone(),
-                session_affinity_config: spec
-                    .session_affinity_config
-                    .clone()
-                    .and_then(|c| serde_json::from_value(c).ok()),
+                session_affinity_config: spec.session_affinity_config.clone(),
                 ..Default::default()
             }),
             status: None,
@@ -558,7 +536,8 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
     }
     // A headless import's DNS names answer the Pods' addresses (the MCS EndpointSlices): no IP.
     let waits = !headless && spec.ips.is_empty();
-    let Some(si) = service_import_object(plan, local, ns, name, spec, &field) else {
+    let marks = (imported.metadata.labels, imported.metadata.annotations);
+    let Some(si) = service_import_object(plan, local, (ns, name), spec, marks) else {
         return;
     };
     if waits {
@@ -570,15 +549,14 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
 }
 
 /// The ServiceImport `<ns>/<name>` with the labels and annotations the exporting ServiceExport
-/// marked; `None` when someone else's object has that name. `field` reads the leader's
-/// ServiceImport in the ResourceImport.
+/// marked (`marks`, as the leader's import carries them); `None` when someone else's object has
+/// that name.
 fn service_import_object(
     plan: &mut Plan,
     local: &Local,
-    ns: &str,
-    name: &str,
+    (ns, name): (&str, &str),
     spec: ServiceImportSpec,
-    field: &dyn Fn(&str) -> Option<serde_json::Value>,
+    (marked_labels, mut marked_annotations): (BTreeMap<String, String>, BTreeMap<String, String>),
 ) -> Option<ServiceImport> {
     if let Some(existing) = local.service_imports.get(&(ns.to_owned(), name.to_owned()))
         && !is_managed(*existing)
@@ -591,13 +569,6 @@ fn service_import_object(
     let mut si = ServiceImport::new(name, spec);
     si.metadata = meta(name, Some(ns), None);
     // The marks (MCS API); Strait's own labels win a clash.
-    let marks = |path: &str| -> BTreeMap<String, String> {
-        field(path)
-            .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default()
-    };
-    let (marked_labels, mut marked_annotations) =
-        (marks("/metadata/labels"), marks("/metadata/annotations"));
     let keys = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>().join(",");
     let exported_keys = format!(
         "labels={};annotations={}",
@@ -615,25 +586,21 @@ fn service_import_object(
 
 fn acnp(plan: &mut Plan, local: &Local, ri_name: &str, name: &str, ri: &ResourceImport) {
     let target = names::imported(name);
-    let spec: ClusterNetworkPolicySpec = match ri
-        .spec
-        .cluster_network_policy
-        .clone()
-        .map(serde_json::from_value)
-    {
-        Some(Ok(spec)) => spec,
-        Some(Err(e)) => {
-            plan.acnp_failures.push((
-                ri_name.to_owned(),
-                format!(
-                    "Unable to import Antrea ClusterNetworkPolicy {name} in cluster {}: {e}",
-                    local.cluster_id
-                ),
-            ));
-            return;
-        }
-        None => return,
-    };
+    let spec: ClusterNetworkPolicySpec =
+        match ri.spec.cluster_network_policy.as_ref().map(|p| p.get()) {
+            Some(Ok(spec)) => spec.clone(),
+            Some(Err(e)) => {
+                plan.acnp_failures.push((
+                    ri_name.to_owned(),
+                    format!(
+                        "Unable to import Antrea ClusterNetworkPolicy {name} in cluster {}: {e}",
+                        local.cluster_id
+                    ),
+                ));
+                return;
+            }
+            None => return,
+        };
     if let Some(existing) = local.acnps.get(&target)
         && !existing
             .annotations()
@@ -668,6 +635,7 @@ fn acnp(plan: &mut Plan, local: &Local, ri_name: &str, name: &str, ri: &Resource
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mc_api::parsed::Parsed;
     use mc_api::{clusterinfo::ClusterInfo, imports::ResourceImportSpec};
     use serde_json::json;
     use std::sync::Arc;
@@ -684,14 +652,17 @@ mod tests {
                     name: Some("nginx".into()),
                     namespace: Some("default".into()),
                     kind: Some("ServiceImport".into()),
-                    service_import: Some(json!({"spec": {
-                        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-                        "type": "ClusterSetIP",
-                        "sessionAffinity": "ClientIP",
-                        "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10}},
-                        "internalTrafficPolicy": "Cluster",
-                        "trafficDistribution": "PreferClose",
-                    }})),
+                    service_import: Some(
+                        serde_json::from_value(json!({"spec": {
+                            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                            "type": "ClusterSetIP",
+                            "sessionAffinity": "ClientIP",
+                            "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10}},
+                            "internalTrafficPolicy": "Cluster",
+                            "trafficDistribution": "PreferClose",
+                        }}))
+                        .unwrap(),
+                    ),
                     ..Default::default()
                 },
             ),
@@ -732,7 +703,9 @@ mod tests {
                 ResourceImportSpec {
                     name: Some("strict".into()),
                     kind: Some("AntreaClusterNetworkPolicy".into()),
-                    cluster_network_policy: Some(json!({"tier": "securityops", "priority": 1.0})),
+                    cluster_network_policy: Some(Parsed::new(
+                        json!({"tier": "securityops", "priority": 1.0}),
+                    )),
                     ..Default::default()
                 },
             ),
@@ -779,8 +752,8 @@ mod tests {
         // affinity on the imported Service.
         assert_eq!(si.session_affinity.as_deref(), Some("ClientIP"));
         assert_eq!(
-            si.session_affinity_config,
-            Some(json!({"clientIP": {"timeoutSeconds": 10}}))
+            serde_json::to_value(&si.session_affinity_config).unwrap(),
+            json!({"clientIP": {"timeoutSeconds": 10}})
         );
         assert_eq!(si.internal_traffic_policy.as_deref(), Some("Cluster"));
         assert_eq!(si.traffic_distribution.as_deref(), Some("PreferClose"));
@@ -834,13 +807,16 @@ mod tests {
                     name: Some("web".into()),
                     namespace: Some("default".into()),
                     kind: Some("ServiceImport".into()),
-                    service_import: Some(json!({
-                        "metadata": {"labels": {"tier": "front"}, "annotations": {"note": "w"}},
-                        "spec": {
-                            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-                            "type": if headless { "Headless" } else { "ClusterSetIP" },
-                        },
-                    })),
+                    service_import: Some(
+                        serde_json::from_value(json!({
+                            "metadata": {"labels": {"tier": "front"}, "annotations": {"note": "w"}},
+                            "spec": {
+                                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                                "type": if headless { "Headless" } else { "ClusterSetIP" },
+                            },
+                        }))
+                        .unwrap(),
+                    ),
                     ..Default::default()
                 },
             ),

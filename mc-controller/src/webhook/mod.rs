@@ -40,10 +40,11 @@ use kube::{
     },
 };
 use mc_api::{
-    clusterset::v1alpha2::ClusterSet, memberclusterannounce::MemberClusterAnnounce,
-    names::annotations,
+    clusterset::v1alpha2::ClusterSet, exports::ResourceExport, gateway::Gateway,
+    memberclusterannounce::MemberClusterAnnounce, names::annotations,
 };
-use serde_json::{Value, json};
+use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use mc_kube::{Metrics, Watched, write::MANAGER};
 use rules::{Account, AnnounceFacts, Caller, Op, Verdict};
@@ -540,8 +541,33 @@ struct Request {
     req: AdmissionRequest<DynamicObject>,
     op: Op,
     caller: Caller,
-    old: Option<Value>,
-    new: Option<Value>,
+}
+
+/// The request's stored (`old`) and new object, read as `K`.
+type Objects<K> = (Option<K>, Option<K>);
+
+impl Request {
+    /// The request's objects read as the rules read them. One that cannot be read (a field of
+    /// an open schema with the wrong shape, say) is refused, naming why, for a member or a user;
+    /// for an administrator or this controller it reads as absent (they may repair or remove
+    /// it, and the rules allow them).
+    fn objects<K: DeserializeOwned>(&self, kind: &str) -> Result<Objects<K>, Verdict> {
+        let trusted = matches!(self.caller, Caller::Admin | Caller::Controller);
+        let read = |o: &Option<DynamicObject>, which: &str| -> Result<Option<K>, Verdict> {
+            let Some(o) = o else { return Ok(None) };
+            match serde_json::to_value(o).and_then(serde_json::from_value::<K>) {
+                Ok(k) => Ok(Some(k)),
+                Err(_) if trusted => Ok(None),
+                Err(e) => Err(Verdict::Deny(format!(
+                    "the {which} {kind} cannot be read: {e}"
+                ))),
+            }
+        };
+        Ok((
+            read(&self.req.old_object, "stored")?,
+            read(&self.req.object, "new")?,
+        ))
+    }
 }
 
 fn unpack(ctx: &Ctx, review: AdmissionReview<DynamicObject>) -> Result<Request, Box<Review>> {
@@ -566,15 +592,7 @@ fn unpack(ctx: &Ctx, review: AdmissionReview<DynamicObject>) -> Result<Request, 
         req.user_info.groups.as_deref().unwrap_or(&[]),
         Some(&ctx.own_username),
     );
-    let to_value =
-        |o: &Option<DynamicObject>| o.as_ref().and_then(|o| serde_json::to_value(o).ok());
-    Ok(Request {
-        old: to_value(&req.old_object),
-        new: to_value(&req.object),
-        op,
-        caller,
-        req,
-    })
+    Ok(Request { op, caller, req })
 }
 
 fn answer(ctx: &Ctx, webhook: &str, r: &Request, verdict: Result<Verdict, String>) -> Review {
@@ -634,10 +652,14 @@ async fn clusterset_facts(ctx: &Ctx, r: &Request, leader: bool) -> Result<Verdic
     } else {
         0
     };
+    let (old, new) = match r.objects::<ClusterSet>("ClusterSet") {
+        Ok(objects) => objects,
+        Err(refused) => return Ok(refused),
+    };
     Ok(rules::clusterset(
         r.op,
-        r.old.as_ref(),
-        r.new.as_ref(),
+        old.as_ref(),
+        new.as_ref(),
         &others,
         announces,
     ))
@@ -703,6 +725,10 @@ async fn account(ctx: &Ctx, r: &Request) -> Result<(Account, Option<ServiceAccou
 }
 
 async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
+    let (old, new) = match r.objects::<MemberClusterAnnounce>("MemberClusterAnnounce") {
+        Ok(objects) => objects,
+        Err(refused) => return Ok(refused),
+    };
     let (account, sa) = account(ctx, r).await?;
     let sets: Api<ClusterSet> = Api::namespaced(ctx.client.clone(), &ctx.ns);
     let mut sets = sets
@@ -742,8 +768,8 @@ async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
     Ok(rules::member_announce(
         r.op,
         &r.caller,
-        r.old.as_ref(),
-        r.new.as_ref(),
+        old.as_ref(),
+        new.as_ref(),
         &facts,
     ))
 }
@@ -762,16 +788,19 @@ async fn validate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> R
         Ok(r) => r,
         Err(done) => return *done,
     };
-    let v = account(&ctx, &r).await.map(|(account, _)| {
-        rules::resource_export(
-            r.op,
-            &r.caller,
-            &ctx.ns,
-            &account,
-            r.old.as_ref(),
-            r.new.as_ref(),
-        )
-    });
+    let v = match r.objects::<ResourceExport>("ResourceExport") {
+        Ok((old, new)) => account(&ctx, &r).await.map(|(account, _)| {
+            rules::resource_export(
+                r.op,
+                &r.caller,
+                &ctx.ns,
+                &account,
+                old.as_ref(),
+                new.as_ref(),
+            )
+        }),
+        Err(refused) => Ok(refused),
+    };
     answer(&ctx, "resourceexport", &r, v)
 }
 
@@ -780,7 +809,12 @@ async fn mutate_announce(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> R
         Ok(r) => r,
         Err(done) => return *done,
     };
-    let ops = match (&r.op, &r.new) {
+    // An object that cannot be read is not changed here; validation refuses it.
+    let new = r
+        .objects::<MemberClusterAnnounce>("MemberClusterAnnounce")
+        .ok()
+        .and_then(|(_, new)| new);
+    let ops = match (&r.op, &new) {
         (Op::Create, Some(new)) => rules::stamp_announce(&r.caller, &ctx.ns, new),
         _ => Vec::new(),
     };
@@ -788,14 +822,20 @@ async fn mutate_announce(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> R
 }
 
 /// The answer of a mutating webhook: the JSON-patch operations, if any.
-fn patch_answer(ctx: &Ctx, webhook: &str, r: &Request, ops: Vec<Value>) -> Review {
+fn patch_answer(
+    ctx: &Ctx,
+    webhook: &str,
+    r: &Request,
+    ops: Vec<json_patch::PatchOperation>,
+) -> Review {
     let resp = AdmissionResponse::from(&r.req);
     if ops.is_empty() {
         return Json(resp.into_review());
     }
-    let patch = serde_json::from_value::<json_patch::Patch>(Value::Array(ops))
-        .map_err(|e| e.to_string())
-        .and_then(|p| resp.clone().with_patch(p).map_err(|e| e.to_string()));
+    let patch = resp
+        .clone()
+        .with_patch(json_patch::Patch(ops))
+        .map_err(|e| e.to_string());
     match patch {
         Ok(resp) => Json(resp.into_review()),
         Err(e) => answer(ctx, webhook, r, Err(e)),
@@ -807,10 +847,12 @@ async fn mutate_export(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> Rev
         Ok(r) => r,
         Err(done) => return *done,
     };
+    // An object that cannot be read is not changed here; validation refuses it.
     let ops = r
-        .new
-        .as_ref()
-        .map(rules::mutate_resource_export)
+        .objects::<ResourceExport>("ResourceExport")
+        .ok()
+        .and_then(|(_, new)| new)
+        .map(|re| rules::mutate_resource_export(&re))
         .unwrap_or_default();
     patch_answer(&ctx, "mutate-resourceexport", &r, ops)
 }
@@ -828,7 +870,10 @@ async fn validate_gateway(State(ctx): State<Arc<Ctx>>, Json(review): Review) -> 
         .and_then(|e| e.get(rules::NODE_NAME_EXTRA))
         .and_then(|v| v.first())
         .map(String::as_str);
-    let v = rules::gateway(&r.caller, r.op, r.old.as_ref(), r.new.as_ref(), node);
+    let v = match r.objects::<Gateway>("Gateway") {
+        Ok((old, new)) => rules::gateway(&r.caller, r.op, old.as_ref(), new.as_ref(), node),
+        Err(refused) => refused,
+    };
     answer(&ctx, "gateway", &r, Ok(v))
 }
 

@@ -1,6 +1,7 @@
 //! The admission rules, as pure functions of the request and of facts read from the API before
-//! (docs/design.md §3, reference §3.5). Nothing here does I/O, so every allow/deny case is a unit
-//! test.
+//! (docs/design.md §3). Nothing here does I/O, so every allow/deny case is a unit test. The
+//! objects are typed (mc-api): the webhook reads the request's objects once, and one that cannot
+//! be read is refused there, naming why.
 //!
 //! The identity binding: a member's controller talks to the leader with the token of a
 //! ServiceAccount in the leader's namespace. That ServiceAccount speaks for one cluster ID, named
@@ -12,7 +13,18 @@
 //! announce it created, and may not write ResourceExports. The webhooks change nothing
 //! themselves: a forged AdmissionReview sent to the webhook port binds nothing.
 
-use mc_api::names::{self, annotations, finalizers, labels};
+use json_patch::{
+    AddOperation, PatchOperation, RemoveOperation,
+    jsonptr::{PointerBuf, Token},
+};
+use kube::ResourceExt as _;
+use mc_api::{
+    clusterset::v1alpha2::ClusterSet,
+    exports::{ResourceExport, kinds},
+    gateway::Gateway,
+    memberclusterannounce::MemberClusterAnnounce,
+    names::{self, annotations, finalizers, labels},
+};
 use serde_json::Value;
 
 /// Who sent the request, from the AdmissionReview's userInfo.
@@ -82,20 +94,21 @@ pub struct Account {
 /// Other ServiceAccounts of the leader namespace bound to cluster IDs: (name, cluster ID).
 pub type Bindings = Vec<(String, String)>;
 
-fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    let mut cur = v;
-    for p in path {
-        cur = &cur[*p];
-    }
-    cur.as_str().unwrap_or("")
+/// An optional field as the rules compare it (absent reads as empty).
+fn s(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("")
 }
 
-fn label<'a>(obj: &'a Value, key: &str) -> &'a str {
-    obj["metadata"]["labels"][key].as_str().unwrap_or("")
+fn label<'a>(obj: &'a impl kube::Resource, key: &str) -> &'a str {
+    obj.meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map_or("", String::as_str)
 }
 
-fn object_name(obj: &Value) -> &str {
-    s(obj, &["metadata", "name"])
+fn object_name(obj: &impl kube::Resource) -> &str {
+    obj.meta().name.as_deref().unwrap_or("")
 }
 
 pub use mc_api::names::{dns1123_label, prefix_pair};
@@ -107,8 +120,8 @@ pub use mc_api::names::{dns1123_label, prefix_pair};
 /// many MemberClusterAnnounces the namespace holds (leader only; 0 on a member).
 pub fn clusterset(
     op: Op,
-    old: Option<&Value>,
-    new: Option<&Value>,
+    old: Option<&ClusterSet>,
+    new: Option<&ClusterSet>,
     others: &[String],
     announces: usize,
 ) -> Verdict {
@@ -125,19 +138,17 @@ pub fn clusterset(
             let (Some(old), Some(new)) = (old, new) else {
                 return Allow;
             };
-            let (was, is) = (
-                s(old, &["spec", "clusterID"]),
-                s(new, &["spec", "clusterID"]),
-            );
+            let (was, is) = (s(&old.spec.cluster_id), s(&new.spec.cluster_id));
             if !was.is_empty() && was != is {
                 return deny(format!(
                     "the field 'clusterID' is immutable (it is {was:?}); delete and re-create the ClusterSet to change it"
                 ));
             }
-            let leader = |v: &Value| {
-                v["spec"]["leaders"][0]["clusterID"]
-                    .as_str()
-                    .unwrap_or("")
+            let leader = |v: &ClusterSet| {
+                v.spec
+                    .leaders
+                    .first()
+                    .map_or("", |l| s(&l.cluster_id))
                     .to_owned()
             };
             let (was, is) = (leader(old), leader(new));
@@ -174,22 +185,26 @@ pub struct AnnounceFacts<'a> {
     pub bound: Bindings,
 }
 
-fn announce_fields(v: &Value) -> (&str, &str, &str) {
+fn announce_fields(v: &MemberClusterAnnounce) -> (&str, &str, &str) {
     (
-        s(v, &["clusterID"]),
-        s(v, &["clusterSetID"]),
-        s(v, &["leaderClusterID"]),
+        s(&v.spec.cluster_id),
+        s(&v.spec.cluster_set_id),
+        s(&v.spec.leader_cluster_id),
     )
 }
 
-fn stamp(v: &Value) -> &str {
-    v["metadata"]["annotations"][annotations::ANNOUNCED_BY]
-        .as_str()
-        .unwrap_or("")
+fn stamp(v: &MemberClusterAnnounce) -> &str {
+    v.annotations()
+        .get(annotations::ANNOUNCED_BY)
+        .map_or("", String::as_str)
 }
 
 /// An update may not change an announce's IDs, nor (but for the controller) who created it.
-fn announce_update(caller: &Caller, old: &Value, new: &Value) -> Option<Verdict> {
+fn announce_update(
+    caller: &Caller,
+    old: &MemberClusterAnnounce,
+    new: &MemberClusterAnnounce,
+) -> Option<Verdict> {
     let (o, n) = (announce_fields(old), announce_fields(new));
     for (field, was, is) in [
         ("clusterID", o.0, n.0),
@@ -213,7 +228,7 @@ fn announce_update(caller: &Caller, old: &Value, new: &Value) -> Option<Verdict>
 
 /// A new announce must name this leader's ClusterSet and cluster ID, carry its cluster's name,
 /// and not claim a cluster ID that differs from a bound one only by a '-' suffix.
-fn announce_create(new: &Value, claimed: &str, facts: &AnnounceFacts) -> Verdict {
+fn announce_create(new: &MemberClusterAnnounce, claimed: &str, facts: &AnnounceFacts) -> Verdict {
     let Some((set, leader)) = &facts.clusterset else {
         return deny(format!(
             "there is no ClusterSet in the leader namespace {}; create it first",
@@ -251,8 +266,8 @@ fn announce_create(new: &Value, claimed: &str, facts: &AnnounceFacts) -> Verdict
 pub fn member_announce(
     op: Op,
     caller: &Caller,
-    old: Option<&Value>,
-    new: Option<&Value>,
+    old: Option<&MemberClusterAnnounce>,
+    new: Option<&MemberClusterAnnounce>,
     facts: &AnnounceFacts,
 ) -> Verdict {
     if op == Op::Update
@@ -336,39 +351,60 @@ pub fn member_announce(
         }
     }
     if op == Op::Create {
-        return announce_create(new.unwrap_or(&Value::Null), claimed, facts);
+        return match new {
+            Some(new) => announce_create(new, claimed, facts),
+            None => deny("the request carries no object"),
+        };
     }
     Allow
 }
 
+/// The JSON pointer `/metadata/<field>[/<key>]` (the key escaped as RFC 6901 asks).
+fn metadata_path(field: &str, key: Option<&str>) -> PointerBuf {
+    PointerBuf::from_tokens(["metadata", field].into_iter().chain(key).map(Token::new))
+}
+
+fn add(path: PointerBuf, value: impl Into<Value>) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path,
+        value: value.into(),
+    })
+}
+
 /// The mutating webhook on a new announce: the creator's name in `announced-by` (a ServiceAccount
 /// of the leader namespace), or no such annotation (anyone else). JSON-patch operations.
-pub fn stamp_announce(caller: &Caller, leader_ns: &str, mca: &Value) -> Vec<Value> {
+pub fn stamp_announce(
+    caller: &Caller,
+    leader_ns: &str,
+    mca: &MemberClusterAnnounce,
+) -> Vec<PatchOperation> {
     let want = match caller {
         Caller::ServiceAccount { namespace, name } if namespace == leader_ns => Some(name.as_str()),
         _ => None,
     };
-    let have = mca["metadata"]["annotations"][annotations::ANNOUNCED_BY].as_str();
+    let have = mca
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::ANNOUNCED_BY))
+        .map(String::as_str);
     if have == want {
         return Vec::new();
     }
-    let key = annotations::ANNOUNCED_BY
-        .replace('~', "~0")
-        .replace('/', "~1");
+    let path = metadata_path("annotations", Some(annotations::ANNOUNCED_BY));
     match want {
         Some(sa) => {
             let mut ops = Vec::new();
-            if !mca["metadata"]["annotations"].is_object() {
-                ops.push(
-                    serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": {}}),
-                );
+            if mca.metadata.annotations.is_none() {
+                ops.push(add(
+                    metadata_path("annotations", None),
+                    serde_json::Map::new(),
+                ));
             }
-            ops.push(serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": sa}));
+            ops.push(add(path, sa));
             ops
         }
-        None => vec![
-            serde_json::json!({"op": "remove", "path": format!("/metadata/annotations/{key}")}),
-        ],
+        None => vec![PatchOperation::Remove(RemoveOperation { path })],
     }
 }
 
@@ -382,8 +418,8 @@ pub fn resource_export(
     caller: &Caller,
     leader_ns: &str,
     account: &Account,
-    old: Option<&Value>,
-    new: Option<&Value>,
+    old: Option<&ResourceExport>,
+    new: Option<&ResourceExport>,
 ) -> Verdict {
     let (ns, sa) = match caller {
         // Administrators export ACNPs by hand; the controller manages finalizers.
@@ -396,7 +432,7 @@ pub fn resource_export(
     }
     let who = format!("{ns}/{sa}");
     if !account.found {
-        let terminating = old.is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null());
+        let terminating = old.is_some_and(|o| o.metadata.deletion_timestamp.is_some());
         return if op == Op::Delete && terminating {
             Allow
         } else {
@@ -418,7 +454,7 @@ pub fn resource_export(
         Some(id) => id,
     };
     if let Some(old) = old {
-        let owner = s(old, &["spec", "clusterID"]);
+        let owner = s(&old.spec.cluster_id);
         if owner != id {
             return deny(format!(
                 "ServiceAccount {who} speaks for cluster {id:?}; it may not change the ResourceExport {} of cluster {owner:?}",
@@ -433,11 +469,7 @@ pub fn resource_export(
         return deny("the request carries no object");
     };
     if let Some(old) = old {
-        let has = |v: &Value, f: &str| {
-            v["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x.as_str() == Some(f)))
-        };
+        let has = |v: &ResourceExport, f: &str| v.finalizers().iter().any(|x| x == f);
         for f in [
             finalizers::RESOURCE_EXPORT,
             finalizers::RESOURCE_EXPORT_LEGACY,
@@ -448,13 +480,13 @@ pub fn resource_export(
                 ));
             }
         }
-        let kind = s(old, &["spec", "kind"]);
-        if kind == "Service" || kind == "Endpoints" {
-            let tuple = |v: &Value| {
+        let kind = s(&old.spec.kind);
+        if kind == kinds::SERVICE || kind == kinds::ENDPOINTS {
+            let tuple = |v: &ResourceExport| {
                 (
-                    s(v, &["spec", "namespace"]).to_owned(),
-                    s(v, &["spec", "name"]).to_owned(),
-                    s(v, &["spec", "kind"]).to_owned(),
+                    s(&v.spec.namespace).to_owned(),
+                    s(&v.spec.name).to_owned(),
+                    s(&v.spec.kind).to_owned(),
                 )
             };
             if tuple(old) != tuple(new) {
@@ -467,14 +499,14 @@ pub fn resource_export(
     check_export(&who, id, new)
 }
 
-fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
-    let kind = s(re, &["spec", "kind"]);
+fn check_export(who: &str, id: &str, re: &ResourceExport) -> Verdict {
+    let kind = s(&re.spec.kind);
     if !MEMBER_KINDS.contains(&kind) {
         return deny(format!(
             "a member may export kinds {MEMBER_KINDS:?} only, not {kind:?}"
         ));
     }
-    let spec_id = s(re, &["spec", "clusterID"]);
+    let spec_id = s(&re.spec.cluster_id);
     if spec_id != id {
         return deny(format!(
             "ServiceAccount {who} speaks for cluster {id:?}; spec.clusterID {spec_id:?} is spoofed"
@@ -497,15 +529,15 @@ fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
     let name = object_name(re);
     let expected = match kind {
         "Service" | "Endpoints" => {
-            let payload = if kind == "Service" {
-                "service"
+            let (payload, carried) = if kind == kinds::SERVICE {
+                ("service", re.spec.service.is_some())
             } else {
-                "endpoints"
+                ("endpoints", re.spec.endpoints.is_some())
             };
-            if re["spec"][payload].is_null() {
+            if !carried {
                 return deny(format!("a {kind} export needs spec.{payload}"));
             }
-            let (ns, n) = (s(re, &["spec", "namespace"]), s(re, &["spec", "name"]));
+            let (ns, n) = (s(&re.spec.namespace), s(&re.spec.name));
             for (what, v) in [("spec.namespace", ns), ("spec.name", n)] {
                 if !dns1123_label(v) {
                     return deny(format!("{what} {v:?} is not a DNS-1123 label"));
@@ -522,7 +554,11 @@ fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
             names::resource_export(id, ns, n, kind)
         }
         "ClusterInfo" => {
-            let info_id = s(re, &["spec", "clusterInfo", "clusterID"]);
+            let info_id = re
+                .spec
+                .cluster_info
+                .as_ref()
+                .map_or("", |i| s(&i.cluster_id));
             if info_id != id {
                 return deny(format!(
                     "ServiceAccount {who} speaks for cluster {id:?}; spec.clusterInfo.clusterID {info_id:?} is spoofed"
@@ -532,7 +568,11 @@ fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
         }
         _ => {
             // LabelIdentity: `<clusterID>-<hash>`.
-            let label = s(re, &["spec", "labelIdentity", "normalizedLabel"]);
+            let label = re
+                .spec
+                .label_identity
+                .as_ref()
+                .map_or("", |l| s(&l.normalized_label));
             if label.is_empty() {
                 return deny("a LabelIdentity export needs spec.labelIdentity.normalizedLabel");
             }
@@ -556,40 +596,39 @@ fn check_export(who: &str, id: &str, re: &Value) -> Verdict {
 
 /// The mutating webhook: an ACNP export gets its source labels and the leader's finalizer.
 /// Returns JSON-patch operations (empty: nothing to change).
-pub fn mutate_resource_export(re: &Value) -> Vec<Value> {
-    let policy = if !re["spec"]["clusterNetworkPolicy"].is_null() {
-        true
-    } else {
-        !re["spec"]["clusternetworkpolicy"].is_null()
-    };
-    if !policy {
+pub fn mutate_resource_export(re: &ResourceExport) -> Vec<PatchOperation> {
+    if re.spec.acnp().is_none() {
         return Vec::new();
     }
     let mut ops = Vec::new();
     let want = [
-        (labels::SOURCE_NAME, s(re, &["spec", "name"]).to_owned()),
+        (labels::SOURCE_NAME, s(&re.spec.name).to_owned()),
         (labels::SOURCE_NAMESPACE, String::new()),
-        (labels::SOURCE_KIND, "AntreaClusterNetworkPolicy".to_owned()),
+        (labels::SOURCE_KIND, kinds::ACNP.to_owned()),
     ];
-    if !re["metadata"]["labels"].is_object() {
-        ops.push(serde_json::json!({"op": "add", "path": "/metadata/labels", "value": {}}));
+    let have = re.metadata.labels.as_ref();
+    if have.is_none() {
+        ops.push(add(metadata_path("labels", None), serde_json::Map::new()));
     }
     for (k, v) in want {
-        if label(re, k) != v || re["metadata"]["labels"][k].is_null() {
-            ops.push(serde_json::json!({"op": "add", "path": format!("/metadata/labels/{k}"), "value": v}));
+        if have.and_then(|l| l.get(k)) != Some(&v) {
+            ops.push(add(metadata_path("labels", Some(k)), v));
         }
     }
-    let deleting = !re["metadata"]["deletionTimestamp"].is_null();
-    let fins = re["metadata"]["finalizers"].as_array();
-    let has = fins.is_some_and(|a| {
-        a.iter()
-            .any(|f| f.as_str() == Some(finalizers::RESOURCE_EXPORT))
-    });
+    let deleting = re.metadata.deletion_timestamp.is_some();
+    let fins = re.metadata.finalizers.as_ref();
+    let has = fins.is_some_and(|a| a.iter().any(|f| f == finalizers::RESOURCE_EXPORT));
     if !deleting && !has {
         if fins.is_none() {
-            ops.push(serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizers::RESOURCE_EXPORT]}));
+            ops.push(add(
+                metadata_path("finalizers", None),
+                vec![finalizers::RESOURCE_EXPORT],
+            ));
         } else {
-            ops.push(serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizers::RESOURCE_EXPORT}));
+            ops.push(add(
+                metadata_path("finalizers", Some("-")),
+                finalizers::RESOURCE_EXPORT,
+            ));
         }
     }
     ops
@@ -613,8 +652,8 @@ pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 pub fn gateway(
     caller: &Caller,
     op: Op,
-    old: Option<&Value>,
-    new: Option<&Value>,
+    old: Option<&Gateway>,
+    new: Option<&Gateway>,
     node: Option<&str>,
 ) -> Verdict {
     match caller {
@@ -626,7 +665,7 @@ pub fn gateway(
                     "the agents (ServiceAccount {name}) only publish their WireGuard key in a Gateway the multi-cluster controller made; they do not create or delete Gateways"
                 ));
             };
-            let gateway = new["metadata"]["name"].as_str().unwrap_or_default();
+            let gateway = object_name(new);
             if let Some(node) = node
                 && node != gateway
             {
@@ -634,7 +673,13 @@ pub fn gateway(
                     "the agent on Node {node} may publish only its own Node's WireGuard key, not in Gateway {gateway}"
                 ));
             }
-            if !old["wireGuard"].is_null() && new["wireGuard"]["publicKey"].is_null() {
+            let key = |g: &Gateway| {
+                g.spec
+                    .wire_guard
+                    .as_ref()
+                    .and_then(|w| w.public_key.clone())
+            };
+            if old.spec.wire_guard.is_some() && key(new).is_none() {
                 return deny(format!(
                     "the agents (ServiceAccount {name}) may not remove a Gateway's WireGuard key"
                 ));
@@ -660,8 +705,10 @@ pub fn gateway(
 
 /// The top-level fields (and `metadata.labels`, `metadata.annotations`, ...) that differ
 /// between `old` and `new`, other than `allowed` and the metadata the API server keeps
-/// (resourceVersion, managedFields, generation, ...).
-fn changed_fields(old: &Value, new: &Value, allowed: &[&str]) -> Vec<String> {
+/// (resourceVersion, managedFields, generation, ...). Over the objects as written (JSON) on
+/// purpose: a field added to the Gateway later is covered without a change here, so the agents
+/// never gain a field to write by omission.
+fn changed_fields(old: &Gateway, new: &Gateway, allowed: &[&str]) -> Vec<String> {
     const SERVER_METADATA: [&str; 6] = [
         "resourceVersion",
         "managedFields",
@@ -671,7 +718,10 @@ fn changed_fields(old: &Value, new: &Value, allowed: &[&str]) -> Vec<String> {
         "selfLink",
     ];
     let empty = serde_json::Map::new();
-    let fields = |v: &Value| v.as_object().cloned().unwrap_or_default();
+    let fields = |g: &Gateway| match serde_json::to_value(g) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
     let (old, new) = (fields(old), fields(new));
     let mut changed: Vec<String> = Vec::new();
     let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
@@ -700,7 +750,75 @@ fn changed_fields(old: &Value, new: &Value, allowed: &[&str]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::de::DeserializeOwned;
     use serde_json::json;
+
+    // The rules as the webhook calls them, with the request's objects given as JSON (the wire
+    // form): each is read as the webhook reads it, so these tests also cover that reading.
+
+    fn typed<K: DeserializeOwned>(v: &Value) -> K {
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}"))
+    }
+
+    fn clusterset(
+        op: Op,
+        old: Option<&Value>,
+        new: Option<&Value>,
+        others: &[String],
+        announces: usize,
+    ) -> Verdict {
+        let (old, new): (Option<ClusterSet>, _) = (old.map(typed), new.map(typed));
+        super::clusterset(op, old.as_ref(), new.as_ref(), others, announces)
+    }
+
+    fn member_announce(
+        op: Op,
+        caller: &Caller,
+        old: Option<&Value>,
+        new: Option<&Value>,
+        facts: &AnnounceFacts,
+    ) -> Verdict {
+        let (old, new): (Option<MemberClusterAnnounce>, _) = (old.map(typed), new.map(typed));
+        super::member_announce(op, caller, old.as_ref(), new.as_ref(), facts)
+    }
+
+    fn resource_export(
+        op: Op,
+        caller: &Caller,
+        leader_ns: &str,
+        account: &Account,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) -> Verdict {
+        let (old, new): (Option<ResourceExport>, _) = (old.map(typed), new.map(typed));
+        super::resource_export(op, caller, leader_ns, account, old.as_ref(), new.as_ref())
+    }
+
+    fn gateway(
+        caller: &Caller,
+        op: Op,
+        old: Option<&Value>,
+        new: Option<&Value>,
+        node: Option<&str>,
+    ) -> Verdict {
+        let (old, new): (Option<Gateway>, _) = (old.map(typed), new.map(typed));
+        super::gateway(caller, op, old.as_ref(), new.as_ref(), node)
+    }
+
+    /// JSON-patch operations as JSON.
+    fn ops(ops: Vec<PatchOperation>) -> Vec<Value> {
+        ops.iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
+
+    fn stamp_announce(caller: &Caller, leader_ns: &str, mca: &Value) -> Vec<Value> {
+        ops(super::stamp_announce(caller, leader_ns, &typed(mca)))
+    }
+
+    fn mutate_resource_export(re: &Value) -> Vec<Value> {
+        ops(super::mutate_resource_export(&typed(re)))
+    }
 
     const NS: &str = "antrea-multicluster";
 
