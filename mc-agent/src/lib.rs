@@ -11,6 +11,7 @@ pub mod exposure;
 pub mod host;
 pub mod kube_proxy;
 pub mod netfilter;
+pub mod pods;
 pub mod policy;
 pub mod probe;
 pub mod reject;

@@ -11,9 +11,8 @@
 
 use std::{collections::BTreeSet, net::Ipv4Addr, process::Command};
 
+use mc_api::net::Prefix;
 use serde::Deserialize;
-
-use crate::state::Prefix;
 
 /// `proto` of Strait's routes (`ip route show table all proto 167`).
 pub const ROUTE_PROTO: &str = "167";

@@ -12,6 +12,10 @@ use std::{
 
 pub use mc_api::net::Prefix;
 
+// Defined in `pods` (policy.rs reads it too, without importing this module); this path stays
+// the one the integration tests and xtask use.
+pub use crate::pods::PodObject;
+
 use mc_api::labelidentity::{MAX_ID, normalized_label};
 use mc_common::dataplane::{
     CONFIG_MASQ_IDS, CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, CONFIG_ROUTED_VIA_GATEWAY,
@@ -21,21 +25,7 @@ use mc_common::dataplane::{
     ROUTE_NO_WIREGUARD_PEER, RemoteRoute, SenderId, SenderIdKey, WireGuardConfig,
 };
 
-/// A Pod of this Node, as read from the API.
-#[derive(Clone, Debug, Default)]
-pub struct PodObject {
-    pub namespace: String,
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    /// `status.podIPs`.
-    pub ips: Vec<String>,
-    /// A host-network Pod shares the Node's address: no identity of its own.
-    pub host_network: bool,
-    /// Succeeded or Failed: its address may already be another Pod's.
-    pub finished: bool,
-    /// `status.hostIP`: the address of its Node.
-    pub host_ip: Option<String>,
-}
+use crate::wireguard::WireGuardPeer;
 
 /// A Gateway object of the local cluster, as read from the API.
 #[derive(Clone, Debug, Default)]
@@ -111,15 +101,6 @@ pub struct Inputs {
     /// The gateway's WireGuard device as the agent found it (its `port` is not read here);
     /// `None`: not up.
     pub wireguard_device: Option<WireGuardConfig>,
-}
-
-/// A remote gateway as a WireGuard peer of this gateway: its key, where it listens, and the one
-/// address it may send from inside the tunnel (its `gatewayIP`, the outer source of its Geneve).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WireGuardPeer {
-    pub cluster_id: String,
-    pub public_key: [u8; 32],
-    pub endpoint: std::net::SocketAddrV4,
 }
 
 /// A remote cluster as it ended up in the maps.

@@ -26,7 +26,15 @@ use boringtun::{
     x25519::{PublicKey, StaticSecret},
 };
 
-pub use crate::state::WireGuardPeer;
+/// A remote gateway as a WireGuard peer of this gateway: its key, where it listens, and the one
+/// address it may send from inside the tunnel (its `gatewayIP`, the outer source of its Geneve).
+/// [`crate::state::desired`] makes them; [`Device::set_peers`] configures them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WireGuardPeer {
+    pub cluster_id: String,
+    pub public_key: [u8; 32],
+    pub endpoint: std::net::SocketAddrV4,
+}
 
 /// The gateway's WireGuard device (Antrea's is `antrea-mc-wg0`).
 pub const DEVICE: &str = "strait-wg0";

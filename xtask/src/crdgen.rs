@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, bail};
 
-use crate::paths::repo_root;
+use testbed::paths::repo_root;
 
 pub fn run(check: bool) -> anyhow::Result<()> {
     let deploy = repo_root().join("deploy");

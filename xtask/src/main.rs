@@ -1,13 +1,11 @@
-//! `cargo xtask <command>`: the project's own tasks.
+//! `cargo xtask <command>`: the project's own tasks. The CLI and its dispatch; the testbed and
+//! the images are the `strait-testbed` crate (`testbed/`), the benchmarks `strait-bench`
+//! (`bench/`).
 
-mod bench;
-mod bench_dataplane;
 mod crdgen;
-mod image;
-mod paths;
-mod testbed;
 
 use clap::{Parser, Subcommand};
+use testbed::image;
 
 #[derive(Parser)]
 #[command(about = "Strait project tasks")]

@@ -9,16 +9,14 @@ use std::{process::Command as Cmd, time::Duration};
 use anyhow::{Context as _, bail};
 use serde_json::json;
 
-use super::{
-    ip, kubectl_for, netns_exists,
+use crate::{
+    image,
+    paths::{TEST_SERVER, kube_bin_dir},
     proc::run as exec,
-    runtime, say,
+    runtime,
+    shared::{ip, kubectl_for, netns_exists, say},
     topology::{Cluster, TestNode},
 };
-use crate::image;
-
-/// Where the testbed Pods' server lives in the tools image (images/test-tools).
-pub const TEST_SERVER: &str = "/usr/local/bin/strait-test-server";
 
 /// The host's name for a Pod's network namespace.
 pub fn netns_name(cluster: &str, pod: &str) -> String {
@@ -26,21 +24,18 @@ pub fn netns_name(cluster: &str, pod: &str) -> String {
 }
 
 fn kubectl(cluster: &Cluster) -> anyhow::Result<Cmd> {
-    Ok(kubectl_for(
-        &super::kube_bin_dir()?.join("kubectl"),
-        cluster,
-    ))
+    Ok(kubectl_for(&kube_bin_dir()?.join("kubectl"), cluster))
 }
 
-/// The Pod `name` on `node`: its server (`--serve-http`) or a shell that sleeps; waits until it is
-/// Ready and names its network namespace.
-pub fn add(
+/// The Pod object `testbed pod add` creates: the tools image running the testbed Pods' server
+/// (`serve_http`) or a sleep, labelled `strait.io/testbed-pod` and `labels` (`key=value`).
+fn pod_manifest(
     cluster: &Cluster,
     node: &TestNode,
     name: &str,
     labels: &[String],
     serve_http: Option<u16>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<serde_json::Value> {
     let mut label_map = serde_json::Map::new();
     label_map.insert("strait.io/testbed-pod".into(), json!(name));
     for l in labels {
@@ -69,7 +64,7 @@ pub fn add(
         ]);
         container["readinessProbe"] = json!({"tcpSocket": {"port": port}, "periodSeconds": 1});
     }
-    let pod = json!({
+    Ok(json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": label_map},
@@ -78,7 +73,19 @@ pub fn add(
             "terminationGracePeriodSeconds": 1,
             "containers": [container],
         },
-    });
+    }))
+}
+
+/// The Pod `name` on `node`: its server (`--serve-http`) or a shell that sleeps; waits until it is
+/// Ready and names its network namespace.
+pub fn add(
+    cluster: &Cluster,
+    node: &TestNode,
+    name: &str,
+    labels: &[String],
+    serve_http: Option<u16>,
+) -> anyhow::Result<()> {
+    let pod = pod_manifest(cluster, node, name, labels, serve_http)?;
     // A testbed Pod of that name left by an earlier run (a test that failed before deleting
     // it) is replaced, so that tests can run again on the same testbed.
     let leftover = exec(kubectl(cluster)?.args([

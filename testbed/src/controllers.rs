@@ -8,20 +8,20 @@ use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Command as Cmd, Stdio},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 use serde::Deserialize as _;
 
-use super::{
-    admin_kubeconfig, cluster_dir, kubectl_for,
+use crate::{
+    cargo::build_bin,
+    paths::{repo_root, testbed_dir},
     proc::{self, Procs, run as exec},
-    say,
+    shared::{admin_kubeconfig, cluster_dir, kubectl_for, say},
     topology::{CLUSTERS, CORE_NETNS, Cluster},
 };
-use crate::paths::{repo_root, testbed_dir};
 
 pub const LEADER_NS: &str = "antrea-multicluster";
 pub const MEMBER_NS: &str = "kube-system";
@@ -129,52 +129,6 @@ fn register_webhooks(kubectl: &Path, instance: &Instance) -> anyhow::Result<()> 
     }
     apply(kubectl, cluster, &docs.join("---\n"))
         .with_context(|| format!("registering the {role} webhooks in {}", cluster.name))
-}
-
-/// Builds one binary of the workspace (the `dist` profile it ships with, or debug) and returns the path cargo
-/// reports for it.
-pub fn build_bin(package: &str, release: bool) -> anyhow::Result<PathBuf> {
-    build_target(package, package, release)
-}
-
-/// Builds the binary `bin` of `package` (the `dist` profile if `release`) and returns its path.
-pub fn build_target(package: &str, bin: &str, release: bool) -> anyhow::Result<PathBuf> {
-    build_target_env(package, bin, release, &[])
-}
-
-/// As [`build_target`], with these variables in the build's environment (`STRAIT_BUILD_ID`).
-pub fn build_target_env(
-    package: &str,
-    bin: &str,
-    release: bool,
-    env: &[(&str, &str)],
-) -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Cmd::new(cargo)
-        .envs(env.iter().copied())
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            package,
-            "--bin",
-            bin,
-            "--message-format=json-render-diagnostics",
-        ])
-        .args(release.then_some("--profile=dist"))
-        .current_dir(repo_root())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    if !out.status.success() {
-        bail!("building {package} failed");
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["target"]["name"] == bin)
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .with_context(|| format!("cargo did not report the {bin} executable"))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

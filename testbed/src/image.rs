@@ -17,8 +17,8 @@ use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
 
 use crate::{
-    paths::{node_bin_dir, pinned, repo_root},
-    testbed::controllers::{build_target, build_target_env},
+    cargo::{build_target_env, build_test_server},
+    paths::{TEST_SERVER, node_bin_dir, pinned, repo_root},
 };
 
 /// Where shipped images are published; the manifests and the chart name the same repository.
@@ -324,8 +324,7 @@ fn stage(name: &str, rootfs: &Path, env: &[(&str, &str)]) -> anyhow::Result<()> 
             }
             install(rootfs, &host_tool("curl")?, "/usr/bin/curl")?;
             install(rootfs, &host_tool("socat")?, "/usr/bin/socat")?;
-            let server = build_target("xtask", "strait-test-server", false)?;
-            install(rootfs, &server, crate::testbed::TEST_SERVER)?;
+            install(rootfs, &build_test_server()?, TEST_SERVER)?;
             std::fs::create_dir_all(rootfs.join("tmp"))?;
         }
         "test-mcs-socat" | "test-mcs-netshoot" => {

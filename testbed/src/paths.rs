@@ -4,6 +4,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
 
+/// Where the testbed Pods' server lives in the tools image (images/test-tools), run by the
+/// testbed's Pods (`testbed pod add --serve-http`).
+pub const TEST_SERVER: &str = "/usr/local/bin/strait-test-server";
+
 /// The checkout `cargo xtask` runs in: the nearest ancestor of the working directory holding
 /// `scripts/versions.env` (not the path baked in at compile time, which belongs to whichever
 /// checkout built this binary), else the checkout that built it.
@@ -18,7 +22,7 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .parent()
-                .expect("xtask lives in the workspace")
+                .expect("the testbed crate lives in the workspace")
                 .to_owned()
         })
 }

@@ -38,104 +38,10 @@ use mc_api::{
 use mc_common::dataplane::PEER_REMOTE_GATEWAY;
 use serde_json::json;
 
-use crate::{
+use testbed::{
     paths::testbed_dir,
-    testbed::{
-        self,
-        topology::{CLUSTERS, TestNode},
-    },
+    topology::{CLUSTERS, TestNode},
 };
-
-#[derive(clap::Subcommand)]
-pub enum BenchCommand {
-    /// Export→import latency for 1, 100 and 1000 Services, and the controllers' memory.
-    ControlPlane {
-        /// Service counts to measure.
-        #[arg(long, value_delimiter = ',', default_values_t = [1, 100, 1000])]
-        sizes: Vec<usize>,
-    },
-    /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through copies of one namespace topology:
-    /// TCP throughput (1 and 4 streams), request/response, small-packet rate, CPU per packet.
-    Dataplane {
-        /// Rounds (the median is printed): in each, every test runs through every variant in
-        /// turn, all the variants' topologies being up at once; a multiple of 10 balances the
-        /// order of the variants (see `turns`).
-        #[arg(long, default_value_t = 20)]
-        runs: usize,
-        /// Seconds per test and variant in a round.
-        #[arg(long, default_value_t = 2)]
-        seconds: u64,
-        /// Measure only these variants, by tag (a, a2, b, c, d, d2, e, f; e.g. `c,e,f` for the
-        /// encryption figures): every topology is still up, the rest are not run. All when
-        /// absent; the one-stream costs run only with all.
-        #[arg(long, value_delimiter = ',')]
-        variants: Vec<String>,
-    },
-}
-
-pub fn run(command: BenchCommand) -> anyhow::Result<()> {
-    match command {
-        BenchCommand::ControlPlane { sizes } => {
-            // Every run on a fresh testbed: on one kept up, each run left etcd larger (thousands
-            // of objects created and deleted) and the next was slower (all 1000 imported in
-            // 31.5, 32.8, 35.9, then 41.7, 36.5, 35.1 s over six runs on one testbed).
-            if testbed_running() {
-                eprintln!(
-                    "note: taking the running testbed down: the bench starts from a fresh one"
-                );
-                testbed::run(testbed::TestbedCommand::Down)?;
-            }
-            testbed::run(testbed::TestbedCommand::Up {
-                join: true,
-                no_nodes: true,
-                release: true,
-                processes: true,
-            })?;
-            tokio::runtime::Runtime::new()?.block_on(control_plane(sizes))
-        }
-        BenchCommand::Dataplane {
-            runs,
-            seconds,
-            variants,
-        } => {
-            let only = crate::bench_dataplane::Variant::select(&variants)?;
-            let testbed_was_up = testbed_running();
-            if testbed_was_up {
-                eprintln!(
-                    "note: the testbed is up; its API servers share the CPUs with the measurement \
-                     (`cargo xtask testbed down` first for quieter numbers)"
-                );
-            }
-            crate::bench_dataplane::run(runs.max(1), seconds.max(1), &only)?;
-            if !variants.is_empty() {
-                // A chosen few: the figures asked for, not the agent's memory.
-                return Ok(());
-            }
-            // The agent's memory with many remote clusters: real agents on the testbed's Nodes,
-            // in a joined ClusterSet (so that east has a Gateway).
-            testbed::run(testbed::TestbedCommand::Up {
-                join: true,
-                no_nodes: false,
-                release: true,
-                processes: true,
-            })?;
-            let measured =
-                tokio::runtime::Runtime::new()?.block_on(agent_memory(AGENT_REMOTE_CLUSTERS));
-            if !testbed_was_up {
-                testbed::run(testbed::TestbedCommand::Down)?;
-            }
-            measured
-        }
-    }
-}
-
-/// Whether a testbed is up (its etcd runs).
-fn testbed_running() -> bool {
-    testbed::proc::Procs::new(&testbed_dir())
-        .ok()
-        .and_then(|p| p.running("etcd"))
-        .is_some()
-}
 
 async fn client(cluster: &str) -> anyhow::Result<Client> {
     let c = CLUSTERS
@@ -608,7 +514,7 @@ async fn namespaces_gone(ns: &str, clients: &[&Client]) {
     }
 }
 
-async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
+pub(crate) async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
     let west = client("west").await?;
     let east = client("east").await?;
     let north = client("north").await?;
@@ -973,12 +879,12 @@ fn controller_mem_kib(name: &str) -> (u64, u64) {
 }
 
 /// Remote clusters in the agents' maps for the memory measurement (the issue's figure).
-const AGENT_REMOTE_CLUSTERS: usize = 100;
+pub(crate) const AGENT_REMOTE_CLUSTERS: usize = 100;
 
 /// Gives east's agents `n` remote clusters (ClusterInfoImports made here, unmanaged, so the
 /// member controller leaves them alone), waits until every agent's maps hold all of them, prints
 /// each agent's resident memory and removes the objects again.
-async fn agent_memory(n: usize) -> anyhow::Result<()> {
+pub(crate) async fn agent_memory(n: usize) -> anyhow::Result<()> {
     let east = CLUSTERS
         .iter()
         .find(|c| c.name == "east")

@@ -10,17 +10,13 @@ use std::{path::Path, process::Command as Cmd, time::Duration};
 
 use anyhow::Context as _;
 
-use super::{
-    admin_kubeconfig,
-    controllers::{LEADER_NS, MEMBER_NS, apply},
-    kubectl_for,
-    proc::run as exec,
-    say,
-    topology::{CLUSTERS, Cluster},
-};
 use crate::{
+    controllers::{self, LEADER_NS, MEMBER_NS, apply},
     image,
     paths::{helm_bin, repo_root, testbed_dir},
+    proc::run as exec,
+    shared::{admin_kubeconfig, kubectl_for, say},
+    topology::{CLUSTERS, Cluster},
 };
 
 const COREDNS: &str = include_str!("manifests/coredns.yaml");
@@ -182,10 +178,7 @@ pub fn wait_agents(kubectl: &Path) -> anyhow::Result<()> {
 /// default so that the tests of withdrawal stay quick: an argument added to the Deployment, as an
 /// operator would patch it (`kubectl patch --type=json`), once.
 fn withdraw_sooner(kubectl: &Path, cluster: &Cluster) -> anyhow::Result<()> {
-    let flag = format!(
-        "--withdraw-after={}",
-        super::controllers::WITHDRAW_AFTER_SECS
-    );
+    let flag = format!("--withdraw-after={}", controllers::WITHDRAW_AFTER_SECS);
     let args = exec(kubectl_for(kubectl, cluster).args([
         "get",
         "deployment",

@@ -21,15 +21,12 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{
-    cluster_dir,
-    proc::{Procs, run as exec},
-    say,
-    topology::{PodNetwork, TestNode},
-};
 use crate::{
     image,
     paths::{flannel_bin_dir, kube_bin_dir, node_bin_dir, testbed_dir},
+    proc::{self, Procs, run as exec},
+    shared::{cluster_dir, say},
+    topology::{PodNetwork, TestNode},
 };
 
 /// The standard paths each Node has for itself.
@@ -150,7 +147,7 @@ pub fn remove_cgroups() {
     pids.sort_unstable();
     pids.dedup();
     if !pids.is_empty() {
-        super::proc::terminate(&pids, Duration::from_secs(5));
+        proc::terminate(&pids, Duration::from_secs(5));
     }
     // A cgroup whose last process was just killed can still be busy for a moment.
     let deadline = Instant::now() + Duration::from_secs(10);

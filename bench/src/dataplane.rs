@@ -1344,7 +1344,7 @@ fn measure_all(
 /// Runs the bench with `only` the variants measured (every topology is up all the same, as the
 /// machine's load is part of the measurement); `only` empty: all of them.
 pub fn run(runs: usize, seconds: u64, only: &[Variant]) -> anyhow::Result<()> {
-    let agent = crate::testbed::controllers::build_bin("mc-agent", true)?;
+    let agent = testbed::cargo::build_bin("mc-agent", true)?;
     teardown();
     let measured = measure_all(runs, seconds, &agent, only);
     teardown();

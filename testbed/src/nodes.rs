@@ -19,13 +19,16 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde_json::json;
 
-use super::{
-    admin_kubeconfig, cluster_dir, controllers, ip, kubectl_for, netns_exists, pods,
+use crate::{
+    cargo::{build_bin, build_test_server},
+    controllers,
+    paths::{kube_bin_dir, testbed_dir},
+    pki, pods,
     proc::{self, Procs, run as exec},
-    runtime, say,
+    runtime,
+    shared::{admin_kubeconfig, cluster_dir, ip, kubectl_for, kubelet_mode, netns_exists, say},
     topology::{CLUSTERS, CORE_NETNS, Cluster, PodNetwork, TestNode},
 };
-use crate::paths::testbed_dir;
 
 /// MTU of every underlay link.
 const UPLINK_MTU: u32 = 1500;
@@ -191,10 +194,7 @@ fn ensure_pod_routes(node: &TestNode, kubelets: bool) -> anyhow::Result<()> {
 }
 
 fn kubectl(cluster: &Cluster) -> anyhow::Result<Cmd> {
-    Ok(kubectl_for(
-        &super::kube_bin_dir()?.join("kubectl"),
-        cluster,
-    ))
+    Ok(kubectl_for(&kube_bin_dir()?.join("kubectl"), cluster))
 }
 
 /// Registers the Node object as the kubelet would, Ready, gateway candidate if first.
@@ -214,7 +214,7 @@ fn register(node: &TestNode) -> anyhow::Result<()> {
 }
 
 fn apply(cluster: &Cluster, manifest: &str) -> anyhow::Result<()> {
-    controllers::apply(&super::kube_bin_dir()?.join("kubectl"), cluster, manifest)
+    controllers::apply(&kube_bin_dir()?.join("kubectl"), cluster, manifest)
 }
 
 /// Sets the Node's addresses and Ready condition (the kubelet's job).
@@ -292,7 +292,7 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
     let agent = if kubelets {
         None
     } else {
-        Some(controllers::build_bin("mc-agent", release)?)
+        Some(build_bin("mc-agent", release)?)
     };
     for node in TestNode::all() {
         ensure_pod_routes(&node, kubelets)?;
@@ -338,7 +338,7 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
                 format!("--health-addr={}:9090", node.ip()),
                 format!(
                     "--state-dir={}",
-                    super::runtime::node_dir(&node).join("state").display()
+                    runtime::node_dir(&node).join("state").display()
                 ),
             ],
         )? {
@@ -355,10 +355,10 @@ pub fn up(procs: &Procs, bin: &Path, release: bool, kubelets: bool) -> anyhow::R
 /// namespace to its Pods (the API servers reach webhooks at their Pods' addresses).
 fn runtime_up(procs: &Procs, node: &TestNode) -> anyhow::Result<()> {
     let pki = cluster_dir(&node.cluster).join("pki");
-    let user = super::pki::ensure_node(&pki, node.name)?;
+    let user = pki::ensure_node(&pki, node.name)?;
     std::fs::write(
         cluster_dir(&node.cluster).join(format!("kubelet-{}.kubeconfig", node.name)),
-        super::pki::kubeconfig(&pki, &node.cluster, &user)?,
+        pki::kubeconfig(&pki, &node.cluster, &user)?,
     )?;
     runtime::up(procs, node, &mount_ns(node), POD_MTU)?;
     sh(
@@ -487,6 +487,21 @@ fn node(cluster: &str, name: &str) -> anyhow::Result<TestNode> {
     })
 }
 
+/// The lowest address of the Node's Pod /24, from .10, that no Pod recorded in `dir` has.
+fn free_pod_ip(dir: &Path, c: &Cluster, n: &TestNode) -> anyhow::Result<String> {
+    let used: Vec<String> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<PodRecord>(&b).ok())
+        .map(|r| r.ip)
+        .collect();
+    let prefix = format!("10.{}.{}.", c.pod_octet, n.index);
+    (10..250)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|a| !used.contains(a))
+        .context("the Node's Pod CIDR is full")
+}
+
 /// `testbed pod add`: a Pod namespace behind a Node and its Pod object, Running and Ready.
 pub fn pod_add(
     cluster_name: &str,
@@ -500,7 +515,7 @@ pub fn pod_add(
     if !netns_exists(&n.netns()) {
         bail!("Node {cluster_name}/{node_name} is not up: run `cargo xtask testbed up`");
     }
-    if super::kubelet_mode() {
+    if kubelet_mode() {
         return pods::add(&c, &n, name, labels, serve_http);
     }
     let dir = pods_dir(&c);
@@ -509,18 +524,7 @@ pub fn pod_add(
     if record_path.exists() {
         bail!("Pod {cluster_name}/{name} exists already (`testbed pod del {cluster_name} {name}`)");
     }
-    // Lowest free address of the Node's /24, from .10.
-    let used: Vec<String> = std::fs::read_dir(&dir)?
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path()).ok())
-        .filter_map(|b| serde_json::from_slice::<PodRecord>(&b).ok())
-        .map(|r| r.ip)
-        .collect();
-    let prefix = format!("10.{}.{}.", c.pod_octet, n.index);
-    let ip_addr = (10..250)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|a| !used.contains(a))
-        .context("the Node's Pod CIDR is full")?;
+    let ip_addr = free_pod_ip(&dir, &c, &n)?;
     let netns = pods::netns_name(cluster_name, name);
     let veth = format!("p{:08x}", fnv(&format!("{cluster_name}/{name}")));
     ip(&["netns", "add", &netns])?;
@@ -599,7 +603,7 @@ pub fn pod_add(
     ]))?;
     if let Some(port) = serve_http {
         let procs = Procs::new(&testbed_dir())?;
-        let server = controllers::build_target("xtask", "strait-test-server", false)?;
+        let server = build_test_server()?;
         procs.ensure(
             &format!("{cluster_name}-pod-{name}-http"),
             &netns,
@@ -619,7 +623,7 @@ pub fn pod_add(
 /// `testbed pod del`.
 pub fn pod_del(cluster_name: &str, name: &str) -> anyhow::Result<()> {
     let c = cluster(cluster_name)?;
-    if super::kubelet_mode() {
+    if kubelet_mode() {
         return pods::del(&c, name);
     }
     let record_path = pods_dir(&c).join(format!("{name}.json"));
@@ -658,7 +662,7 @@ pub fn exec_in(target: &str, command: &[String]) -> anyhow::Result<i32> {
     if let Some(n) = TestNode::find(cluster_name, name) {
         cmd.arg(format!("--net=/run/netns/{}", n.netns()))
             .arg(format!("--mount={}", mount_ns(&n).display()));
-    } else if super::kubelet_mode() {
+    } else if kubelet_mode() {
         return pods::exec_in(&c, name, command);
     } else {
         let record: PodRecord = serde_json::from_slice(
@@ -676,7 +680,7 @@ pub fn exec_in(target: &str, command: &[String]) -> anyhow::Result<i32> {
 
 /// `testbed load <archive>...`: into every Node's containerd.
 pub fn load(archives: &[PathBuf]) -> anyhow::Result<()> {
-    if !super::kubelet_mode() {
+    if !kubelet_mode() {
         bail!("the testbed's Nodes have no containerd (it was brought up with --processes)");
     }
     for archive in archives {
@@ -694,7 +698,7 @@ pub fn load(archives: &[PathBuf]) -> anyhow::Result<()> {
 /// `testbed node stop|start <cluster> <node>`: the Node's kubelet.
 pub fn kubelet(cluster_name: &str, node_name: &str, run: bool) -> anyhow::Result<()> {
     let n = node(cluster_name, node_name)?;
-    if !super::kubelet_mode() {
+    if !kubelet_mode() {
         bail!("the testbed's Nodes have no kubelets (it was brought up with --processes)");
     }
     let procs = Procs::new(&testbed_dir())?;
@@ -715,7 +719,7 @@ pub fn kubelet(cluster_name: &str, node_name: &str, run: bool) -> anyhow::Result
 /// With kubelet Nodes, stops or starts the Node's kubelet and waits for the condition it gives.
 pub fn node_ready(cluster_name: &str, node_name: &str, ready: bool) -> anyhow::Result<()> {
     let n = node(cluster_name, node_name)?;
-    if super::kubelet_mode() {
+    if kubelet_mode() {
         return pods::node_ready(&n.cluster, &n, ready, || {
             kubelet(cluster_name, node_name, ready)
         });

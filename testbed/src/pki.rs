@@ -4,7 +4,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
-use super::topology::Cluster;
+use crate::topology::Cluster;
 
 fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new("openssl")
