@@ -312,7 +312,9 @@ fn sender_identities(inputs: &Inputs) -> BTreeMap<SenderIdKey, SenderId> {
     out
 }
 
-/// Computes the desired map contents.
+/// Computes the desired map contents: this Node's Pod identities, then (given a Node IP and an
+/// active Gateway) the config, WireGuard, stretched policy, exposure, the remote clusters'
+/// routes and peers, the gateway's local peers and the route generation, in that order.
 pub fn desired(inputs: &Inputs) -> Desired {
     let mut out = Desired::default();
     pod_identities(inputs, &mut out);
@@ -323,12 +325,62 @@ pub fn desired(inputs: &Inputs) -> Desired {
         ));
         return out;
     };
+    let Some(local) = active_gateway(inputs, node_ip, &mut out) else {
+        out.not_ready = Some(no_gateway_reason(inputs));
+        return out;
+    };
+    out.config = local_config(inputs, &local);
+    if local.is_gateway && inputs.encryption {
+        wireguard_device(inputs, &mut out);
+    }
+    if inputs.stretched_policy && local.is_gateway {
+        out.sender_ids = sender_identities(inputs);
+    }
+    if inputs.stretched_policy {
+        stretched_policy(inputs, local.is_gateway, &mut out);
+    }
+    let taken = local_prefixes(inputs, local.gateway, &mut out);
+    if let Some(exported) = &inputs.exported {
+        let (exposed, left_out) = crate::exposure::entries(exported, MAX_EXPOSED as usize);
+        out.skipped.extend(left_out);
+        out.exposed = Some(exposed);
+    }
+    let mut claimed = Claimed {
+        taken,
+        held: held_addresses(inputs, &local),
+    };
+    remote_clusters(inputs, &local, &mut claimed, &mut out);
+    // Only the gateway takes tunnel traffic from local Nodes.
+    if local.is_gateway {
+        local_peers(inputs, node_ip, &mut out);
+    }
+    out.config.route_generation = route_generation(&out);
+    out
+}
 
-    // The active gateway: the Gateway object (the member controller writes one; if an operator
-    // or a failover leaves two for a moment, the first by name, as every Node will choose).
+/// This Node and the cluster's active gateway, as the rest of [`desired`] reads them.
+struct Local<'a> {
+    /// The active Gateway object.
+    gateway: &'a GatewayObject,
+    node_ip: Ipv4Addr,
+    /// The active gateway's `gatewayIP` (where remote gateways send).
+    gateway_ip: Ipv4Addr,
+    /// The active gateway's `internalIP` (where this cluster's Nodes send).
+    internal_ip: Ipv4Addr,
+    /// This Node is the active gateway.
+    is_gateway: bool,
+}
+
+/// The active gateway: the Gateway object (the member controller writes one; if an operator
+/// or a failover leaves two for a moment, the first by name, as every Node will choose) whose
+/// addresses parse. Those before it that do not are skipped, with the reason.
+fn active_gateway<'a>(
+    inputs: &'a Inputs,
+    node_ip: Ipv4Addr,
+    out: &mut Desired,
+) -> Option<Local<'a>> {
     let mut gateways: Vec<&GatewayObject> = inputs.gateways.iter().collect();
     gateways.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut active = None;
     for gw in gateways {
         let object = format!("Gateway {}", gw.name);
         match (
@@ -336,27 +388,39 @@ pub fn desired(inputs: &Inputs) -> Desired {
             parse_ip("internalIP", &object, gw.internal_ip.as_deref()),
         ) {
             (Ok(gateway_ip), Ok(internal_ip)) => {
-                active = Some((gw, gateway_ip, internal_ip));
-                break;
+                return Some(Local {
+                    gateway: gw,
+                    node_ip,
+                    gateway_ip,
+                    internal_ip,
+                    is_gateway: gw.name == inputs.node_name,
+                });
             }
             (Err(e), _) | (_, Err(e)) => out.skipped.push(e),
         }
     }
-    let Some((gateway, gateway_ip, internal_ip)) = active else {
-        out.not_ready = Some(if inputs.gateways.is_empty() {
-            "no Gateway in this cluster yet: annotate a Node with multicluster.antrea.io/gateway=true"
-                .to_owned()
-        } else {
-            "no Gateway object with a valid gatewayIP and internalIP".to_owned()
-        });
-        return out;
-    };
-    let is_gateway = gateway.name == inputs.node_name;
-    out.config = LocalConfig {
+    None
+}
+
+/// Why there is no active gateway: no Gateway object at all, or none usable.
+fn no_gateway_reason(inputs: &Inputs) -> String {
+    if inputs.gateways.is_empty() {
+        "no Gateway in this cluster yet: annotate a Node with multicluster.antrea.io/gateway=true"
+            .to_owned()
+    } else {
+        "no Gateway object with a valid gatewayIP and internalIP".to_owned()
+    }
+}
+
+/// The config entry: this Node's role, the addresses, the tunnel port and MTU, and the flags
+/// that follow from the role and the agent config.
+fn local_config(inputs: &Inputs, local: &Local) -> LocalConfig {
+    let is_gateway = local.is_gateway;
+    LocalConfig {
         role: if is_gateway { ROLE_GATEWAY } else { ROLE_NODE },
-        node_ip: node_ip.octets(),
-        gateway_internal_ip: internal_ip.octets(),
-        gateway_ip: gateway_ip.octets(),
+        node_ip: local.node_ip.octets(),
+        gateway_internal_ip: local.internal_ip.octets(),
+        gateway_ip: local.gateway_ip.octets(),
         tunnel_port: if inputs.tunnel_port == 0 {
             DEFAULT_TUNNEL_PORT
         } else {
@@ -381,62 +445,73 @@ pub fn desired(inputs: &Inputs) -> Desired {
             0
         },
         ..Default::default()
-    };
-    if is_gateway && inputs.encryption {
-        match inputs.wireguard_device {
-            Some(device) => {
-                out.wireguard = WireGuardConfig {
-                    port: inputs.wireguard_port,
-                    ..device
-                };
-            }
-            None => out.skipped.push(
-                "trafficEncryptionMode is wireGuard and the WireGuard device is not up: traffic to remote clusters is dropped (never sent in plaintext)".to_owned(),
-            ),
-        }
     }
-    if inputs.stretched_policy && is_gateway {
-        out.sender_ids = sender_identities(inputs);
-    }
-    if inputs.stretched_policy {
-        // Egress rules for this Node's Pods on every Node; ingress rules on the gateway only.
-        let no_pods = Vec::new();
-        out.policy = crate::policy::compile(
-            &inputs.policies,
-            &crate::policy::Cluster {
-                tiers: &crate::policy::tier_priorities(&inputs.tiers),
-                pods: if is_gateway {
-                    &inputs.cluster_pods
-                } else {
-                    &no_pods
-                },
-                node_pods: &inputs.pods,
-                namespace_labels: &inputs.namespace_labels,
-                label_ids: &inputs.label_ids,
-                services: &inputs.imported_services,
-                proxy_mode: inputs.proxy_mode.as_ref(),
-            },
-        );
-        let capacity = inputs.policy_capacity;
-        out.policy
-            .fit(capacity.unwrap_or(MAX_POLICY_ENTRIES as usize));
-        out.skipped.extend(
-            out.policy
-                .skipped
-                .iter()
-                .map(|s| format!("stretched NetworkPolicy: {s}")),
-        );
-        // What the policy program has to look at on this Node: nothing, on most Nodes.
-        if !out.policy.egress.is_empty() {
-            out.config.flags |= CONFIG_POLICY_EGRESS;
-        }
-        if is_gateway && !out.policy.protected.is_empty() {
-            out.config.flags |= CONFIG_POLICY_INGRESS;
-            out.config.policy_generation = out.policy.ingress_generation();
-        }
-    }
+}
 
-    // Local prefixes a remote one must not overlap.
+/// The gateway with encryption on: `mc_wireguard` from the device as the agent found it, or a
+/// reason when the device is not up (traffic is then dropped, never sent in plaintext).
+fn wireguard_device(inputs: &Inputs, out: &mut Desired) {
+    match inputs.wireguard_device {
+        Some(device) => {
+            out.wireguard = WireGuardConfig {
+                port: inputs.wireguard_port,
+                ..device
+            };
+        }
+        None => out.skipped.push(
+            "trafficEncryptionMode is wireGuard and the WireGuard device is not up: traffic to remote clusters is dropped (never sent in plaintext)".to_owned(),
+        ),
+    }
+}
+
+/// Stretched NetworkPolicy: the compiled rules (egress rules for this Node's Pods on every
+/// Node; ingress rules on the gateway only), fitted to the ingress map, their skipped parts,
+/// and the config flags that tell the policy program it has something to decide.
+fn stretched_policy(inputs: &Inputs, is_gateway: bool, out: &mut Desired) {
+    let no_pods = Vec::new();
+    out.policy = crate::policy::compile(
+        &inputs.policies,
+        &crate::policy::Cluster {
+            tiers: &crate::policy::tier_priorities(&inputs.tiers),
+            pods: if is_gateway {
+                &inputs.cluster_pods
+            } else {
+                &no_pods
+            },
+            node_pods: &inputs.pods,
+            namespace_labels: &inputs.namespace_labels,
+            label_ids: &inputs.label_ids,
+            services: &inputs.imported_services,
+            proxy_mode: inputs.proxy_mode.as_ref(),
+        },
+    );
+    let capacity = inputs.policy_capacity;
+    out.policy
+        .fit(capacity.unwrap_or(MAX_POLICY_ENTRIES as usize));
+    out.skipped.extend(
+        out.policy
+            .skipped
+            .iter()
+            .map(|s| format!("stretched NetworkPolicy: {s}")),
+    );
+    // What the policy program has to look at on this Node: nothing, on most Nodes.
+    if !out.policy.egress.is_empty() {
+        out.config.flags |= CONFIG_POLICY_EGRESS;
+    }
+    if is_gateway && !out.policy.protected.is_empty() {
+        out.config.flags |= CONFIG_POLICY_INGRESS;
+        out.config.policy_generation = out.policy.ingress_generation();
+    }
+}
+
+/// Local prefixes a remote one must not overlap, with whose they are: the local Service CIDR
+/// (skipped, with the reason, when it does not parse) and the local Pod CIDRs, summarized. With
+/// Pod-to-Pod on, the Pod CIDRs are what remote clusters may reach too (`mc_exposed_prefixes`).
+fn local_prefixes(
+    inputs: &Inputs,
+    gateway: &GatewayObject,
+    out: &mut Desired,
+) -> Vec<(Prefix, String)> {
     let mut taken: Vec<(Prefix, String)> = Vec::new();
     if let Some(cidr) = gateway.service_cidr.as_deref().filter(|c| !c.is_empty()) {
         match Prefix::parse(cidr) {
@@ -459,17 +534,17 @@ pub fn desired(inputs: &Inputs) -> Desired {
             out.exposed_prefixes.insert(p, Exposed { kind });
         }
     }
-    if let Some(exported) = &inputs.exported {
-        let (exposed, left_out) = crate::exposure::entries(exported, MAX_EXPOSED as usize);
-        out.skipped.extend(left_out);
-        out.exposed = Some(exposed);
-    }
-    // Addresses no remote prefix may hold (the second line of defence behind the leader's
-    // checks): routed toward a gateway, this Node's own traffic to them would be captured.
+    taken
+}
+
+/// Addresses no remote prefix may hold (the second line of defence behind the leader's
+/// checks): routed toward a gateway, this Node's own traffic to them would be captured. Each
+/// with whose address it is.
+fn held_addresses(inputs: &Inputs, local: &Local) -> Vec<(Ipv4Addr, String)> {
     let mut held: Vec<(Ipv4Addr, String)> = vec![
-        (node_ip, "this Node's".to_owned()),
-        (gateway_ip, "the local gateway's".to_owned()),
-        (internal_ip, "the local gateway's".to_owned()),
+        (local.node_ip, "this Node's".to_owned()),
+        (local.gateway_ip, "the local gateway's".to_owned()),
+        (local.internal_ip, "the local gateway's".to_owned()),
     ];
     held.extend(
         inputs
@@ -484,110 +559,48 @@ pub fn desired(inputs: &Inputs) -> Desired {
             .filter_map(|g| g.parse().ok())
             .map(move |ip| (ip, format!("cluster {cluster}'s gateway")))
     }));
+    held
+}
 
-    // Remote clusters in cluster-ID order, so indexes and overlap decisions are the same on every
-    // Node and after every restart.
+/// What a remote prefix must keep clear of, threaded through the remote clusters in order.
+struct Claimed {
+    /// Prefixes taken (the local ones, then each remote one routed so far), with whose they are.
+    taken: Vec<(Prefix, String)>,
+    /// Addresses no remote prefix may hold ([`held_addresses`]).
+    held: Vec<(Ipv4Addr, String)>,
+}
+
+/// The remote clusters in cluster-ID order, so indexes and overlap decisions are the same on
+/// every Node and after every restart: each admitted one gets its routes, its peer and its
+/// place in [`Desired::clusters`].
+fn remote_clusters(inputs: &Inputs, local: &Local, claimed: &mut Claimed, out: &mut Desired) {
     let mut infos: Vec<&ClusterInfoObject> = inputs.cluster_infos.iter().collect();
     infos.sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id).then(a.name.cmp(&b.name)));
     for info in infos {
         let object = format!("ClusterInfoImport {}", info.name);
-        let Some(cluster_id) = info.cluster_id.clone().filter(|c| !c.is_empty()) else {
-            out.skipped.push(format!("{object}: clusterID is empty"));
-            continue;
-        };
-        let remote_gw = match parse_ip(
-            "gatewayInfos[0].gatewayIP",
-            &object,
-            info.gateway_ips.first().map(String::as_str),
-        ) {
-            Ok(ip) => ip,
+        let (cluster_id, remote_gw) = match admit_cluster(inputs, local, info, &object, out) {
+            Ok(admitted) => admitted,
             Err(e) => {
                 out.skipped.push(e);
                 continue;
             }
         };
-        if remote_gw == node_ip || inputs.local_nodes.contains(&remote_gw) {
-            out.skipped.push(format!(
-                "{object}: gateway {remote_gw} is a Node of this cluster"
-            ));
-            continue;
-        }
-        // One entry per cluster and per gateway: a second import of a cluster (a stale one
-        // under another name) or a gateway two clusters claim would overwrite the first's peer.
-        if let Some(first) = out
-            .clusters
-            .iter()
-            .find(|c| c.cluster_id == cluster_id || c.gateway_ip == remote_gw)
-        {
-            out.skipped.push(if first.cluster_id == cluster_id {
-                format!(
-                    "{object}: cluster {cluster_id} is already imported (gateway {})",
-                    first.gateway_ip
-                )
-            } else {
-                format!(
-                    "{object}: gateway {remote_gw} is already cluster {}'s",
-                    first.cluster_id
-                )
-            });
-            continue;
-        }
         let index = out.clusters.len() as u32 + 1;
-        let encrypted_route = if is_gateway {
-            wireguard_peer(inputs, info, &cluster_id, remote_gw, &mut out)
+        let encrypted_route = if local.is_gateway {
+            wireguard_peer(inputs, info, &cluster_id, remote_gw, out)
         } else {
             0
         };
-        let mut wanted: Vec<&str> = info.service_cidr.as_deref().into_iter().collect();
-        if inputs.pod_to_pod {
-            wanted.extend(info.pod_cidrs.iter().map(String::as_str));
-        }
-        let mut prefixes = Vec::new();
-        for cidr in wanted {
-            let prefix = match Prefix::parse(cidr) {
-                Ok(p) => p,
-                Err(e) => {
-                    out.skipped.push(format!("{object}: {e}"));
-                    continue;
-                }
-            };
-            if let Some(why) = prefix.special() {
-                out.skipped.push(format!("{object}: {why}; not routed"));
-                continue;
-            }
-            if let Some((ip, what)) = held
-                .iter()
-                .find(|(ip, _)| prefix.contains(&Prefix::new(*ip, 32)))
-            {
-                out.skipped.push(format!(
-                    "{object}: {prefix} holds {ip}, {what} address; not routed (the route would capture traffic to it)"
-                ));
-                continue;
-            }
-            // A prefix covering the uplink's whole subnet would take the Node off its link (one
-            // inside a wide flat subnet is routed: the addresses above stay protected).
-            if let Some(u) = inputs.uplink_subnets.iter().find(|u| prefix.contains(u)) {
-                out.skipped.push(format!(
-                    "{object}: {prefix} covers the uplink's subnet {u}; not routed"
-                ));
-                continue;
-            }
-            if let Some((_, owner)) = taken.iter().find(|(t, _)| t.overlaps(&prefix)) {
-                out.skipped.push(format!(
-                    "{object}: {prefix} overlaps {owner}; not routed (CIDRs in a ClusterSet must not overlap)"
-                ));
-                continue;
-            }
-            taken.push((prefix, format!("{cidr} of cluster {cluster_id}")));
-            out.routes.insert(
-                prefix,
-                RemoteRoute {
-                    cluster: index | encrypted_route,
-                    gateway_ip: remote_gw.octets(),
-                },
-            );
-            prefixes.push(prefix);
-        }
+        let route = RemoteRoute {
+            cluster: index | encrypted_route,
+            gateway_ip: remote_gw.octets(),
+        };
+        let remote = Remote {
+            object: &object,
+            cluster_id: &cluster_id,
+            route,
+        };
+        let prefixes = remote_prefixes(inputs, info, &remote, claimed, out);
         out.peers.insert(
             remote_gw,
             Peer {
@@ -602,23 +615,147 @@ pub fn desired(inputs: &Inputs) -> Desired {
             prefixes,
         });
     }
+}
 
-    // Only the gateway takes tunnel traffic from local Nodes.
-    if is_gateway {
-        for &ip in &inputs.local_nodes {
-            if ip != node_ip && !out.peers.contains_key(&ip) {
-                out.peers.insert(
-                    ip,
-                    Peer {
-                        kind: PEER_LOCAL_NODE,
-                        cluster: 0,
-                    },
-                );
+/// A ClusterInfoImport's cluster ID and gateway address, or why it is skipped: no cluster ID,
+/// no usable gateway address, a gateway that is a Node of this cluster, or a cluster or gateway
+/// already imported (a stale import under another name, or a gateway two clusters claim, would
+/// overwrite the first's peer).
+fn admit_cluster(
+    inputs: &Inputs,
+    local: &Local,
+    info: &ClusterInfoObject,
+    object: &str,
+    out: &Desired,
+) -> Result<(String, Ipv4Addr), String> {
+    let Some(cluster_id) = info.cluster_id.clone().filter(|c| !c.is_empty()) else {
+        return Err(format!("{object}: clusterID is empty"));
+    };
+    let remote_gw = parse_ip(
+        "gatewayInfos[0].gatewayIP",
+        object,
+        info.gateway_ips.first().map(String::as_str),
+    )?;
+    if remote_gw == local.node_ip || inputs.local_nodes.contains(&remote_gw) {
+        return Err(format!(
+            "{object}: gateway {remote_gw} is a Node of this cluster"
+        ));
+    }
+    if let Some(first) = out
+        .clusters
+        .iter()
+        .find(|c| c.cluster_id == cluster_id || c.gateway_ip == remote_gw)
+    {
+        return Err(if first.cluster_id == cluster_id {
+            format!(
+                "{object}: cluster {cluster_id} is already imported (gateway {})",
+                first.gateway_ip
+            )
+        } else {
+            format!(
+                "{object}: gateway {remote_gw} is already cluster {}'s",
+                first.cluster_id
+            )
+        });
+    }
+    Ok((cluster_id, remote_gw))
+}
+
+/// An admitted remote cluster, as its routes and messages name it.
+struct Remote<'a> {
+    /// `ClusterInfoImport <name>`, for messages.
+    object: &'a str,
+    cluster_id: &'a str,
+    /// The route each of its prefixes gets.
+    route: RemoteRoute,
+}
+
+/// The remote cluster's prefixes that are routed (its Service CIDR, and its Pod CIDRs with
+/// Pod-to-Pod on): each one that parses and keeps clear of what is claimed gets a route and is
+/// taken; the others are skipped with the reason.
+fn remote_prefixes(
+    inputs: &Inputs,
+    info: &ClusterInfoObject,
+    remote: &Remote,
+    claimed: &mut Claimed,
+    out: &mut Desired,
+) -> Vec<Prefix> {
+    let object = remote.object;
+    let mut wanted: Vec<&str> = info.service_cidr.as_deref().into_iter().collect();
+    if inputs.pod_to_pod {
+        wanted.extend(info.pod_cidrs.iter().map(String::as_str));
+    }
+    let mut prefixes = Vec::new();
+    for cidr in wanted {
+        let prefix = match Prefix::parse(cidr) {
+            Ok(p) => p,
+            Err(e) => {
+                out.skipped.push(format!("{object}: {e}"));
+                continue;
             }
+        };
+        if let Some(why) = unroutable(object, prefix, &inputs.uplink_subnets, claimed) {
+            out.skipped.push(why);
+            continue;
+        }
+        claimed
+            .taken
+            .push((prefix, format!("{cidr} of cluster {}", remote.cluster_id)));
+        out.routes.insert(prefix, remote.route);
+        prefixes.push(prefix);
+    }
+    prefixes
+}
+
+/// Why a remote prefix is not routed, if it is not: a special range, one that holds a claimed
+/// address, covers the uplink's subnet or overlaps a taken prefix.
+fn unroutable(
+    object: &str,
+    prefix: Prefix,
+    uplink_subnets: &[Prefix],
+    claimed: &Claimed,
+) -> Option<String> {
+    if let Some(why) = prefix.special() {
+        return Some(format!("{object}: {why}; not routed"));
+    }
+    if let Some((ip, what)) = claimed
+        .held
+        .iter()
+        .find(|(ip, _)| prefix.contains(&Prefix::new(*ip, 32)))
+    {
+        return Some(format!(
+            "{object}: {prefix} holds {ip}, {what} address; not routed (the route would capture traffic to it)"
+        ));
+    }
+    // A prefix covering the uplink's whole subnet would take the Node off its link (one
+    // inside a wide flat subnet is routed: the addresses above stay protected).
+    if let Some(u) = uplink_subnets.iter().find(|u| prefix.contains(u)) {
+        return Some(format!(
+            "{object}: {prefix} covers the uplink's subnet {u}; not routed"
+        ));
+    }
+    if let Some((_, owner)) = claimed.taken.iter().find(|(t, _)| t.overlaps(&prefix)) {
+        return Some(format!(
+            "{object}: {prefix} overlaps {owner}; not routed (CIDRs in a ClusterSet must not overlap)"
+        ));
+    }
+    None
+}
+
+/// The gateway: the cluster's other Nodes as local peers (it takes their tunnel traffic),
+/// unless the address is already a remote gateway's peer.
+fn local_peers(inputs: &Inputs, node_ip: Ipv4Addr, out: &mut Desired) {
+    for &ip in &inputs.local_nodes {
+        if ip != node_ip && !out.peers.contains_key(&ip) {
+            out.peers.insert(
+                ip,
+                Peer {
+                    kind: PEER_LOCAL_NODE,
+                    cluster: 0,
+                },
+            );
         }
     }
-    out.config.route_generation = route_generation(&out);
-    out
 }
 
 /// The gateway: the remote cluster's gateway as a WireGuard peer (encryption on) and the flag
