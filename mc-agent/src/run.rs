@@ -90,6 +90,8 @@ struct WireGuardUp {
     public_key: String,
 }
 
+/// `mc-agent run`: the watches, the prober's task and the agent's reconcile loop, until the
+/// process stops; with `enableGateway` off, nothing (ready, idle).
 pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::Result<()> {
     tracing::info!(version = crate::VERSION, "mc-agent starting");
     if !opts.config.enable_gateway {
@@ -115,51 +117,7 @@ pub async fn run(client: Client, opts: RunOptions, metrics: Metrics) -> anyhow::
     let stretched = opts
         .config
         .enable_stretched_network_policy
-        .then(|| Stretched {
-            pods: Watched::trimmed(
-                Api::<Pod>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "Pod",
-                trim_pod,
-            ),
-            acnps: Watched::new(
-                Api::<ClusterNetworkPolicy>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "ClusterNetworkPolicy",
-            ),
-            anps: Watched::new(
-                Api::<AntreaNetworkPolicy>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "NetworkPolicy.crd.antrea.io",
-            ),
-            tiers: Watched::new(
-                Api::<Tier>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "Tier",
-            ),
-            service_imports: Watched::new(
-                Api::<ServiceImport>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "ServiceImport",
-            ),
-            namespaces: Watched::new(
-                Api::<Namespace>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "Namespace",
-            ),
-            identities: Watched::new(
-                Api::<LabelIdentity>::all(client.clone()),
-                Default::default(),
-                trigger.clone(),
-                "LabelIdentity",
-            ),
-        });
+        .then(|| Stretched::new(&client, &trigger));
     let nodes = Watched::new(
         Api::<Node>::all(client.clone()),
         Default::default(),
@@ -231,6 +189,55 @@ struct Stretched {
 }
 
 impl Stretched {
+    /// The watches of stretched NetworkPolicy, each firing `trigger`.
+    fn new(client: &Client, trigger: &Trigger) -> Self {
+        Self {
+            pods: Watched::trimmed(
+                Api::<Pod>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "Pod",
+                trim_pod,
+            ),
+            acnps: Watched::new(
+                Api::<ClusterNetworkPolicy>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "ClusterNetworkPolicy",
+            ),
+            anps: Watched::new(
+                Api::<AntreaNetworkPolicy>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "NetworkPolicy.crd.antrea.io",
+            ),
+            tiers: Watched::new(
+                Api::<Tier>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "Tier",
+            ),
+            service_imports: Watched::new(
+                Api::<ServiceImport>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "ServiceImport",
+            ),
+            namespaces: Watched::new(
+                Api::<Namespace>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "Namespace",
+            ),
+            identities: Watched::new(
+                Api::<LabelIdentity>::all(client.clone()),
+                Default::default(),
+                trigger.clone(),
+                "LabelIdentity",
+            ),
+        }
+    }
+
     /// Writes the `EnforcedByStrait` condition where it changed (merge patch of the status:
     /// these CRDs are Strait's, no other writer shares their conditions). Returns the failures.
     async fn write_conditions(
@@ -530,34 +537,7 @@ impl Reconciler for Agent {
 
     /// Every pass recomputes everything (a handful of objects): `_work` is not read.
     async fn pass(&mut self, _work: Work) -> usize {
-        // kube-proxy's mode: for stretched policy's enforcement, and for `strait_agent_info`
-        // (`mcctl diagnose`).
-        if self
-            .proxy_asked
-            .is_none_or(|at| at.elapsed() >= ASK_PROXY_EVERY)
-        {
-            self.proxy_asked = Some(Instant::now());
-            let node_ip = self
-                .nodes
-                .get(None, &self.opts.node_name)
-                .and_then(|n| internal_ip(&n));
-            let mut addrs = vec![SocketAddr::from(([127, 0, 0, 1], KUBE_PROXY_METRICS_PORT))];
-            addrs.extend(node_ip.map(|ip| SocketAddr::from((ip, KUBE_PROXY_METRICS_PORT))));
-            let mode = crate::kube_proxy::ask(&addrs).await;
-            if mode != self.proxy_mode {
-                match &mode {
-                    Some(ProxyMode::Ipvs) if self.stretched.is_some() => tracing::warn!(
-                        "kube-proxy runs in IPVS mode: ClusterSet-scoped ingress rules are not enforced for flows to ClusterIP exports (the policies' EnforcedByStrait condition says so)"
-                    ),
-                    Some(m) => tracing::info!(mode = m.as_str(), "kube-proxy's mode"),
-                    None => tracing::info!(
-                        ?addrs,
-                        "kube-proxy did not say its mode (/proxyMode): assumed to choose backends before netfilter's PREROUTING ends, as iptables and nftables modes do"
-                    ),
-                }
-            }
-            self.proxy_mode = mode;
-        }
+        self.ask_proxy_mode().await;
         if self.exports.is_none() && self.may_be_gateway() {
             tracing::info!(
                 "this Node may be the gateway: watching the ServiceExports, Services and EndpointSlices (remote clusters reach only what was exported)"
@@ -633,6 +613,38 @@ impl Reconciler for Agent {
 }
 
 impl Agent {
+    /// Asks kube-proxy its mode (at most every [`ASK_PROXY_EVERY`]; logged when it changes):
+    /// for stretched policy's enforcement, and for `strait_agent_info` (`mcctl diagnose`).
+    async fn ask_proxy_mode(&mut self) {
+        if self
+            .proxy_asked
+            .is_some_and(|at| at.elapsed() < ASK_PROXY_EVERY)
+        {
+            return;
+        }
+        self.proxy_asked = Some(Instant::now());
+        let node_ip = self
+            .nodes
+            .get(None, &self.opts.node_name)
+            .and_then(|n| internal_ip(&n));
+        let mut addrs = vec![SocketAddr::from(([127, 0, 0, 1], KUBE_PROXY_METRICS_PORT))];
+        addrs.extend(node_ip.map(|ip| SocketAddr::from((ip, KUBE_PROXY_METRICS_PORT))));
+        let mode = crate::kube_proxy::ask(&addrs).await;
+        if mode != self.proxy_mode {
+            match &mode {
+                Some(ProxyMode::Ipvs) if self.stretched.is_some() => tracing::warn!(
+                    "kube-proxy runs in IPVS mode: ClusterSet-scoped ingress rules are not enforced for flows to ClusterIP exports (the policies' EnforcedByStrait condition says so)"
+                ),
+                Some(m) => tracing::info!(mode = m.as_str(), "kube-proxy's mode"),
+                None => tracing::info!(
+                    ?addrs,
+                    "kube-proxy did not say its mode (/proxyMode): assumed to choose backends before netfilter's PREROUTING ends, as iptables and nftables modes do"
+                ),
+            }
+        }
+        self.proxy_mode = mode;
+    }
+
     /// `strait_agent_info`: one series (value 1) whose labels say what this agent runs with,
     /// for `mcctl diagnose` and dashboards: version, kernel, attach mode, uplink and its MTU,
     /// the tunnel's MTU, kube-proxy's mode, the Node's role, which WireGuard.
@@ -838,6 +850,7 @@ impl Agent {
     }
 }
 
+/// What a pass leaves for the agent to write and report.
 struct Pass {
     /// The gateway with encryption on: the public key its Gateway object must carry.
     wireguard_key: Option<String>,
@@ -853,6 +866,20 @@ struct Pass {
     probes: Option<crate::probe::Setup>,
 }
 
+impl Pass {
+    /// A pass that stopped before the maps, for `why`: not ready, with that one problem.
+    fn failed(why: String) -> Self {
+        Pass {
+            wireguard_key: None,
+            encryption: None,
+            not_ready: Some(why.clone()),
+            problems: vec![why],
+            coverage: None,
+            probes: None,
+        }
+    }
+}
+
 /// What the watches (and kube-proxy) say, for one pass.
 struct Seen<'a> {
     gateways: &'a Watched<Gateway>,
@@ -864,101 +891,128 @@ struct Seen<'a> {
     exported: Option<Vec<ExportedService>>,
 }
 
+/// One pass over everything: finds this Node and attaches (once), computes the desired state
+/// (with the gateway's WireGuard device), then applies it step by step ([`Apply`]): the
+/// WireGuard peers, the maps, the netfilter programs, forwarding, the kernel routes, the
+/// routed-via-gateway flag and the check of the uplink's chains; and says what the agent is
+/// to write (conditions, the WireGuard key) and probe.
 fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass {
-    let Seen {
-        gateways,
-        infos,
-        nodes,
-        stretched,
-        proxy_mode,
-        exported,
-    } = seen;
-    let fail = |why: String| Pass {
-        wireguard_key: None,
-        encryption: None,
-        not_ready: Some(why.clone()),
-        problems: vec![why],
-        coverage: None,
-        probes: None,
+    let all_nodes = seen.nodes.all();
+    let node_ip = match this_node_ip(opts, seen.nodes) {
+        Ok(ip) => ip,
+        Err(why) => return Pass::failed(why),
     };
-    let all_nodes = nodes.all();
+    let a = match attached_now(opts, attached, node_ip) {
+        Ok(a) => a,
+        Err(why) => return Pass::failed(why),
+    };
+    let stretched = seen.stretched.is_some();
+    let mut inputs = pass_inputs(opts, a, node_ip, &all_nodes, seen);
+    let (mut want, wireguard_problem) = desired_with_device(opts, a, &mut inputs);
+    let toward = want.routes_toward();
+    // Only routes already in place toward this gateway, for every prefix, let the programs keep
+    // the kernel's Ethernet header (after a gateway change or a new cluster, the flag follows
+    // the routes, never leads them).
+    want.config.flags |= want.routed_flag(a.routed.as_ref());
+    let mut problems = Problems::of(&want);
+    if let Some(e) = wireguard_problem {
+        problems.fail(e);
+    }
+    let mut apply = Apply {
+        opts,
+        a,
+        want,
+        problems,
+    };
+    // The remote gateways as the device's peers (before the maps send anything their way).
+    let wireguard_key = apply.wireguard_peers();
+    let maps_written = apply.write_maps();
+    if let Err(e) = &maps_written {
+        apply.problems.fail(e.clone());
+    }
+    let policy_linked = apply.link_programs(maps_written.is_ok());
+    apply.enable_forwarding();
+    apply.sync_routes(toward, maps_written.is_ok());
+    apply.settle_routed_flag();
+    apply.check_programs_ahead();
+    let Apply {
+        a,
+        mut want,
+        problems,
+        ..
+    } = apply;
+    let is_gateway = want.config.role == mc_common::dataplane::ROLE_GATEWAY;
+    // The active gateway says on each policy what Strait enforces of it (nothing new while its
+    // policy program could not be linked: the conditions stay as they were until a pass links it).
+    let coverage = (is_gateway && stretched && policy_linked)
+        .then(|| std::mem::take(&mut want.policy.coverage));
+    let encryption = is_gateway
+        .then(|| encryption_condition(opts, &want, a.wireguard.is_some()))
+        .flatten();
+    let probes = is_gateway.then(|| probe_setup(opts, node_ip, &want, &inputs.cluster_infos));
+    Pass {
+        wireguard_key,
+        encryption,
+        not_ready: problems.not_ready,
+        problems: problems.all,
+        coverage,
+        probes,
+    }
+}
+
+/// This Node's InternalIP, or why there is none to read.
+fn this_node_ip(opts: &RunOptions, nodes: &Watched<Node>) -> Result<Ipv4Addr, String> {
     let Some(node) = nodes.get(None, &opts.node_name) else {
-        return fail(format!(
+        return Err(format!(
             "Node {:?} not found: set NODE_NAME (or --node-name) to this Node's name",
             opts.node_name
         ));
     };
-    let node_ip = internal_ip(&node);
-    let Some(node_ip) = node_ip else {
-        return fail(format!("Node {} has no IPv4 InternalIP", opts.node_name));
-    };
+    internal_ip(&node).ok_or_else(|| format!("Node {} has no IPv4 InternalIP", opts.node_name))
+}
 
+/// The attached dataplane, attaching it first when the agent has not yet.
+fn attached_now<'a>(
+    opts: &RunOptions,
+    attached: &'a mut Option<Attached>,
+    node_ip: Ipv4Addr,
+) -> Result<&'a mut Attached, String> {
     if attached.is_none() {
         // Loading and verifying the programs keeps this thread for seconds: off the runtime's
         // worker (`block_in_place` hands its queue and the I/O driver to another thread), so
         // that the watches, /readyz and a SIGTERM are served meanwhile. (Measured: a SIGTERM
         // during the load was acted on only when the load ended, 3 s later.) The agent's
         // runtime is multi-threaded (main.rs); `block_in_place` panics on a current-thread one.
-        match tokio::task::block_in_place(|| attach(opts, node_ip)) {
-            Ok(a) => *attached = Some(a),
-            Err(why) => return fail(why),
-        }
+        *attached = Some(tokio::task::block_in_place(|| attach(opts, node_ip))?);
     }
-    let Some(a) = attached.as_mut() else {
-        return fail("not attached".into());
-    };
+    attached.as_mut().ok_or_else(|| "not attached".to_owned())
+}
 
+/// What the desired state is computed from: the watched objects (`all_nodes`: the Nodes as the
+/// pass first listed them), the agent config, and what the kernel says of the uplink (its
+/// subnets, its MTU, whether it is a veth into another namespace).
+fn pass_inputs(
+    opts: &RunOptions,
+    a: &mut Attached,
+    node_ip: Ipv4Addr,
+    all_nodes: &[std::sync::Arc<Node>],
+    seen: Seen,
+) -> Inputs {
+    let Seen {
+        gateways,
+        infos,
+        stretched,
+        proxy_mode,
+        exported,
+        ..
+    } = seen;
     let mut inputs = Inputs {
         node_name: opts.node_name.clone(),
         node_ip: Some(node_ip),
-        gateways: gateways
-            .all()
-            .iter()
-            .map(|g| GatewayObject {
-                name: g.name_any(),
-                gateway_ip: g.spec.gateway_ip.clone(),
-                internal_ip: g.spec.internal_ip.clone(),
-                service_cidr: g.spec.service_cidr.clone(),
-            })
-            .collect(),
-        cluster_infos: infos
-            .all()
-            .iter()
-            .map(|c| ClusterInfoObject {
-                name: c.name_any(),
-                cluster_id: c.spec.0.cluster_id.clone(),
-                service_cidr: c.spec.0.service_cidr.clone(),
-                gateway_ips: c
-                    .spec
-                    .0
-                    .gateway_infos
-                    .iter()
-                    .filter_map(|g| g.gateway_ip.clone())
-                    .collect(),
-                pod_cidrs: c.spec.0.pod_cidrs.clone(),
-                wireguard_public_key: c
-                    .spec
-                    .0
-                    .wire_guard
-                    .as_ref()
-                    .and_then(|w| w.public_key.clone()),
-            })
-            .collect(),
+        gateways: gateway_objects(gateways),
+        cluster_infos: cluster_info_objects(infos),
         local_nodes: all_nodes.iter().filter_map(|n| internal_ip(n)).collect(),
-        // The Nodes' and those the member controller announces (it reads the CNI's own
-        // objects: Calico's IPPools, Cilium's CiliumNodes), from the Gateway.
-        local_pod_cidrs: all_nodes
-            .iter()
-            .filter_map(|n| n.spec.as_ref())
-            .flat_map(|s| s.pod_cidrs.clone().unwrap_or_default())
-            .chain(gateways.all().iter().flat_map(|g| {
-                g.annotations()
-                    .get(mc_api::names::annotations::POD_CIDRS)
-                    .map(|list| list.split(',').map(|c| c.trim().to_owned()).collect())
-                    .unwrap_or_else(Vec::new)
-            }))
-            .filter(|c| !c.is_empty())
-            .collect(),
+        local_pod_cidrs: local_pod_cidrs(all_nodes, gateways),
         pod_to_pod: opts.config.enable_pod_to_pod_connectivity,
         tunnel_port: opts.config.tunnel_port,
         uplink_subnets: routes::subnets_of(&a.uplink),
@@ -982,9 +1036,76 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         s.inputs(&mut inputs, &node_ips);
         inputs.proxy_mode = proxy_mode.cloned();
     }
-    let mut want = desired(&inputs);
-    // Encryption on: the gateway's WireGuard device (a Node that is no longer the gateway
-    // closes its own), then the state again with the device in it.
+    inputs
+}
+
+/// The Gateway objects, as the desired state reads them.
+fn gateway_objects(gateways: &Watched<Gateway>) -> Vec<GatewayObject> {
+    gateways
+        .all()
+        .iter()
+        .map(|g| GatewayObject {
+            name: g.name_any(),
+            gateway_ip: g.spec.gateway_ip.clone(),
+            internal_ip: g.spec.internal_ip.clone(),
+            service_cidr: g.spec.service_cidr.clone(),
+        })
+        .collect()
+}
+
+/// The ClusterInfoImports, as the desired state reads them.
+fn cluster_info_objects(infos: &Watched<ClusterInfoImport>) -> Vec<ClusterInfoObject> {
+    infos
+        .all()
+        .iter()
+        .map(|c| ClusterInfoObject {
+            name: c.name_any(),
+            cluster_id: c.spec.0.cluster_id.clone(),
+            service_cidr: c.spec.0.service_cidr.clone(),
+            gateway_ips: c
+                .spec
+                .0
+                .gateway_infos
+                .iter()
+                .filter_map(|g| g.gateway_ip.clone())
+                .collect(),
+            pod_cidrs: c.spec.0.pod_cidrs.clone(),
+            wireguard_public_key: c
+                .spec
+                .0
+                .wire_guard
+                .as_ref()
+                .and_then(|w| w.public_key.clone()),
+        })
+        .collect()
+}
+
+/// The local Pod CIDRs: the Nodes' and those the member controller announces (it reads the
+/// CNI's own objects: Calico's IPPools, Cilium's CiliumNodes), from the Gateway.
+fn local_pod_cidrs(all_nodes: &[std::sync::Arc<Node>], gateways: &Watched<Gateway>) -> Vec<String> {
+    all_nodes
+        .iter()
+        .filter_map(|n| n.spec.as_ref())
+        .flat_map(|s| s.pod_cidrs.clone().unwrap_or_default())
+        .chain(gateways.all().iter().flat_map(|g| {
+            g.annotations()
+                .get(mc_api::names::annotations::POD_CIDRS)
+                .map(|list| list.split(',').map(|c| c.trim().to_owned()).collect())
+                .unwrap_or_else(Vec::new)
+        }))
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// The desired state. Encryption on: the gateway's WireGuard device (a Node that is no longer
+/// the gateway closes its own), then the state again with the device in it; off: an earlier
+/// agent's kernel device is closed. Returns the device's problem too, if it has one.
+fn desired_with_device(
+    opts: &RunOptions,
+    a: &mut Attached,
+    inputs: &mut Inputs,
+) -> (Desired, Option<String>) {
+    let mut want = desired(inputs);
     let mut wireguard_problem = None;
     if !opts.config.encryption()
         && a.wireguard.is_none()
@@ -998,179 +1119,230 @@ fn pass(opts: &RunOptions, attached: &mut Option<Attached>, seen: Seen) -> Pass 
         match wireguard_up(opts, a, is_gateway, inputs.mtu) {
             Ok(Some(device)) => {
                 inputs.wireguard_device = Some(device);
-                want = desired(&inputs);
+                want = desired(inputs);
             }
             Ok(None) => {}
             Err(e) => wireguard_problem = Some(e),
         }
     }
-    let toward = want.routes_toward();
-    // Only routes already in place toward this gateway, for every prefix, let the programs keep
-    // the kernel's Ethernet header (after a gateway change or a new cluster, the flag follows
-    // the routes, never leads them).
-    want.config.flags |= want.routed_flag(a.routed.as_ref());
-    let mut problems = want.skipped.clone();
-    let mut not_ready = want.not_ready.clone();
-    if let Some(why) = &want.not_ready {
-        problems.push(why.clone());
-    }
-    if let Some(e) = wireguard_problem {
-        problems.push(e.clone());
-        not_ready = Some(e);
-    }
-    // The remote gateways as the device's peers (before the maps send anything their way).
-    let mut wireguard_key = None;
-    if let Some(wg) = a.wireguard.as_mut() {
-        if let Err(e) = wg.device.set_peers(&want.wireguard_peers) {
-            let e = e.to_string();
-            problems.push(e.clone());
-            not_ready = Some(e);
+    (want, wireguard_problem)
+}
+
+/// What went wrong in a pass so far: every problem (logged when it first appears), and why the
+/// agent is not ready, if it is not.
+struct Problems {
+    all: Vec<String>,
+    not_ready: Option<String>,
+}
+
+impl Problems {
+    /// The desired state's: its skipped entries, and why it is not ready.
+    fn of(want: &Desired) -> Self {
+        let mut all = want.skipped.clone();
+        if let Some(why) = &want.not_ready {
+            all.push(why.clone());
         }
-        wireguard_key = Some(wg.public_key.clone());
-    }
-    let mut write_maps = |want: &Desired| match a
-        .dataplane
-        .maps()
-        .map_err(|e| e.to_string())
-        .and_then(|mut maps| {
-            sync::apply(&mut maps, want).map_err(|e| format!("writing the maps: {e}"))
-        }) {
-        Ok(report) if report.changed() => {
-            log_change(want, &report);
-            Ok(())
+        Self {
+            all,
+            not_ready: want.not_ready.clone(),
         }
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
-    };
-    let maps_written = write_maps(&want);
-    if let Err(e) = &maps_written {
-        problems.push(e.clone());
-        not_ready = Some(e.clone());
     }
-    // The policy program follows the maps: linked once they hold what it decides by, taken off
-    // once they say there is nothing to decide here.
-    let mut link_failed = false;
-    if let (Ok(()), Some(hook)) = (&maps_written, a.policy.as_mut())
-        && let Err(e) = link_policy(hook, want.decides_policy())
-    {
-        link_failed = true;
-        problems.push(e.clone());
-        not_ready = Some(e);
+
+    /// A problem that leaves the agent not ready (the latest such one is the reason).
+    fn fail(&mut self, why: String) {
+        self.all.push(why.clone());
+        self.not_ready = Some(why);
     }
-    // The masquerade program stays linked (again, if something took its link away).
-    if let Some(hook) = a.masq.as_mut()
-        && let Err(e) = hook.attach()
-    {
-        let e = format!("linking the masquerade program: {e}");
-        problems.push(e.clone());
-        not_ready = Some(e);
+
+    /// A problem that leaves the agent not ready, unless something earlier in the pass already
+    /// did (whose reason stays).
+    fn fail_unless_failed(&mut self, why: String) {
+        self.all.push(why.clone());
+        self.not_ready.get_or_insert(why);
     }
-    if want.config.role == mc_common::dataplane::ROLE_GATEWAY {
-        match opts.host.set_sysctl("net/ipv4/ip_forward", "1") {
+
+    /// A problem that leaves readiness as it is.
+    fn note(&mut self, why: String) {
+        self.all.push(why);
+    }
+}
+
+/// A pass's steps on the attached dataplane once the desired state is known, in the order
+/// [`pass`] calls them: each reads the state and adds what went wrong.
+struct Apply<'a> {
+    opts: &'a RunOptions,
+    a: &'a mut Attached,
+    want: Desired,
+    problems: Problems,
+}
+
+impl Apply<'_> {
+    /// The remote gateways as the WireGuard device's peers; the device's public key, while this
+    /// agent has one up.
+    fn wireguard_peers(&mut self) -> Option<String> {
+        let wg = self.a.wireguard.as_mut()?;
+        if let Err(e) = wg.device.set_peers(&self.want.wireguard_peers) {
+            self.problems.fail(e.to_string());
+        }
+        Some(wg.public_key.clone())
+    }
+
+    /// Makes the maps equal to the desired state (logging what changed).
+    fn write_maps(&mut self) -> Result<(), String> {
+        write_maps(&mut self.a.dataplane, &self.want)
+    }
+
+    /// The netfilter programs: the policy program follows the maps (linked once they hold what
+    /// it decides by, taken off once they say there is nothing to decide here); the masquerade
+    /// program stays linked (again, if something took its link away). Returns false when the
+    /// policy program could not be linked or unlinked.
+    fn link_programs(&mut self, maps_written: bool) -> bool {
+        let mut policy_linked = true;
+        if let (true, Some(hook)) = (maps_written, self.a.policy.as_mut())
+            && let Err(e) = link_policy(hook, self.want.decides_policy())
+        {
+            policy_linked = false;
+            self.problems.fail(e);
+        }
+        if let Some(hook) = self.a.masq.as_mut()
+            && let Err(e) = hook.attach()
+        {
+            self.problems
+                .fail(format!("linking the masquerade program: {e}"));
+        }
+        policy_linked
+    }
+
+    /// The gateway forwards IPv4 (`ip_forward=1`, the old value recorded for `uninstall`).
+    fn enable_forwarding(&mut self) {
+        if self.want.config.role != mc_common::dataplane::ROLE_GATEWAY {
+            return;
+        }
+        match self.opts.host.set_sysctl("net/ipv4/ip_forward", "1") {
             Ok(Some(old)) => {
                 tracing::info!(old, "enabled IPv4 forwarding on the gateway (ip_forward=1)")
             }
             Ok(None) => {}
-            Err(e) => problems.push(format!("enabling IPv4 forwarding on the gateway: {e}")),
+            Err(e) => self
+                .problems
+                .note(format!("enabling IPv4 forwarding on the gateway: {e}")),
         }
     }
-    let prefixes: BTreeSet<_> = want.routes.keys().copied().collect();
-    // The routes follow the maps: if these could not be written, the programs may still
-    // tunnel as before, and moving the routes now could send that traffic toward another
-    // gateway. They stay as they are, and the flag waits for a pass that syncs them.
-    let synced = match maps_written {
-        Ok(()) => Some(routes::sync(&a.uplink, &prefixes, toward)),
-        Err(_) => None,
-    };
-    match synced {
-        None => a.routed = None,
-        Some(Ok(r)) => {
-            // Only what Strait's routes carry whole: a prefix another route wins (in part)
-            // keeps the Node's egress looking up the next hop itself (flag 1 stays off).
-            a.routed = toward
-                .filter(|_| !prefixes.is_empty())
-                .map(|toward| Routed {
-                    toward,
-                    prefixes: r.routed.clone(),
-                });
-            if !r.added.is_empty() || !r.removed.is_empty() {
-                tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
-            }
-            // Said once per change, as every problem (routes of someone else's win over
-            // Strait's: traffic to those addresses goes where they lead).
-            problems.extend(r.shadowed.iter().map(|s| format!("remote prefix {s}")));
-        }
-        Some(Err(e)) => {
+
+    /// The kernel routes to the remote prefixes, toward `toward`, and what they carry whole
+    /// ([`Attached::routed`]). The routes follow the maps: if these could not be written, the
+    /// programs may still tunnel as before, and moving the routes now could send that traffic
+    /// toward another gateway. They stay as they are, and the flag waits for a pass that syncs
+    /// them.
+    fn sync_routes(&mut self, toward: Option<Ipv4Addr>, maps_written: bool) {
+        let a = &mut *self.a;
+        let prefixes: BTreeSet<_> = self.want.routes.keys().copied().collect();
+        if !maps_written {
             a.routed = None;
-            let why = format!("routes to remote prefixes: {e}");
-            problems.push(why.clone());
-            not_ready.get_or_insert(why);
+            return;
+        }
+        match routes::sync(&a.uplink, &prefixes, toward) {
+            Ok(r) => {
+                // Only what Strait's routes carry whole: a prefix another route wins (in part)
+                // keeps the Node's egress looking up the next hop itself (flag 1 stays off).
+                a.routed = toward
+                    .filter(|_| !prefixes.is_empty())
+                    .map(|toward| Routed {
+                        toward,
+                        prefixes: r.routed.clone(),
+                    });
+                if !r.added.is_empty() || !r.removed.is_empty() {
+                    tracing::info!(uplink = a.uplink, added = ?r.added.iter().map(ToString::to_string).collect::<Vec<_>>(), removed = ?r.removed, "routes to remote prefixes updated");
+                }
+                // Said once per change, as every problem (routes of someone else's win over
+                // Strait's: traffic to those addresses goes where they lead).
+                for s in &r.shadowed {
+                    self.problems.note(format!("remote prefix {s}"));
+                }
+            }
+            Err(e) => {
+                a.routed = None;
+                self.problems
+                    .fail_unless_failed(format!("routes to remote prefixes: {e}"));
+            }
         }
     }
-    let routed = want.routed_flag(a.routed.as_ref());
-    let flags = (want.config.flags & !mc_common::dataplane::CONFIG_ROUTED_VIA_GATEWAY) | routed;
-    // Turning the flag on waits for a pass with nothing wrong; turning it off never waits
-    // (a failed route sync leaves the kernel's routes unknown).
-    if flags != want.config.flags && (routed == 0 || not_ready.is_none()) {
-        want.config.flags = flags;
-        if let Err(e) = write_maps(&want) {
-            problems.push(e.clone());
-            not_ready = Some(e);
+
+    /// [`CONFIG_ROUTED_VIA_GATEWAY`](mc_common::dataplane::CONFIG_ROUTED_VIA_GATEWAY) as the
+    /// routes now are, written to the maps when it changes. Turning the flag on waits for a
+    /// pass with nothing wrong; turning it off never waits (a failed route sync leaves the
+    /// kernel's routes unknown).
+    fn settle_routed_flag(&mut self) {
+        let want = &mut self.want;
+        let routed = want.routed_flag(self.a.routed.as_ref());
+        let flags = (want.config.flags & !mc_common::dataplane::CONFIG_ROUTED_VIA_GATEWAY) | routed;
+        if flags != want.config.flags && (routed == 0 || self.problems.not_ready.is_none()) {
+            want.config.flags = flags;
+            if let Err(e) = self.write_maps() {
+                self.problems.fail(e);
+            }
         }
     }
-    // Strait's programs first in the uplink's TCX chains (they attach there): a program that
-    // came before them since may end the chain before they run.
-    let ahead = a.dataplane.programs_ahead(&a.uplink);
-    if !ahead.is_empty() {
-        let e = format!(
-            "programs run before Strait's on the uplink {} ({}): traffic they end with TC_ACT_OK or TC_ACT_SHOT never reaches Strait's programs; detach them or have them attach after Strait's",
-            a.uplink,
-            ahead.join(", ")
-        );
-        problems.push(e.clone());
-        not_ready = Some(e);
+
+    /// Strait's programs first in the uplink's TCX chains (they attach there): a program that
+    /// came before them since may end the chain before they run.
+    fn check_programs_ahead(&mut self) {
+        let a = &mut *self.a;
+        let ahead = a.dataplane.programs_ahead(&a.uplink);
+        if !ahead.is_empty() {
+            self.problems.fail(format!(
+                "programs run before Strait's on the uplink {} ({}): traffic they end with TC_ACT_OK or TC_ACT_SHOT never reaches Strait's programs; detach them or have them attach after Strait's",
+                a.uplink,
+                ahead.join(", ")
+            ));
+        }
     }
-    // The active gateway says on each policy what Strait enforces of it (nothing new while its
-    // policy program could not be linked: the conditions stay as they were until a pass links it).
-    let coverage = (want.config.role == mc_common::dataplane::ROLE_GATEWAY
-        && stretched.is_some()
-        && !link_failed)
-        .then(|| std::mem::take(&mut want.policy.coverage));
-    let encryption = (want.config.role == mc_common::dataplane::ROLE_GATEWAY)
-        .then(|| encryption_condition(opts, &want, a.wireguard.is_some()))
-        .flatten();
-    let probes =
-        (want.config.role == mc_common::dataplane::ROLE_GATEWAY).then(|| crate::probe::Setup {
-            node_ip,
-            gateway_ip: Ipv4Addr::from(want.config.gateway_ip),
-            port: opts.config.tunnel_port,
-            wireguard_port: opts
-                .config
-                .encryption()
-                .then_some(opts.config.wire_guard.port),
-            targets: want
-                .clusters
-                .iter()
-                .map(|c| crate::probe::Target {
-                    cluster_id: c.cluster_id.clone(),
-                    info_name: inputs
-                        .cluster_infos
-                        .iter()
-                        .find(|i| i.cluster_id.as_deref() == Some(c.cluster_id.as_str()))
-                        .map(|i| i.name.clone())
-                        .unwrap_or_default(),
-                    gateway_ip: c.gateway_ip,
-                    index: c.index,
-                })
-                .collect(),
-        });
-    Pass {
-        wireguard_key,
-        encryption,
-        not_ready,
-        problems,
-        coverage,
-        probes,
+}
+
+/// Makes the maps equal to `want`; logs what changed, if anything did.
+fn write_maps(dataplane: &mut Dataplane, want: &Desired) -> Result<(), String> {
+    let report = dataplane
+        .maps()
+        .map_err(|e| e.to_string())
+        .and_then(|mut maps| {
+            sync::apply(&mut maps, want).map_err(|e| format!("writing the maps: {e}"))
+        })?;
+    if report.changed() {
+        log_change(want, &report);
+    }
+    Ok(())
+}
+
+/// The active gateway's prober's targets: every remote cluster's gateway, with the name of its
+/// ClusterInfoImport (where the `TunnelUp` condition goes).
+fn probe_setup(
+    opts: &RunOptions,
+    node_ip: Ipv4Addr,
+    want: &Desired,
+    cluster_infos: &[ClusterInfoObject],
+) -> crate::probe::Setup {
+    crate::probe::Setup {
+        node_ip,
+        gateway_ip: Ipv4Addr::from(want.config.gateway_ip),
+        port: opts.config.tunnel_port,
+        wireguard_port: opts
+            .config
+            .encryption()
+            .then_some(opts.config.wire_guard.port),
+        targets: want
+            .clusters
+            .iter()
+            .map(|c| crate::probe::Target {
+                cluster_id: c.cluster_id.clone(),
+                info_name: cluster_infos
+                    .iter()
+                    .find(|i| i.cluster_id.as_deref() == Some(c.cluster_id.as_str()))
+                    .map(|i| i.name.clone())
+                    .unwrap_or_default(),
+                gateway_ip: c.gateway_ip,
+                index: c.index,
+            })
+            .collect(),
     }
 }
 
@@ -1339,8 +1511,6 @@ fn link_policy(hook: &mut PolicyHook, decide: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The `EnforcedByStrait` condition of every policy whose stored one differs from what
-/// `coverage` says, as (namespace, name, condition).
 /// The Gateway's `DataplaneReady` condition for this pass's readiness, or None when the stored
 /// one already says it (its transition time kept while the status stays).
 fn dataplane_condition(not_ready: Option<&str>, stored: Option<&Condition>) -> Option<Condition> {
@@ -1367,6 +1537,8 @@ fn dataplane_condition(not_ready: Option<&str>, stored: Option<&Condition>) -> O
     Some(c)
 }
 
+/// The `EnforcedByStrait` condition of every policy whose stored one differs from what
+/// `coverage` says, as (namespace, name, condition).
 fn policy_conditions(
     coverage: &BTreeMap<(Option<String>, String), Coverage>,
     stored: &BTreeMap<(Option<String>, String), Vec<PolicyCondition>>,
@@ -1670,12 +1842,9 @@ impl UplinkPeer {
     }
 }
 
-/// The uplink's MTU, asked of the kernel in this network namespace (not from /sys, which can
-/// belong to another namespace, as in a container with the host's sysfs).
-/// The MTU the programs fit tunnel packets to: the uplink's, or the configured `tunnelMTU` where
-/// that is smaller (a path narrower than the uplink).
-/// The largest tunnel packet: the narrower of the uplink and `tunnelMTU`, less WireGuard's
-/// overhead with encryption on (on every Node: their packets cross it at the gateway).
+/// The MTU the programs fit tunnel packets to (the largest tunnel packet): the uplink's, or the
+/// configured `tunnelMTU` where that is smaller (a path narrower than the uplink), less
+/// WireGuard's overhead with encryption on (on every Node: their packets cross it at the gateway).
 fn tunnel_mtu(uplink: u32, configured: u32, encryption: bool) -> u32 {
     let path = if configured == 0 {
         uplink
@@ -1689,6 +1858,8 @@ fn tunnel_mtu(uplink: u32, configured: u32, encryption: bool) -> u32 {
     }
 }
 
+/// The uplink's MTU, asked of the kernel in this network namespace (not from /sys, which can
+/// belong to another namespace, as in a container with the host's sysfs).
 fn uplink_mtu(uplink: &str) -> u32 {
     routes::interface_mtu(uplink).unwrap_or_else(|e| {
         tracing::warn!(uplink, error = %e, "cannot read the uplink's MTU; assuming 1500");
