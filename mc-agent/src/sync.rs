@@ -15,7 +15,9 @@ use aya::{
     Pod,
     maps::{HashMap, LpmTrie, MapData, MapError, lpm_trie::Key},
 };
-use mc_common::dataplane::{ACTION_REFUSE_ALL, Peer, PodIdentity, PolicyKey, PolicyVerdict};
+use mc_common::dataplane::{
+    ACTION_REFUSE_ALL, Peer, PodIdentity, PolicyKey, PolicyVerdict, SenderIdKey,
+};
 
 use crate::{
     dataplane::DataplaneMaps,
@@ -61,160 +63,246 @@ impl std::fmt::Display for SyncError {
 
 impl std::error::Error for SyncError {}
 
+/// Makes the maps equal to `desired`, in the order the module's doc gives: new routes, peers,
+/// identities, policy and exposure first, then stale routes and peers go, then the WireGuard
+/// entry and the config, then stale identities. Each map syncs on its own: one that fails is
+/// named in the error and the others are still written.
 pub fn apply<T: BorrowMut<MapData>>(
     maps: &mut DataplaneMaps<T>,
     desired: &Desired,
 ) -> Result<SyncReport, SyncError> {
-    let mut report = SyncReport::default();
-    let mut failed: Vec<String> = Vec::new();
-    let mut note = |map: &str, r: Result<(), MapError>| {
+    let mut sync = Syncing::default();
+    let keyed = Keyed::of(desired);
+    let held = sync.write_new(maps, desired, &keyed);
+    sync.write_exposure(maps, desired);
+    sync.remove_stale_routes_and_peers(maps, desired, &keyed, &held);
+    sync.write_config(maps, desired, &held);
+    sync.remove_stale_identities(maps, desired, &keyed, &held);
+    sync.finish()
+}
+
+/// A sync in progress: what it changed, and the maps that failed.
+#[derive(Default)]
+struct Syncing {
+    report: SyncReport,
+    /// `<map>: <error>` for each map that failed.
+    failed: Vec<String>,
+}
+
+/// The desired peers and Pod identities keyed as the maps are (by the address's octets).
+struct Keyed {
+    peers: BTreeMap<[u8; 4], Peer>,
+    pod_ids: BTreeMap<[u8; 4], PodIdentity>,
+}
+
+impl Keyed {
+    fn of(desired: &Desired) -> Self {
+        Self {
+            peers: desired
+                .peers
+                .iter()
+                .map(|(a, p)| (a.octets(), *p))
+                .collect(),
+            pod_ids: desired
+                .pod_ids
+                .iter()
+                .map(|(a, i)| (a.octets(), *i))
+                .collect(),
+        }
+    }
+}
+
+/// What the first writes found in the maps whose stale entries go later: `None` for a map
+/// whose write failed (its stale entries stay until a later pass).
+struct Held {
+    routes: Option<HeldPrefixes>,
+    peers: Option<Vec<[u8; 4]>>,
+    pod_ids: Option<Vec<[u8; 4]>>,
+    sender_ids: Option<Vec<SenderIdKey>>,
+    /// The policy maps were synced whole.
+    policy: bool,
+}
+
+impl Syncing {
+    /// Records a map's result: false (and the map's error) when it failed.
+    fn note(&mut self, map: &str, r: Result<(), MapError>) -> bool {
         if let Err(e) = r {
-            failed.push(format!("{map}: {e}"));
+            self.failed.push(format!("{map}: {e}"));
             return false;
         }
         true
-    };
+    }
 
-    let mut held_routes = Vec::new();
-    let routes_ok = note(
-        mc_common::maps::ROUTES,
-        write_trie(&mut maps.routes, &desired.routes).map(|(held, n)| {
-            held_routes = held;
-            report.routes_written += n;
-        }),
-    );
-    // Keyed as the maps are.
-    let peers: BTreeMap<[u8; 4], Peer> = desired
-        .peers
-        .iter()
-        .map(|(a, p)| (a.octets(), *p))
-        .collect();
-    let pod_ids: BTreeMap<[u8; 4], PodIdentity> = desired
-        .pod_ids
-        .iter()
-        .map(|(a, i)| (a.octets(), *i))
-        .collect();
-    let mut held_peers = Vec::new();
-    let peers_ok = note(
-        mc_common::maps::PEERS,
-        write_changed(&mut maps.peers, &peers).map(|(held, n)| {
-            held_peers = held;
-            report.peers_written += n;
-        }),
-    );
-    let mut held_ids = Vec::new();
-    let ids_ok = note(
-        mc_common::maps::POD_IDS,
-        write_changed(&mut maps.pod_ids, &pod_ids).map(|(held, n)| {
-            held_ids = held;
-            report.pod_ids_written += n;
-        }),
-    );
+    /// The first phase: the desired routes, peers, Pod and sender identities written where the
+    /// maps lack them or hold them otherwise, then the policy maps ([`sync_policy`]). Returns
+    /// what those maps held before.
+    fn write_new<T: BorrowMut<MapData>>(
+        &mut self,
+        maps: &mut DataplaneMaps<T>,
+        desired: &Desired,
+        keyed: &Keyed,
+    ) -> Held {
+        let routes = write_trie(&mut maps.routes, &desired.routes);
+        let routes = self.written(mc_common::maps::ROUTES, routes, |r| &mut r.routes_written);
+        let peers = write_changed(&mut maps.peers, &keyed.peers);
+        let peers = self.written(mc_common::maps::PEERS, peers, |r| &mut r.peers_written);
+        let pod_ids = write_changed(&mut maps.pod_ids, &keyed.pod_ids);
+        let pod_ids = self.written(mc_common::maps::POD_IDS, pod_ids, |r| {
+            &mut r.pod_ids_written
+        });
+        let sender_ids = write_changed(&mut maps.sender_ids, &desired.sender_ids);
+        let sender_ids = self.written(mc_common::maps::SENDER_IDS, sender_ids, |r| {
+            &mut r.pod_ids_written
+        });
+        let policy = sync_policy(maps, desired, &mut self.report);
+        let policy = self.note(mc_common::maps::INGRESS_POLICY, policy);
+        Held {
+            routes,
+            peers,
+            pod_ids,
+            sender_ids,
+            policy,
+        }
+    }
 
-    let mut held_senders = Vec::new();
-    let senders_ok = note(
-        mc_common::maps::SENDER_IDS,
-        write_changed(&mut maps.sender_ids, &desired.sender_ids).map(|(held, n)| {
-            held_senders = held;
-            report.pod_ids_written += n;
-        }),
-    );
+    /// A write's result: what the map held before when it succeeded (the count of entries
+    /// written added to the report's `count`), else `None` (and the map's error noted).
+    fn written<K>(
+        &mut self,
+        map: &str,
+        result: Result<(K, usize), MapError>,
+        count: impl FnOnce(&mut SyncReport) -> &mut usize,
+    ) -> Option<K> {
+        match result {
+            Ok((held, n)) => {
+                *count(&mut self.report) += n;
+                Some(held)
+            }
+            Err(e) => {
+                self.note(map, Err(e));
+                None
+            }
+        }
+    }
 
-    let policy_ok = note(
-        mc_common::maps::INGRESS_POLICY,
-        sync_policy(maps, desired, &mut report),
-    );
-
-    // What remote clusters may reach: new destinations before stale ones go (a Service that
-    // moves keeps a way in). Left as it is while the exports are not known (a restarted agent
-    // keeps the pinned map until its watches have listed them).
-    if let Some(exposed) = &desired.exposed {
-        note(
-            mc_common::maps::EXPOSED,
-            write_changed(&mut maps.exposed, exposed).and_then(|(held, n)| {
+    /// What remote clusters may reach: new destinations before stale ones go (a Service that
+    /// moves keeps a way in). `mc_exposed` is left as it is while the exports are not known (a
+    /// restarted agent keeps the pinned map until its watches have listed them); then the Pod
+    /// CIDRs of `mc_exposed_prefixes`.
+    fn write_exposure<T: BorrowMut<MapData>>(
+        &mut self,
+        maps: &mut DataplaneMaps<T>,
+        desired: &Desired,
+    ) {
+        let report = &mut self.report;
+        if let Some(exposed) = &desired.exposed {
+            let result = write_changed(&mut maps.exposed, exposed).and_then(|(held, n)| {
                 report.exposed_written += n;
-                report.exposed_removed += remove_unwanted(&mut maps.exposed, held, exposed)?;
+                report.exposed_removed += remove_unwanted(&mut maps.exposed, &held, exposed)?;
                 Ok(())
-            }),
-        );
-    }
-    note(
-        mc_common::maps::EXPOSED_PREFIXES,
-        write_trie(&mut maps.exposed_prefixes, &desired.exposed_prefixes).and_then(|(held, n)| {
+            });
+            self.note(mc_common::maps::EXPOSED, result);
+        }
+        let report = &mut self.report;
+        let prefixes = &desired.exposed_prefixes;
+        let result = write_trie(&mut maps.exposed_prefixes, prefixes).and_then(|(held, n)| {
             report.exposed_written += n;
-            report.exposed_removed +=
-                remove_trie(&mut maps.exposed_prefixes, &held, &desired.exposed_prefixes)?;
+            report.exposed_removed += remove_trie(&mut maps.exposed_prefixes, &held, prefixes)?;
             Ok(())
-        }),
-    );
-
-    if routes_ok {
-        note(
-            mc_common::maps::ROUTES,
-            remove_trie(&mut maps.routes, &held_routes, &desired.routes)
-                .map(|n| report.routes_removed += n),
-        );
-    }
-    if peers_ok {
-        note(
-            mc_common::maps::PEERS,
-            remove_unwanted(&mut maps.peers, held_peers, &peers).map(|n| report.peers_removed += n),
-        );
+        });
+        self.note(mc_common::maps::EXPOSED_PREFIXES, result);
     }
 
-    // The routes and peers complete before the config names their generation: the gateway's
-    // hairpin cache keeps what it learned under the new generation from the new maps only. A
-    // map that failed gets a generation no complete state has, so that nothing learned from
-    // the mixed maps is kept once they are complete (the next pass writes the real one); the
-    // rest of the config (a new gateway, role or MTU) is written all the same.
-    // The WireGuard device before the config turns encryption on (or after it is off: a zero
-    // entry while the flag is still set only drops, counted).
-    note(
-        mc_common::maps::WIREGUARD,
-        maps.wireguard.get(&0, 0).and_then(|current| {
+    /// The second phase: the stale routes and peers go (where their write succeeded).
+    fn remove_stale_routes_and_peers<T: BorrowMut<MapData>>(
+        &mut self,
+        maps: &mut DataplaneMaps<T>,
+        desired: &Desired,
+        keyed: &Keyed,
+        held: &Held,
+    ) {
+        if let Some(held_routes) = &held.routes {
+            let result = remove_trie(&mut maps.routes, held_routes, &desired.routes)
+                .map(|n| self.report.routes_removed += n);
+            self.note(mc_common::maps::ROUTES, result);
+        }
+        if let Some(held_peers) = &held.peers {
+            let result = remove_unwanted(&mut maps.peers, held_peers, &keyed.peers)
+                .map(|n| self.report.peers_removed += n);
+            self.note(mc_common::maps::PEERS, result);
+        }
+    }
+
+    /// The third phase: the WireGuard entry, then the config, each written when it differs.
+    ///
+    /// The routes and peers complete before the config names their generation: the gateway's
+    /// hairpin cache keeps what it learned under the new generation from the new maps only. A
+    /// map that failed gets a generation no complete state has, so that nothing learned from
+    /// the mixed maps is kept once they are complete (the next pass writes the real one); the
+    /// rest of the config (a new gateway, role or MTU) is written all the same.
+    /// The WireGuard device before the config turns encryption on (or after it is off: a zero
+    /// entry while the flag is still set only drops, counted).
+    fn write_config<T: BorrowMut<MapData>>(
+        &mut self,
+        maps: &mut DataplaneMaps<T>,
+        desired: &Desired,
+        held: &Held,
+    ) {
+        let report = &mut self.report;
+        let result = maps.wireguard.get(&0, 0).and_then(|current| {
             if current != desired.wireguard {
                 maps.wireguard.set(0, &desired.wireguard, 0)?;
                 report.config_changed = true;
             }
             Ok(())
-        }),
-    );
-    let mut config = desired.config;
-    if !(routes_ok && peers_ok) {
-        config.route_generation = config.route_generation.wrapping_add(1);
-    }
-    if !policy_ok {
-        config.policy_generation = config.policy_generation.wrapping_add(1);
-    }
-    note(
-        mc_common::maps::CONFIG,
-        maps.config.get(&0, 0).and_then(|current| {
+        });
+        self.note(mc_common::maps::WIREGUARD, result);
+        let mut config = desired.config;
+        if !(held.routes.is_some() && held.peers.is_some()) {
+            config.route_generation = config.route_generation.wrapping_add(1);
+        }
+        if !held.policy {
+            config.policy_generation = config.policy_generation.wrapping_add(1);
+        }
+        let report = &mut self.report;
+        let result = maps.config.get(&0, 0).and_then(|current| {
             if current != config {
                 maps.config.set(0, &config, 0)?;
                 report.config_changed = true;
             }
             Ok(())
-        }),
-    );
+        });
+        self.note(mc_common::maps::CONFIG, result);
+    }
 
-    if ids_ok {
-        note(
-            mc_common::maps::POD_IDS,
-            remove_unwanted(&mut maps.pod_ids, held_ids, &pod_ids)
-                .map(|n| report.pod_ids_removed += n),
-        );
+    /// The last phase: the stale Pod and sender identities go (where their write succeeded).
+    fn remove_stale_identities<T: BorrowMut<MapData>>(
+        &mut self,
+        maps: &mut DataplaneMaps<T>,
+        desired: &Desired,
+        keyed: &Keyed,
+        held: &Held,
+    ) {
+        if let Some(held_ids) = &held.pod_ids {
+            let result = remove_unwanted(&mut maps.pod_ids, held_ids, &keyed.pod_ids)
+                .map(|n| self.report.pod_ids_removed += n);
+            self.note(mc_common::maps::POD_IDS, result);
+        }
+        if let Some(held_senders) = &held.sender_ids {
+            let result = remove_unwanted(&mut maps.sender_ids, held_senders, &desired.sender_ids)
+                .map(|n| self.report.pod_ids_removed += n);
+            self.note(mc_common::maps::SENDER_IDS, result);
+        }
     }
-    if senders_ok {
-        note(
-            mc_common::maps::SENDER_IDS,
-            remove_unwanted(&mut maps.sender_ids, held_senders, &desired.sender_ids)
-                .map(|n| report.pod_ids_removed += n),
-        );
-    }
-    if failed.is_empty() {
-        Ok(report)
-    } else {
-        Err(SyncError { report, failed })
+
+    /// The report, or the maps that failed with it.
+    fn finish(self) -> Result<SyncReport, SyncError> {
+        let Syncing { report, failed } = self;
+        if failed.is_empty() {
+            Ok(report)
+        } else {
+            Err(SyncError { report, failed })
+        }
     }
 }
 
@@ -257,13 +345,18 @@ fn sync_policy<T: BorrowMut<MapData>>(
     report.policy_written += n2 + n3;
     // The policy complete before the config names its generation: a verdict the gateway
     // remembers under the new generation must have been made from the new entries only.
-    report.policy_removed += remove_unwanted(&mut maps.protected_pods, held_protected, &protected)?
-        + remove_unwanted(&mut maps.egress_policy, held_egress, &desired.policy.egress)?
-        + remove_unwanted(
-            &mut maps.ingress_policy,
-            held_policy.into_keys().collect(),
-            &desired.policy.entries,
-        )?;
+    report.policy_removed +=
+        remove_unwanted(&mut maps.protected_pods, &held_protected, &protected)?
+            + remove_unwanted(
+                &mut maps.egress_policy,
+                &held_egress,
+                &desired.policy.egress,
+            )?
+            + remove_unwanted(
+                &mut maps.ingress_policy,
+                &held_policy.into_keys().collect::<Vec<_>>(),
+                &desired.policy.entries,
+            )?;
     match refused {
         Some(e) => Err(e),
         None => Ok(()),
@@ -290,7 +383,7 @@ fn write_changed<T: BorrowMut<MapData>, K: Pod + Ord, V: Pod + PartialEq>(
 /// Removes the keys of `held` that `want` has not; returns how many.
 fn remove_unwanted<T: BorrowMut<MapData>, K: Pod + Ord, V: Pod>(
     map: &mut HashMap<T, K, V>,
-    held: Vec<K>,
+    held: &[K],
     want: &BTreeMap<K, V>,
 ) -> Result<usize, MapError> {
     let mut removed = 0;
