@@ -163,94 +163,156 @@ pub fn sync(
     let mut report = RouteReport::default();
     migrate()?;
     let main = ip_json::<RouteJson>(&["-4", "route", "show", "table", "main"])?;
-    let (current, others): (Vec<RouteJson>, Vec<RouteJson>) =
+    let (ours, theirs): (Vec<RouteJson>, Vec<RouteJson>) =
         main.into_iter().partition(RouteJson::ours);
+    let table = MainTable { ours, theirs };
     if let Some(toward) = toward.filter(|_| !prefixes.is_empty()) {
         let target = toward.to_string();
-        let hop = ip_json::<RouteJson>(&["route", "get", &target])?
-            .into_iter()
-            .next()
-            .ok_or_else(|| RouteError {
-                command: format!("ip route get {target}"),
-                message: "no route to the remote gateway".into(),
-            })?;
-        if hop.dev.as_deref() != Some(uplink) {
-            tracing::warn!(
-                uplink,
-                gateway = %target,
-                dev = hop.dev.as_deref().unwrap_or("?"),
-                "the route to the remote gateway does not leave through the uplink; routing remote prefixes through the uplink anyway"
-            );
-        }
-        let metric = ROUTE_METRIC.to_string();
+        let hop = next_hop(uplink, &target)?;
+        let via = hop.gateway.as_deref().unwrap_or(&target);
         for prefix in prefixes {
-            let theirs = |r: &&RouteJson| r.prefix().is_some_and(|p| prefix.contains(&p));
-            let ours_in_place = current
-                .iter()
-                .any(|r| r.prefix() == Some(*prefix) && r.metric == Some(ROUTE_METRIC));
-            // A route of theirs with Strait's metric: `replace` could take it. Strait adds none
-            // beside it, and one of its own already there (first, so carrying the traffic) is
-            // left as it is.
-            let mut same_metric = false;
-            let mut wholly = true;
-            for other in others.iter().filter(theirs) {
-                let same = other.prefix() == Some(*prefix);
-                let metric = other.metric.unwrap_or(0);
-                if same && metric == ROUTE_METRIC {
-                    same_metric = true;
-                    if !ours_in_place {
-                        wholly = false;
-                        report.shadowed.push(format!(
-                            "{prefix} is not routed: the route {} has Strait's metric",
-                            other.describe()
-                        ));
-                    }
-                } else if same && metric > ROUTE_METRIC {
-                    // A higher metric: Strait's route wins; theirs stays.
-                } else {
-                    wholly = false;
-                    report.shadowed.push(format!(
-                        "{prefix}: the route {} wins over Strait's for {}",
-                        other.describe(),
-                        other.dst.as_deref().unwrap_or("?")
-                    ));
-                }
-            }
-            if wholly {
-                report.routed.insert(*prefix);
-            }
-            if same_metric {
-                continue;
-            }
-            let dst = prefix.to_string();
-            // `replace` also moves an existing route of Strait's to a new next hop.
-            let via = hop.gateway.as_deref().unwrap_or(&target);
-            let args = [
-                "-4",
-                "route",
-                "replace",
-                dst.as_str(),
-                "via",
-                via,
-                "dev",
-                uplink,
-                "proto",
-                ROUTE_PROTO,
-                "metric",
-                metric.as_str(),
-                "table",
-                "main",
-            ];
-            ip(&args)?;
-            if !current
-                .iter()
-                .any(|r| r.prefix() == Some(*prefix) && r.metric == Some(ROUTE_METRIC))
-            {
-                report.added.push(*prefix);
-            }
+            route_prefix(uplink, prefix, via, &table, &mut report)?;
         }
     }
-    for route in &current {
+    remove_stale(&table.ours, prefixes, toward, &mut report)?;
+    Ok(report)
+}
+
+/// The main table's IPv4 routes as a sync found them: Strait's (its protocol) and the others'.
+struct MainTable {
+    ours: Vec<RouteJson>,
+    theirs: Vec<RouteJson>,
+}
+
+/// The kernel's route toward `target` (a gateway's address); warns when it does not leave
+/// through the uplink (the remote prefixes are routed through the uplink anyway).
+fn next_hop(uplink: &str, target: &str) -> Result<RouteJson, RouteError> {
+    let hop = ip_json::<RouteJson>(&["route", "get", target])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| RouteError {
+            command: format!("ip route get {target}"),
+            message: "no route to the remote gateway".into(),
+        })?;
+    if hop.dev.as_deref() != Some(uplink) {
+        tracing::warn!(
+            uplink,
+            gateway = %target,
+            dev = hop.dev.as_deref().unwrap_or("?"),
+            "the route to the remote gateway does not leave through the uplink; routing remote prefixes through the uplink anyway"
+        );
+    }
+    Ok(hop)
+}
+
+/// Strait's route for one prefix, via `via` on `uplink`: reported as routed when it carries
+/// the prefix whole, added or moved (`replace`) unless a route of theirs has Strait's metric.
+fn route_prefix(
+    uplink: &str,
+    prefix: &Prefix,
+    via: &str,
+    table: &MainTable,
+    report: &mut RouteReport,
+) -> Result<(), RouteError> {
+    let contest = contest(prefix, table);
+    report.shadowed.extend(contest.shadowed);
+    if contest.wholly {
+        report.routed.insert(*prefix);
+    }
+    if contest.same_metric {
+        return Ok(());
+    }
+    let dst = prefix.to_string();
+    let metric = ROUTE_METRIC.to_string();
+    // `replace` also moves an existing route of Strait's to a new next hop.
+    let args = [
+        "-4",
+        "route",
+        "replace",
+        dst.as_str(),
+        "via",
+        via,
+        "dev",
+        uplink,
+        "proto",
+        ROUTE_PROTO,
+        "metric",
+        metric.as_str(),
+        "table",
+        "main",
+    ];
+    ip(&args)?;
+    if !table
+        .ours
+        .iter()
+        .any(|r| r.prefix() == Some(*prefix) && r.metric == Some(ROUTE_METRIC))
+    {
+        report.added.push(*prefix);
+    }
+    Ok(())
+}
+
+/// How the routes of others bear on Strait's route for one prefix.
+#[derive(Debug, Default, PartialEq)]
+struct Contest {
+    /// A route of theirs for the same prefix has Strait's metric: `replace` could take it, so
+    /// Strait adds none beside it.
+    same_metric: bool,
+    /// Strait's route carries every address of the prefix.
+    wholly: bool,
+    /// Each route of theirs that wins over Strait's (in part), or keeps it from being added.
+    shadowed: Vec<String>,
+}
+
+/// Weighs the routes of others inside `prefix` against Strait's: the same prefix with a lower
+/// metric wins, with a higher one loses; a longer one inside it wins for its part; one with
+/// Strait's metric keeps Strait's from being added (one of Strait's already there, first, so
+/// carrying the traffic, is left as it is).
+fn contest(prefix: &Prefix, table: &MainTable) -> Contest {
+    let theirs = |r: &&RouteJson| r.prefix().is_some_and(|p| prefix.contains(&p));
+    let ours_in_place = table
+        .ours
+        .iter()
+        .any(|r| r.prefix() == Some(*prefix) && r.metric == Some(ROUTE_METRIC));
+    let mut out = Contest {
+        wholly: true,
+        ..Default::default()
+    };
+    for other in table.theirs.iter().filter(theirs) {
+        let same = other.prefix() == Some(*prefix);
+        let metric = other.metric.unwrap_or(0);
+        if same && metric == ROUTE_METRIC {
+            out.same_metric = true;
+            if !ours_in_place {
+                out.wholly = false;
+                out.shadowed.push(format!(
+                    "{prefix} is not routed: the route {} has Strait's metric",
+                    other.describe()
+                ));
+            }
+        } else if same && metric > ROUTE_METRIC {
+            // A higher metric: Strait's route wins; theirs stays.
+        } else {
+            out.wholly = false;
+            out.shadowed.push(format!(
+                "{prefix}: the route {} wins over Strait's for {}",
+                other.describe(),
+                other.dst.as_deref().unwrap_or("?")
+            ));
+        }
+    }
+    out
+}
+
+/// Removes Strait's routes that are not wanted: a prefix not in `prefixes`, any with no
+/// `toward`, or one with another metric than Strait's.
+fn remove_stale(
+    ours: &[RouteJson],
+    prefixes: &BTreeSet<Prefix>,
+    toward: Option<Ipv4Addr>,
+    report: &mut RouteReport,
+) -> Result<(), RouteError> {
+    for route in ours {
         let wanted = route.prefix().is_some_and(|p| prefixes.contains(&p))
             && toward.is_some()
             && route.metric == Some(ROUTE_METRIC);
@@ -275,7 +337,7 @@ pub fn sync(
         ])?;
         report.removed.push(dst.to_owned());
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Takes away what an earlier version made: its routes in table 167 and the rule that looked
