@@ -11,6 +11,7 @@ use std::{
     time::Duration,
 };
 
+use kube::api::{Api, Patch, PatchParams};
 use mc_common::dataplane::{PROBE_MAGIC, PROBE_PORT, PROBE_REQUEST, PeerStats, Probe, ProbeState};
 
 /// How often each remote gateway is probed.
@@ -304,17 +305,8 @@ pub async fn run(
     layout: crate::bpffs::PinLayout,
     metrics: mc_kube::Metrics,
 ) {
-    use kube::api::{Api, Patch, PatchParams};
     let api: Api<mc_api::clusterinfo::ClusterInfoImport> = Api::namespaced(client, &namespace);
-    let mut prober: Option<Prober> = None;
-    let mut answers: Option<aya::maps::HashMap<aya::maps::MapData, [u8; 4], ProbeState>> = None;
-    let mut peer_stats = None;
-    let mut told_no_stats = false;
-    let mut traffic = PeerTraffic::default();
-    // The verdict written on each ClusterInfoImport (by its name).
-    let mut written: BTreeMap<String, Verdict> = BTreeMap::new();
-    // The (cluster, gateway) pairs whose series are out.
-    let mut exported: Vec<(String, Ipv4Addr)> = Vec::new();
+    let mut probing = Probing::new(layout, metrics);
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -323,51 +315,109 @@ pub async fn run(
             changed = setup.changed() => if changed.is_err() { return },
         }
         let Some(now) = setup.borrow_and_update().clone() else {
-            // Not the gateway (or not yet): the new gateway's agent probes and writes.
-            prober = None;
-            written.clear();
-            for (cluster, _) in exported.drain(..) {
-                forget(&metrics, "cluster", &cluster);
-            }
+            probing.stand_down();
             continue;
         };
-        if !prober
+        let Some(health) = probing.round(&now) else {
+            continue;
+        };
+        probing.peer_traffic(&now);
+        probing.forget_gone(&health);
+        probing.report(&api, &now, &health).await;
+    }
+}
+
+/// The prober task's state from one round to the next.
+struct Probing {
+    layout: crate::bpffs::PinLayout,
+    metrics: mc_kube::Metrics,
+    /// The socket and tracks, for this gateway's addresses and port.
+    prober: Option<Prober>,
+    /// `mc_probes`, once it is pinned.
+    answers: Option<aya::maps::HashMap<aya::maps::MapData, [u8; 4], ProbeState>>,
+    /// `mc_peer_stats`, once it is pinned.
+    peer_stats: Option<aya::maps::PerCpuArray<aya::maps::MapData, PeerStats>>,
+    /// Whether a missing `mc_peer_stats` was said (it is said once).
+    told_no_stats: bool,
+    traffic: PeerTraffic,
+    /// The verdict written on each ClusterInfoImport (by its name).
+    written: BTreeMap<String, Verdict>,
+    /// The (cluster, gateway) pairs whose series are out.
+    exported: Vec<(String, Ipv4Addr)>,
+}
+
+impl Probing {
+    fn new(layout: crate::bpffs::PinLayout, metrics: mc_kube::Metrics) -> Self {
+        Self {
+            layout,
+            metrics,
+            prober: None,
+            answers: None,
+            peer_stats: None,
+            told_no_stats: false,
+            traffic: PeerTraffic::default(),
+            written: BTreeMap::new(),
+            exported: Vec::new(),
+        }
+    }
+
+    /// Not the gateway (or not yet): the new gateway's agent probes and writes. The prober and
+    /// what was written go, and so do the series.
+    fn stand_down(&mut self) {
+        self.prober = None;
+        self.written.clear();
+        for (cluster, _) in self.exported.drain(..) {
+            forget(&self.metrics, "cluster", &cluster);
+        }
+    }
+
+    /// A round of probes to `now`'s targets, judged from `mc_probes`; `None` (and the reason
+    /// logged) while there is no socket for `now`'s addresses or no answer map.
+    fn round(&mut self, now: &Setup) -> Option<Vec<Health>> {
+        if !self
+            .prober
             .as_ref()
             .is_some_and(|p| p.is_for(now.node_ip, now.gateway_ip, now.port))
         {
             match Prober::new(now.node_ip, now.gateway_ip, now.port) {
-                Ok(p) => prober = Some(p),
+                Ok(p) => self.prober = Some(p),
                 Err(e) => {
                     tracing::warn!(node_ip = %now.node_ip, "tunnel probes: no socket: {e}");
-                    continue;
+                    return None;
                 }
             }
         }
-        if answers.is_none() {
-            answers = open_answers(&layout);
-            if answers.is_none() {
+        if self.answers.is_none() {
+            self.answers = open_answers(&self.layout);
+            if self.answers.is_none() {
                 // The verdicts would all read "no answer": say why instead.
                 tracing::warn!(
-                    map = %layout.map(mc_common::maps::PROBES).display(),
+                    map = %self.layout.map(mc_common::maps::PROBES).display(),
                     "tunnel probes: the programs' answer map is not pinned (an older dataplane?): no verdicts until it is"
                 );
-                continue;
+                return None;
             }
         }
-        let Some(p) = prober.as_mut() else { continue };
+        let p = self.prober.as_mut()?;
+        let answers = &self.answers;
         let read = |ip: Ipv4Addr| answers.as_ref().and_then(|m| m.get(&ip.octets(), 0).ok());
-        let health = p.round(&now.targets, &read);
-        if peer_stats.is_none() {
-            peer_stats = open_peer_stats(&layout);
-            if peer_stats.is_none() && !told_no_stats {
+        Some(p.round(&now.targets, &read))
+    }
+
+    /// Per remote cluster, the traffic through the tunnel from `mc_peer_stats` (once it is
+    /// pinned), published as running totals.
+    fn peer_traffic(&mut self, now: &Setup) {
+        if self.peer_stats.is_none() {
+            self.peer_stats = open_peer_stats(&self.layout);
+            if self.peer_stats.is_none() && !self.told_no_stats {
                 tracing::warn!(
-                    map = %layout.map(mc_common::maps::PEER_STATS).display(),
+                    map = %self.layout.map(mc_common::maps::PEER_STATS).display(),
                     "per-peer traffic: the programs' map is not pinned (an older dataplane?): no strait_tunnel_{{tx,rx}}_* series until it is"
                 );
-                told_no_stats = true;
+                self.told_no_stats = true;
             }
         }
-        if let Some(map) = &peer_stats {
+        if let Some(map) = &self.peer_stats {
             let readings: Vec<(u32, String, PeerStats)> = now
                 .targets
                 .iter()
@@ -379,31 +429,45 @@ pub async fn run(
                     ))
                 })
                 .collect();
-            for (cluster, t) in traffic.update(&readings) {
-                publish_traffic(&metrics, &cluster, &t);
+            for (cluster, t) in self.traffic.update(&readings) {
+                publish_traffic(&self.metrics, &cluster, &t);
             }
         }
-        // A cluster gone, or its gateway moved: its old series go. A ClusterInfoImport no
-        // longer probed is forgotten too (made again, it gets its condition again).
-        for (cluster, gateway) in &exported {
+    }
+
+    /// A cluster gone, or its gateway moved: its old series go. A ClusterInfoImport no longer
+    /// probed is forgotten too (made again, it gets its condition again).
+    fn forget_gone(&mut self, health: &[Health]) {
+        for (cluster, gateway) in &self.exported {
             if !health
                 .iter()
                 .any(|h| &h.cluster_id == cluster && h.gateway_ip == *gateway)
             {
-                forget(&metrics, "gateway", &gateway.to_string());
+                forget(&self.metrics, "gateway", &gateway.to_string());
             }
         }
-        exported = health
+        self.exported = health
             .iter()
             .map(|h| (h.cluster_id.clone(), h.gateway_ip))
             .collect();
-        written.retain(|name, _| health.iter().any(|h| &h.info_name == name));
-        for h in &health {
-            publish(&metrics, h);
-            let Some((status, reason, message)) = condition(h, &now) else {
+        self.written
+            .retain(|name, _| health.iter().any(|h| &h.info_name == name));
+    }
+
+    /// Each path's series, and its `TunnelUp` condition written where its verdict changed
+    /// (logged once written).
+    async fn report(
+        &mut self,
+        api: &Api<mc_api::clusterinfo::ClusterInfoImport>,
+        now: &Setup,
+        health: &[Health],
+    ) {
+        for h in health {
+            publish(&self.metrics, h);
+            let Some((status, reason, message)) = condition(h, now) else {
                 continue;
             };
-            if h.info_name.is_empty() || written.get(&h.info_name) == Some(&h.verdict) {
+            if h.info_name.is_empty() || self.written.get(&h.info_name) == Some(&h.verdict) {
                 continue;
             }
             let c = mc_api::conditions::condition(CONDITION, status, reason, &message);
@@ -411,7 +475,8 @@ pub async fn run(
             let ok = api
                 .patch_status(&h.info_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
-            metrics.write("ClusterInfoImport", "patch_status", ok.is_ok());
+            self.metrics
+                .write("ClusterInfoImport", "patch_status", ok.is_ok());
             match ok {
                 Ok(_) => {
                     if h.verdict == Verdict::Down {
@@ -419,7 +484,7 @@ pub async fn run(
                     } else {
                         tracing::info!(cluster = h.cluster_id, gateway = %h.gateway_ip, "{message}");
                     }
-                    written.insert(h.info_name.clone(), h.verdict);
+                    self.written.insert(h.info_name.clone(), h.verdict);
                 }
                 Err(e) => tracing::warn!(info = h.info_name, "writing the TunnelUp condition: {e}"),
             }
@@ -455,7 +520,6 @@ fn publish(metrics: &mc_kube::Metrics, h: &Health) {
     metrics.set_counter("strait_tunnel_probes_answered_total", &labels, h.answered);
 }
 
-/// Drops the tunnel series whose `label` is `value`.
 /// Per remote cluster, the packets and bytes the gateway's programs sent into the tunnel and
 /// took from it, from `mc_peer_stats` (indexed by the agent's cluster index, which a cluster
 /// keeps while it stays but another may take after it goes): running totals by cluster ID.
@@ -536,6 +600,7 @@ fn publish_traffic(metrics: &mc_kube::Metrics, cluster: &str, t: &PeerStats) {
     metrics.set_counter("strait_tunnel_rx_bytes_total", &labels, t.rx_bytes);
 }
 
+/// Drops the tunnel series whose `label` is `value`.
 fn forget(metrics: &mc_kube::Metrics, label: &str, value: &str) {
     for name in [
         "strait_tunnel_up",
