@@ -3,6 +3,7 @@
 use std::{io::IsTerminal as _, net::Ipv4Addr, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
+use aya::maps::MapData;
 use clap::{Parser, Subcommand};
 use mc_agent::{
     bpffs::PinLayout,
@@ -117,20 +118,16 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube_runtime=warn,kube_client=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_tracing();
     let cli = Cli::parse();
     let pin_root = cli
         .pin_root
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_ROOT));
     let layout = PinLayout::new(&pin_root);
+    let host = HostState::new(&cli.state_dir)
+        .with_sysctl_root(&cli.sysctl_root)
+        .with_wireguard_key(&cli.wireguard_key);
     match cli.command {
         Command::Run {
             config,
@@ -139,64 +136,16 @@ fn main() -> anyhow::Result<()> {
             pod_namespace,
             health_addr,
             resync,
-        } => {
-            let mut config = match &config {
-                Some(path) => Multicluster::parse(
-                    &std::fs::read_to_string(path)
-                        .with_context(|| format!("reading the agent config {}", path.display()))?,
-                )
-                .with_context(|| format!("in {}", path.display()))?,
-                None => Multicluster {
-                    enable_gateway: true,
-                    ..Default::default()
-                },
-            };
-            if let Some(root) = cli.pin_root {
-                config.pin_path = root;
-            }
-            let namespace = if config.namespace.is_empty() {
-                pod_namespace
-            } else {
-                config.namespace.clone()
-            };
-            let pin_layout = PinLayout::new(&config.pin_path);
-            let runtime = tokio::runtime::Runtime::new()?;
-            let outcome = runtime.block_on(async move {
-                let mut shutdown = mc_kube::Shutdown::listen();
-                let client = mc_kube::client(kubeconfig.as_ref()).await?;
-                let metrics = Metrics::default();
-                let serve = metrics.clone().serve(&health_addr);
-                let opts = RunOptions {
-                    node_name,
-                    namespace,
-                    config,
-                    resync: Duration::from_secs(resync.max(1)),
-                    host: HostState::new(&cli.state_dir)
-                        .with_sysctl_root(&cli.sysctl_root)
-                        .with_wireguard_key(&cli.wireguard_key),
-                };
-                // On a worker: a pass that loads the programs keeps its thread for seconds, and a
-                // SIGTERM meanwhile must still stop the agent at once.
-                let mut work = tokio::spawn(run(client, opts, metrics));
-                let outcome = tokio::select! {
-                    r = serve => r,
-                    r = &mut work => r.context("the agent's loop")?,
-                    signal = shutdown.recv() => {
-                        tracing::info!(signal, "asked to stop; exiting (the pinned dataplane keeps forwarding)");
-                        Ok(())
-                    }
-                };
-                // No pass starts after this.
-                work.abort();
-                outcome
-            });
-            // A pass in the middle of a load is abandoned after 200 ms as a kill would abandon
-            // it: the next agent reconciles from the pinned state.
-            runtime.shutdown_timeout(Duration::from_millis(200));
-            // boringtun's device ends with this process: the programs are told now.
-            mc_agent::run::forget_gone_wireguard(&pin_layout);
-            outcome
-        }
+        } => run_agent(RunArgs {
+            config,
+            node_name,
+            kubeconfig,
+            pod_namespace,
+            health_addr,
+            resync,
+            pin_root: cli.pin_root,
+            host,
+        }),
         Command::Attach {
             uplink,
             stretched_policy,
@@ -207,78 +156,195 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(AttachMode::for_kernel);
             attach(layout, &uplink, stretched_policy, mode)
         }
-        Command::Uninstall { check, stay } => {
-            let state = HostState::new(&cli.state_dir)
-                .with_sysctl_root(&cli.sysctl_root)
-                .with_wireguard_key(&cli.wireguard_key);
-            if check {
-                let left = host::leftovers(&layout, &state)?;
-                if left.is_empty() {
-                    println!("nothing of Strait on this Node");
-                    return Ok(());
-                }
-                for item in &left {
-                    println!("{item}");
-                }
-                anyhow::bail!("{} item(s) of Strait remain on this Node", left.len());
-            }
-            // Listening before the work: a SIGTERM during it must not be lost (PID 1).
-            let stay = if stay {
-                let runtime = tokio::runtime::Runtime::new()?;
-                let shutdown = {
-                    let _in = runtime.enter();
-                    mc_kube::Shutdown::listen()
-                };
-                Some((runtime, shutdown))
-            } else {
-                None
-            };
-            uninstall(&layout, &state)?;
-            if let Some((runtime, mut shutdown)) = stay {
-                let signal = runtime.block_on(shutdown.recv());
-                tracing::info!(signal, "asked to stop");
-            }
-            Ok(())
-        }
-        Command::Detach { uplink, maps } => {
-            for path in dataplane::detach(&layout, &uplink, maps)
-                .with_context(|| format!("detaching from {uplink}"))?
-            {
-                tracing::info!(path = %path.display(), "removed pin");
-            }
-            Ok(())
-        }
-        Command::Counters { json } => {
-            let path = layout.map(maps::COUNTERS);
-            let map = counters::open_pinned(&path).with_context(|| {
-                format!(
-                    "opening {}: is the agent attached with this --pin-root?",
-                    path.display()
-                )
-            })?;
-            let readings = counters::read(&map)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&readings)?);
-            } else {
-                println!("{:<24} {:>14} {:>16}", "COUNTER", "PACKETS", "BYTES");
-                for r in readings {
-                    println!("{:<24} {:>14} {:>16}", r.name, r.packets, r.bytes);
-                }
-            }
-            Ok(())
-        }
+        // `--stay` conflicts with `--check` (clap refuses the two together).
+        Command::Uninstall { check: true, .. } => check_uninstalled(&layout, &host),
+        Command::Uninstall { stay, .. } => uninstall_and_stay(&layout, &host, stay),
+        Command::Detach { uplink, maps } => detach(&layout, &uplink, maps),
+        Command::Counters { json } => print_counters(&layout, json),
         Command::Maps => print_maps(&layout),
-        Command::MountBpffs { path } => {
-            if mc_agent::bpffs::mount(&path)? {
-                println!("mounted a BPF filesystem at {}", path.display());
-            } else {
-                println!("{} is a BPF filesystem already", path.display());
-            }
-            Ok(())
-        }
+        Command::MountBpffs { path } => mount_bpffs(&path),
     }
 }
 
+/// Logs to stderr (in colour on a terminal), filtered by `RUST_LOG` (default: info, the kube
+/// crates' warnings only).
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube_runtime=warn,kube_client=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+/// `run`'s arguments, with the global options it reads.
+struct RunArgs {
+    config: Option<PathBuf>,
+    node_name: String,
+    kubeconfig: Option<PathBuf>,
+    pod_namespace: String,
+    health_addr: String,
+    resync: u64,
+    /// `--pin-root`, over the config's `pinPath`.
+    pin_root: Option<PathBuf>,
+    host: HostState,
+}
+
+/// `mc-agent run`: the agent's loop and its health endpoint on a multi-threaded runtime until
+/// either ends or a signal comes; then, the runtime stopped, the programs are told that the
+/// userspace WireGuard device went with this process.
+fn run_agent(args: RunArgs) -> anyhow::Result<()> {
+    let RunArgs {
+        config,
+        node_name,
+        kubeconfig,
+        pod_namespace,
+        health_addr,
+        resync,
+        pin_root,
+        host,
+    } = args;
+    let config = agent_config(config.as_ref(), pin_root)?;
+    let namespace = if config.namespace.is_empty() {
+        pod_namespace
+    } else {
+        config.namespace.clone()
+    };
+    let pin_layout = PinLayout::new(&config.pin_path);
+    let runtime = tokio::runtime::Runtime::new()?;
+    let outcome = runtime.block_on(async move {
+        let mut shutdown = mc_kube::Shutdown::listen();
+        let client = mc_kube::client(kubeconfig.as_ref()).await?;
+        let metrics = Metrics::default();
+        let serve = metrics.clone().serve(&health_addr);
+        let opts = RunOptions {
+            node_name,
+            namespace,
+            config,
+            resync: Duration::from_secs(resync.max(1)),
+            host,
+        };
+        // On a worker: a pass that loads the programs keeps its thread for seconds, and a
+        // SIGTERM meanwhile must still stop the agent at once.
+        let mut work = tokio::spawn(run(client, opts, metrics));
+        let outcome = tokio::select! {
+            r = serve => r,
+            r = &mut work => r.context("the agent's loop")?,
+            signal = shutdown.recv() => {
+                tracing::info!(signal, "asked to stop; exiting (the pinned dataplane keeps forwarding)");
+                Ok(())
+            }
+        };
+        // No pass starts after this.
+        work.abort();
+        outcome
+    });
+    // A pass in the middle of a load is abandoned after 200 ms as a kill would abandon
+    // it: the next agent reconciles from the pinned state.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    // boringtun's device ends with this process: the programs are told now.
+    mc_agent::run::forget_gone_wireguard(&pin_layout);
+    outcome
+}
+
+/// The agent config read from `path` (without one: the gateway enabled, the rest default), its
+/// `pinPath` replaced by `--pin-root` when that is given.
+fn agent_config(path: Option<&PathBuf>, pin_root: Option<PathBuf>) -> anyhow::Result<Multicluster> {
+    let mut config = match path {
+        Some(path) => Multicluster::parse(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading the agent config {}", path.display()))?,
+        )
+        .with_context(|| format!("in {}", path.display()))?,
+        None => Multicluster {
+            enable_gateway: true,
+            ..Default::default()
+        },
+    };
+    if let Some(root) = pin_root {
+        config.pin_path = root;
+    }
+    Ok(config)
+}
+
+/// `uninstall --check`: lists what of Strait remains on this Node; an error if anything does.
+fn check_uninstalled(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
+    let left = host::leftovers(layout, state)?;
+    if left.is_empty() {
+        println!("nothing of Strait on this Node");
+        return Ok(());
+    }
+    for item in &left {
+        println!("{item}");
+    }
+    anyhow::bail!("{} item(s) of Strait remain on this Node", left.len());
+}
+
+/// `uninstall`, and with `--stay` then waiting for SIGTERM (the cleanup DaemonSet's container).
+fn uninstall_and_stay(layout: &PinLayout, state: &HostState, stay: bool) -> anyhow::Result<()> {
+    // Listening before the work: a SIGTERM during it must not be lost (PID 1).
+    let stay = if stay {
+        let runtime = tokio::runtime::Runtime::new()?;
+        let shutdown = {
+            let _in = runtime.enter();
+            mc_kube::Shutdown::listen()
+        };
+        Some((runtime, shutdown))
+    } else {
+        None
+    };
+    uninstall(layout, state)?;
+    if let Some((runtime, mut shutdown)) = stay {
+        let signal = runtime.block_on(shutdown.recv());
+        tracing::info!(signal, "asked to stop");
+    }
+    Ok(())
+}
+
+/// `detach`: removes the uplink's pinned links (and with `maps` the maps), logging each pin.
+fn detach(layout: &PinLayout, uplink: &str, maps: bool) -> anyhow::Result<()> {
+    for path in dataplane::detach(layout, uplink, maps)
+        .with_context(|| format!("detaching from {uplink}"))?
+    {
+        tracing::info!(path = %path.display(), "removed pin");
+    }
+    Ok(())
+}
+
+/// `counters`: the pinned counters summed over CPUs, as a table or JSON.
+fn print_counters(layout: &PinLayout, json: bool) -> anyhow::Result<()> {
+    let path = layout.map(maps::COUNTERS);
+    let map = counters::open_pinned(&path).with_context(|| {
+        format!(
+            "opening {}: is the agent attached with this --pin-root?",
+            path.display()
+        )
+    })?;
+    let readings = counters::read(&map)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&readings)?);
+    } else {
+        println!("{:<24} {:>14} {:>16}", "COUNTER", "PACKETS", "BYTES");
+        for r in readings {
+            println!("{:<24} {:>14} {:>16}", r.name, r.packets, r.bytes);
+        }
+    }
+    Ok(())
+}
+
+/// `mount-bpffs`: a BPF filesystem at `path` unless one is there already.
+fn mount_bpffs(path: &std::path::Path) -> anyhow::Result<()> {
+    if mc_agent::bpffs::mount(path)? {
+        println!("mounted a BPF filesystem at {}", path.display());
+    } else {
+        println!("{} is a BPF filesystem already", path.display());
+    }
+    Ok(())
+}
+
+/// `uninstall`: takes Strait off this Node, logging what went, then checks that nothing is left.
 fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
     let done = host::uninstall(layout, state)?;
     for link in &done.links {
@@ -312,6 +378,8 @@ fn uninstall(layout: &PinLayout, state: &HostState) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `attach`: loads, attaches and pins the programs on the uplink (and with `stretched_policy`
+/// the netfilter programs), logging each link.
 fn attach(
     layout: PinLayout,
     uplink: &str,
@@ -347,6 +415,8 @@ fn attach(
     Ok(())
 }
 
+/// `maps`: the pinned maps, section by section: the config, the remote routes, the tunnel peers,
+/// the Pod label IDs, what is exposed, the SNAT table's forward entries and the next hops.
 fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
     let maps = DataplaneMaps::open_pinned(layout).with_context(|| {
         format!(
@@ -354,6 +424,18 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
             layout.root().display()
         )
     })?;
+    let encrypted = print_config(&maps)?;
+    print_routes(&maps, encrypted)?;
+    print_peers(&maps)?;
+    print_pod_ids(&maps)?;
+    print_exposed(&maps)?;
+    print_snat(&maps)?;
+    print_next_hops(&maps)
+}
+
+/// The role, addresses, tunnel port and MTU, and with encryption on the WireGuard device;
+/// returns whether encryption is on.
+fn print_config(maps: &DataplaneMaps<MapData>) -> anyhow::Result<bool> {
     let c = maps.config.get(&0, 0)?;
     let role = match c.role {
         ROLE_GATEWAY => "gateway",
@@ -383,6 +465,12 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
             wg.port
         );
     }
+    Ok(encrypted)
+}
+
+/// The remote prefixes, with their cluster and gateway (and, with encryption on, whether the
+/// cluster has no WireGuard key).
+fn print_routes(maps: &DataplaneMaps<MapData>, encrypted: bool) -> anyhow::Result<()> {
     println!(
         "\n{:<20} {:>8} {:<16}",
         "REMOTE PREFIX", "CLUSTER", "REMOTE GATEWAY"
@@ -403,6 +491,11 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
             }
         );
     }
+    Ok(())
+}
+
+/// The tunnel peers: remote gateways and (on the gateway) local Nodes.
+fn print_peers(maps: &DataplaneMaps<MapData>) -> anyhow::Result<()> {
     println!("\n{:<16} {:<16} {:>8}", "PEER", "KIND", "CLUSTER");
     let mut peers: Vec<_> = maps.peers.iter().collect::<Result<_, _>>()?;
     peers.sort_by_key(|(k, _)| *k);
@@ -418,12 +511,23 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
             v.cluster
         );
     }
+    Ok(())
+}
+
+/// This Node's Pod addresses with their label IDs.
+fn print_pod_ids(maps: &DataplaneMaps<MapData>) -> anyhow::Result<()> {
     println!("\n{:<16} {:>8}", "POD ADDRESS", "LABEL ID");
     let mut ids: Vec<_> = maps.pod_ids.iter().collect::<Result<_, _>>()?;
     ids.sort_by_key(|(k, _)| *k);
     for (k, v) in ids {
         println!("{:<16} {:>8}", Ipv4Addr::from(k).to_string(), v.id);
     }
+    Ok(())
+}
+
+/// What remote clusters may open flows to: the Pod CIDRs, then the exported Services and
+/// their endpoints (port 0, fragments and ICMP, left out).
+fn print_exposed(maps: &DataplaneMaps<MapData>) -> anyhow::Result<()> {
     println!("\nEXPOSED (what remote clusters may open flows to; port 0: fragments and ICMP)");
     let mut prefixes: Vec<_> = maps.exposed_prefixes.iter().collect::<Result<_, _>>()?;
     prefixes.sort_by_key(|(k, _)| (k.data(), k.prefix_len()));
@@ -445,6 +549,11 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
         let addr = format!("{}:{}", Ipv4Addr::from(k.addr), k.port);
         println!("{addr:<22} {kind:<9} {proto}");
     }
+    Ok(())
+}
+
+/// The SNAT table's forward entries (original -> translated, via which Node), and their count.
+fn print_snat(maps: &DataplaneMaps<MapData>) -> anyhow::Result<()> {
     println!("\nSNAT (forward entries: original -> translated, via Node)");
     let mut n = 0;
     for item in maps.snat.iter() {
@@ -471,6 +580,11 @@ fn print_maps(layout: &PinLayout) -> anyhow::Result<()> {
         );
     }
     println!("{n} flows");
+    Ok(())
+}
+
+/// The next hops the programs learned from the kernel, with when each expires.
+fn print_next_hops(maps: &DataplaneMaps<MapData>) -> anyhow::Result<()> {
     println!("\nNEXT HOPS (learned by the programs from the kernel; used until they expire)");
     println!(
         "{:<16} {:<17} {:<17} {:>7} {:>10}",
