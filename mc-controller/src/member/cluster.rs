@@ -1,11 +1,25 @@
 //! The member's own cluster beyond exports and imports: its Service CIDR and Pod CIDRs, the
 //! Gateway it elects among the annotated Nodes, and Antrea's default Tiers.
 
-use super::*;
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    core::v1::{Node, Service, ServiceSpec},
+    networking::v1::ServiceCIDR,
+};
 use kube::{
-    api::{ApiResource, DynamicObject, ListParams},
+    Api, Client, ResourceExt as _,
+    api::{ApiResource, DynamicObject, ListParams, ObjectMeta, PostParams},
     core::GroupVersionKind,
 };
+use mc_api::{antrea::Tier, gateway::Gateway, names::annotations, net::Prefix};
+use mc_kube::{run_all, write::Compare};
+
+use super::{FULL_RESYNC, Member, gateway};
 
 /// This cluster's Service CIDR: from the ServiceCIDR object `kubernetes`, or, on an older API
 /// server, from the error a dry-run Service with an impossible ClusterIP gets.

@@ -1,7 +1,35 @@
 //! Writing what the leader's ResourceImports make in this cluster (decided in `import`), for the
 //! Services a pass covers, and removing everything when the ClusterSet goes.
 
-use super::*;
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+    time::Instant,
+};
+
+use k8s_openapi::{
+    api::{
+        core::v1::{Event, EventSource, Namespace, ObjectReference, Service},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt as _,
+    api::{ObjectMeta, PostParams},
+};
+use mc_api::{
+    antrea::ClusterNetworkPolicy,
+    clusterinfo::ClusterInfoImport,
+    exports::kinds as re_kinds,
+    labelidentity::LabelIdentity,
+    mcs::ServiceImport,
+    names::{self, annotations},
+};
+use mc_kube::{Op, Then, Work, Writer, is_managed, run_all, write::Compare};
+
+use super::{Member, REPORT_AGAIN, connection::Connection, export, import};
 
 impl Member {
     /// This cluster's own side of every multi-cluster Service it imports endpoints for and
@@ -298,7 +326,7 @@ impl Member {
         errors
     }
 
-    /// No ClusterSet: nothing imported or elected may stay (reference §3.4.6).
+    /// No ClusterSet: nothing imported or elected may stay, as in Antrea.
     pub(super) async fn clean_up_all(&mut self) -> usize {
         let (w, c) = (&self.writer, &self.client);
         let l = &self.local;

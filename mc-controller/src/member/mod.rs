@@ -6,7 +6,37 @@
 //! a pass recomputes and writes only the marked Services; the ClusterSet, the Gateway, the
 //! ClusterInfo exchange and ACNPs (a handful of objects) are recomputed on every pass.
 //! Everything is recomputed when the connection or this cluster's CIDRs change, after a failed
-//! write, and every `FULL_RESYNC`. While the leader is unreachable the last imports stay in place.
+//! write that has no key, and every `FULL_RESYNC`; a failed write that has one (a ServiceExport
+//! status, a ResourceExport) is retried alone, with backoff. While the leader is unreachable the
+//! last imports stay in place.
+//!
+//! ## Where the member's code is
+//!
+//! One `Member`, whose pass is `Member::sync` (here): one sequence of named steps, each an
+//! `impl Member` method of one of these files:
+//! - `cluster.rs` (this cluster beyond exports and imports): `default_tiers` creates Antrea's
+//!   default Tiers; `refresh_cni_cidrs` lists the CNIs' Pod CIDR objects; `elect_gateway` elects
+//!   and writes the Gateway; `own_prefixes` (with `pod_cidrs`) gives this cluster's CIDRs. Also
+//!   `discover_service_cidr`, once at start.
+//! - this file (the leader's connection): `finish_leaving` retries leaving a leader;
+//!   `connect` opens, keeps or drops the connection, from `identity` (who we are, how to reach
+//!   the leader; the token from `token_secret`), leaving an old leader (`leave`);
+//!   `refused_cluster_info` reads the leader's verdict on our ClusterInfo; `no_clusterset`
+//!   leaves and cleans up; `exchange` runs the exports, imports and ServiceExport statuses
+//!   (`write_statuses`) below.
+//! - `status.rs`: `clusterset_status` writes the ClusterSet's status (`member_status`, pure).
+//! - `exporting.rs`: `export` writes the ResourceExports (`desired_exports`, from
+//!   `slices_by_service`) and gives the ServiceExport status writes (`service_export_statuses`).
+//!   What is exported and the ServiceExport's conditions (the export verdict) are decided in
+//!   `export.rs`, pure: `export::decide`, `export::exports_for`,
+//!   `export::service_export_conditions`.
+//! - `importing.rs`: `import` writes what the leader's imports make here (`own_endpoints`,
+//!   `cluster_wide_writes`, `namespaces`, `report_acnp_failures`); `clean_up_all` removes it all
+//!   without a ClusterSet. What is imported is decided in `import.rs`, pure: `import::plan`.
+//!
+//! `stores.rs` holds the watched stores (`LocalStores`) and the keys their changes mark;
+//! `connection.rs` the connection to the leader and its heartbeat; `gateway.rs` the Gateway
+//! election (pure).
 
 mod cluster;
 pub mod connection;
@@ -20,7 +50,6 @@ mod stores;
 
 pub use cluster::discover_service_cidr;
 pub use status::member_status;
-use stores::LocalStores;
 pub use stores::{import_key, own_export_key, service_key};
 
 use std::{
@@ -29,46 +58,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{
-    api::{
-        core::v1::{
-            Endpoints, Event, EventSource, Namespace, Node, ObjectReference, Pod, Secret, Service,
-            ServiceSpec,
-        },
-        discovery::v1::EndpointSlice,
-        networking::v1::ServiceCIDR,
-    },
-    apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time},
-    jiff::Timestamp,
-};
-use kube::{
-    Api, Client, Resource, ResourceExt as _,
-    api::{ObjectMeta, PostParams},
-    runtime::watcher,
-};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt as _};
 use mc_api::{
-    antrea::{ClusterNetworkPolicy, Tier},
-    clusterclaim::v1alpha2::ClusterClaim,
-    clusterinfo::ClusterInfoImport,
-    clusterset::{ClusterSetStatus, ClusterStatus, v1alpha2::ClusterSet},
-    config::MultiClusterConfig,
-    exports::{ResourceExport, Verdict, kinds as re_kinds},
-    gateway::Gateway,
-    labelidentity::LabelIdentity,
-    mcs::{self, ServiceExport, ServiceImport},
-    names::{self, annotations, labels},
+    clusterset::v1alpha2::ClusterSet, config::MultiClusterConfig, exports::Verdict, names,
     net::Prefix,
+};
+use mc_kube::{
+    Driver, Metrics, Op, Reconciler, StatusPacer, Trigger, Watched, Work, Writer, run_all_failed,
+    watch::WatchHealth,
 };
 use serde_json::json;
 
-use crate::conditions::{condition, keep_transition_time, meta_condition, same_meta};
 use connection::{Beat, Connection, Identity};
-use mc_kube::{
-    Driver, Metrics, Op, Reconciler, StatusPacer, Then, Trigger, Watched, Work, Writer, is_managed,
-    run_all, run_all_failed,
-    watch::{KeysOf, WatchHealth},
-    write::Compare,
-};
+use stores::LocalStores;
 
 pub struct MemberOptions {
     pub namespace: String,
@@ -105,10 +108,10 @@ struct Member {
     cni_cidrs: BTreeMap<&'static str, Vec<String>>,
     /// When those were last listed.
     cni_listed: Option<Instant>,
-    /// The Services whose ServiceExport status write failed in the last pass, and how many
-    /// writes failed in all: when every failure was one of those, the driver retries just
-    /// them, with backoff ([`Reconciler::failed_keys`]).
-    failed: BTreeSet<String>,
+    /// The failed writes of the last pass that have a work key (ServiceExport statuses,
+    /// ResourceExports), and how many writes failed in all: when every failure has a key, the
+    /// driver retries just those keys, with backoff ([`Reconciler::failed_keys`]).
+    failed: FailedWrites,
     last_failures: usize,
     /// The leader token Secret as last read: its name, the Secret (None: not found), when.
     token: Option<(String, Option<Arc<Secret>>, Instant)>,
@@ -158,7 +161,7 @@ pub async fn run(client: Client, opts: MemberOptions, metrics: Metrics) -> anyho
         tiers_tried: None,
         cni_cidrs: BTreeMap::new(),
         cni_listed: None,
-        failed: BTreeSet::new(),
+        failed: FailedWrites::default(),
         last_failures: 0,
         token: None,
     };
@@ -199,13 +202,13 @@ impl Reconciler for Member {
     }
 
     async fn pass(&mut self, work: Work) -> usize {
-        self.failed.clear();
+        self.failed = FailedWrites::default();
         self.last_failures = self.sync(work).await;
         self.last_failures
     }
 
     fn failed_keys(&mut self) -> Option<BTreeSet<String>> {
-        (self.last_failures == self.failed.len()).then(|| std::mem::take(&mut self.failed))
+        self.failed.retry_keys(self.last_failures)
     }
 
     fn later(&mut self) -> Work {
@@ -243,6 +246,28 @@ fn problem(reason: &'static str, message: String) -> (&'static str, String) {
     (reason, message)
 }
 
+/// The failed writes of a pass that have a work key, and their keys.
+#[derive(Debug, Default)]
+struct FailedWrites {
+    /// How many writes failed that have a key in `keys` (several may share one).
+    writes: usize,
+    keys: BTreeSet<String>,
+}
+
+impl FailedWrites {
+    /// `writes` failed writes, whose keys are `keys`.
+    fn add(&mut self, writes: usize, keys: impl IntoIterator<Item = String>) {
+        self.writes += writes;
+        self.keys.extend(keys);
+    }
+
+    /// The keys to retry alone, when every one of the pass's `failures` has one; `None` (a
+    /// pass over everything) when some failed write has none.
+    fn retry_keys(&mut self, failures: usize) -> Option<BTreeSet<String>> {
+        (failures == self.writes).then(|| std::mem::take(&mut self.keys))
+    }
+}
+
 impl Member {
     fn log_once(&mut self, message: String) {
         if self.logged.insert(message.clone()) {
@@ -250,41 +275,81 @@ impl Member {
         }
     }
 
+    /// One pass: first what is not per key (a leave being retried, the ClusterSet and the
+    /// connection, the ClusterSet's status, the CNI's Pod CIDRs, the Gateway), then the exports,
+    /// imports and ServiceExport statuses of the Services `work` covers (everything when the
+    /// connection or this cluster's CIDRs changed). Returns the failed writes.
     async fn sync(&mut self, mut work: Work) -> usize {
-        let mut failures = 0;
         // In a member cluster whether or not it has joined a ClusterSet yet.
         self.default_tiers().await;
-        if let Some((conn, since)) = &self.leaving {
-            match conn.leave().await {
-                Ok(()) => {
-                    tracing::info!(leader = conn.identity.server, "left the leader");
-                    self.leaving = None;
-                }
-                Err(e) if since.elapsed() > LEAVE_RETRY => {
-                    tracing::warn!(
-                        error = e,
-                        "giving up leaving the leader; it will collect our exports when our announce ages out"
-                    );
-                    self.leaving = None;
-                }
-                Err(_) => {}
-            }
-        }
+        self.finish_leaving().await;
         let mut sets = self.local.clustersets.all();
         mc_api::clusterset::oldest_first(&mut sets);
         let Some(set) = sets.first().cloned() else {
-            if let Some(conn) = self.conn.take() {
-                tracing::info!(
-                    clusterset = conn.identity.clusterset,
-                    "ClusterSet deleted: leaving"
-                );
-                self.leave(conn).await;
-            }
-            self.metrics.gauge("strait_mc_leader_connected", &[], 0.0);
-            return self.clean_up_all().await;
+            return self.no_clusterset().await;
         };
-        let identity = self.identity(&set).await;
-        let (beat, problem) = match identity {
+        let (beat, problem) = self.connect(&set, &mut work).await;
+        let connected = beat.as_ref().and_then(|b| b.connected) == Some(true);
+        self.metrics.gauge(
+            "strait_mc_leader_connected",
+            &[],
+            if connected { 1.0 } else { 0.0 },
+        );
+        let mut failures = self.clusterset_status(&set, beat.as_ref(), problem).await;
+        // The CNI's Pod CIDRs first: the Gateway names them.
+        self.refresh_cni_cidrs().await;
+        failures += self.elect_gateway().await;
+        let prefixes = self.own_prefixes();
+        if prefixes != self.prefixes_seen {
+            work = Work::All;
+            self.prefixes_seen = prefixes;
+        }
+        failures + self.exchange(&work).await
+    }
+
+    /// Retries leaving the leader of a connection whose ClusterSet went, for [`LEAVE_RETRY`].
+    async fn finish_leaving(&mut self) {
+        let Some((conn, since)) = &self.leaving else {
+            return;
+        };
+        match conn.leave().await {
+            Ok(()) => {
+                tracing::info!(leader = conn.identity.server, "left the leader");
+                self.leaving = None;
+            }
+            Err(e) if since.elapsed() > LEAVE_RETRY => {
+                tracing::warn!(
+                    error = e,
+                    "giving up leaving the leader; it will collect our exports when our announce ages out"
+                );
+                self.leaving = None;
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// No ClusterSet: leaves the leader, and removes everything imported or elected.
+    async fn no_clusterset(&mut self) -> usize {
+        if let Some(conn) = self.conn.take() {
+            tracing::info!(
+                clusterset = conn.identity.clusterset,
+                "ClusterSet deleted: leaving"
+            );
+            self.leave(conn).await;
+        }
+        self.metrics.gauge("strait_mc_leader_connected", &[], 0.0);
+        self.clean_up_all().await
+    }
+
+    /// The connection `set` names: kept while who we are and how to reach the leader stay the
+    /// same, opened anew (and everything recomputed: `work` becomes all) when they change. Gives
+    /// the leader's heartbeat (none without a connection) and what is wrong, if anything.
+    async fn connect(
+        &mut self,
+        set: &ClusterSet,
+        work: &mut Work,
+    ) -> (Option<Beat>, Option<(&'static str, String)>) {
+        match self.identity(set).await {
             Err(p) => {
                 // Stop talking to the leader, but do not leave it: a Secret being rotated
                 // must not withdraw this cluster's exports. Imports stay as they are.
@@ -295,100 +360,110 @@ impl Member {
             }
             Ok(id) => {
                 if self.conn.as_ref().map(|c| &c.identity) != Some(&id) {
-                    if let Some(old) = self.conn.take() {
-                        let o = &old.identity;
-                        if (&o.server, &o.leader_ns, &o.cluster_id, &o.clusterset)
-                            != (&id.server, &id.leader_ns, &id.cluster_id, &id.clusterset)
-                        {
-                            self.leave(old).await;
-                        }
-                    }
-                    self.writer.forget();
-                    work = Work::All;
-                    match Connection::open(id, self.trigger.clone(), self.heartbeat).await {
-                        Ok(c) => {
-                            // A leave still being retried for the same cluster at the same
-                            // leader would delete this connection's exports and announce
-                            // (they carry the same cluster ID): this connection supersedes it.
-                            if let Some((old, _)) = &self.leaving {
-                                let (o, n) = (&old.identity, &c.identity);
-                                if (&o.server, &o.leader_ns, &o.cluster_id)
-                                    == (&n.server, &n.leader_ns, &n.cluster_id)
-                                {
-                                    tracing::info!(
-                                        "rejoined the same leader: the pending leave is dropped"
-                                    );
-                                    self.leaving = None;
-                                }
-                            }
-                            self.conn = Some(c);
-                        }
-                        Err(e) => {
-                            self.log_once(format!("cannot make a client for the leader: {e:#}"));
-                        }
-                    }
+                    self.reconnect(id).await;
+                    *work = Work::All;
                 }
-                // The leader refused this cluster's ClusterInfo: connected, but no other
-                // cluster routes to it.
-                let refused = self.conn.as_ref().and_then(|conn| {
-                    // Disconnected says more than a verdict read before.
-                    conn.beat().connected.filter(|c| *c)?;
-                    let name = names::cluster_info_export(&conn.identity.cluster_id);
-                    let re = conn
-                        .own_exports
-                        .get(Some(&conn.identity.leader_ns), &name)?;
-                    match Verdict::of(re.status.as_ref())? {
-                        Verdict::Failure(why) => Some(problem(
-                            "ClusterInfoRefused",
-                            format!("the leader refused this cluster's ClusterInfo: {why}"),
-                        )),
-                        _ => None,
-                    }
-                });
+                let refused = self.refused_cluster_info();
                 (self.conn.as_ref().map(Connection::beat), refused)
             }
-        };
-        let connected = beat.as_ref().and_then(|b| b.connected) == Some(true);
-        self.metrics.gauge(
-            "strait_mc_leader_connected",
-            &[],
-            if connected { 1.0 } else { 0.0 },
-        );
-        failures += self.clusterset_status(&set, beat.as_ref(), problem).await;
-        // The CNI's Pod CIDRs first: the Gateway names them.
-        self.refresh_cni_cidrs().await;
-        failures += self.elect_gateway().await;
-        let prefixes = self.own_prefixes();
-        if prefixes != self.prefixes_seen {
-            work = Work::All;
-            self.prefixes_seen = prefixes;
         }
-        if let Some(conn) = self.conn.take() {
-            // ServiceExport statuses wait while exports or imports are written (StatusPacer).
-            let mut busy = false;
-            let mut statuses = Vec::new();
-            if conn.beat().is_leader && conn.own_exports.ready() {
-                let (f, wrote, s) = self.export(&conn, &work).await;
-                (failures, busy, statuses) = (failures + f, wrote, s);
+    }
+
+    /// Replaces the connection by one for `id`: the old leader is left when `id` is another
+    /// leader, cluster or ClusterSet (not when only the token changed), and every write is
+    /// asserted again.
+    async fn reconnect(&mut self, id: Identity) {
+        if let Some(old) = self.conn.take() {
+            let o = &old.identity;
+            if (&o.server, &o.leader_ns, &o.cluster_id, &o.clusterset)
+                != (&id.server, &id.leader_ns, &id.cluster_id, &id.clusterset)
+            {
+                self.leave(old).await;
             }
-            if conn.imports.ready() {
-                let (f, wrote) = self.import(&conn, &work).await;
-                (failures, busy) = (failures + f, busy || wrote);
-            }
-            if self.statuses.due(busy, !statuses.is_empty()) {
-                let failed = run_all_failed("ServiceExport", statuses).await;
-                failures += failed.len();
-                self.failed.extend(failed);
-            } else {
-                // Deferred: the next pass (a wake-up or the tick) writes them. Their labels
-                // are the Services' keys.
-                for (key, _) in statuses {
-                    self.pending.add(key);
+        }
+        self.writer.forget();
+        match Connection::open(id, self.trigger.clone(), self.heartbeat).await {
+            Ok(c) => {
+                // A leave still being retried for the same cluster at the same leader would
+                // delete this connection's exports and announce (they carry the same cluster
+                // ID): this connection supersedes it.
+                if let Some((old, _)) = &self.leaving {
+                    let (o, n) = (&old.identity, &c.identity);
+                    if (&o.server, &o.leader_ns, &o.cluster_id)
+                        == (&n.server, &n.leader_ns, &n.cluster_id)
+                    {
+                        tracing::info!("rejoined the same leader: the pending leave is dropped");
+                        self.leaving = None;
+                    }
                 }
+                self.conn = Some(c);
             }
-            self.conn = Some(conn);
+            Err(e) => {
+                self.log_once(format!("cannot make a client for the leader: {e:#}"));
+            }
         }
+    }
+
+    /// The leader refused this cluster's ClusterInfo: connected, but no other cluster routes to
+    /// it. Disconnected says more than a verdict read before: nothing then.
+    fn refused_cluster_info(&self) -> Option<(&'static str, String)> {
+        let conn = self.conn.as_ref()?;
+        conn.beat().connected.filter(|c| *c)?;
+        let name = names::cluster_info_export(&conn.identity.cluster_id);
+        let re = conn
+            .own_exports
+            .get(Some(&conn.identity.leader_ns), &name)?;
+        match Verdict::of(re.status.as_ref())? {
+            Verdict::Failure(why) => Some(problem(
+                "ClusterInfoRefused",
+                format!("the leader refused this cluster's ClusterInfo: {why}"),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The exchange with the leader, when connected: this cluster's exports (once the leader
+    /// holds our announce and our stored exports are listed), the imports (once listed), and
+    /// the ServiceExport statuses. Returns the failed writes.
+    async fn exchange(&mut self, work: &Work) -> usize {
+        let Some(conn) = self.conn.take() else {
+            return 0;
+        };
+        let mut failures = 0;
+        // ServiceExport statuses wait while exports or imports are written (StatusPacer).
+        let mut busy = false;
+        let mut statuses = Vec::new();
+        if conn.beat().is_leader && conn.own_exports.ready() {
+            let exported = self.export(&conn, work).await;
+            failures += exported.failures;
+            self.failed
+                .add(exported.keyed_failures, exported.failed_keys);
+            (busy, statuses) = (exported.wrote, exported.statuses);
+        }
+        if conn.imports.ready() {
+            let (f, wrote) = self.import(&conn, work).await;
+            (failures, busy) = (failures + f, busy || wrote);
+        }
+        failures += self.write_statuses(busy, statuses).await;
+        self.conn = Some(conn);
         failures
+    }
+
+    /// Writes the ServiceExport statuses `statuses` (labelled with their Services' keys) when
+    /// the [`StatusPacer`] says they are due, or leaves their keys for the next pass (a wake-up
+    /// or the tick). Returns the failed writes.
+    async fn write_statuses(&mut self, busy: bool, statuses: Vec<(String, Op)>) -> usize {
+        if self.statuses.due(busy, !statuses.is_empty()) {
+            let failed = run_all_failed("ServiceExport", statuses).await;
+            let n = failed.len();
+            self.failed.add(n, failed);
+            n
+        } else {
+            for (key, _) in statuses {
+                self.pending.add(key);
+            }
+            0
+        }
     }
 
     async fn leave(&mut self, conn: Connection) {
@@ -507,5 +582,41 @@ impl Member {
             token,
             ca,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::FailedWrites;
+
+    fn keys(k: &[&str]) -> BTreeSet<String> {
+        k.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn failed_writes_are_retried_by_key_only_when_every_one_has_a_key() {
+        let mut f = FailedWrites::default();
+        // A ServiceExport status and both ResourceExports of one Service, and another Service's.
+        f.add(1, keys(&["default/web"]));
+        f.add(3, keys(&["default/web", "default/db"]));
+        assert_eq!(
+            f.retry_keys(4),
+            Some(keys(&["default/db", "default/web"])),
+            "four failed writes, each with its key: those keys alone"
+        );
+        let mut f = FailedWrites::default();
+        f.add(1, keys(&["default/web"]));
+        assert_eq!(
+            f.retry_keys(2),
+            None,
+            "a failed write without a key (the ClusterInfo, an import): everything"
+        );
+        assert_eq!(
+            FailedWrites::default().retry_keys(0),
+            Some(BTreeSet::new()),
+            "no failure"
+        );
     }
 }

@@ -1,10 +1,17 @@
 //! The member's ClusterSet status: whether it reaches its leader, and why not.
 
-use super::*;
+use std::sync::Arc;
+
+use kube::{Api, ResourceExt as _};
 use mc_api::{
+    clusterset::{ClusterSetStatus, ClusterStatus, v1alpha2::ClusterSet},
     conditions::Condition,
-    gateway::{DATAPLANE_READY, TRAFFIC_ENCRYPTED},
+    gateway::{DATAPLANE_READY, Gateway, TRAFFIC_ENCRYPTED},
 };
+use serde_json::json;
+
+use super::{Member, connection::Beat};
+use crate::conditions::{condition, keep_transition_time};
 
 /// The member's own `DataplaneReady`: its elected gateway's, as the gateway Node's agent wrote it.
 pub fn dataplane(gateway: Option<&Gateway>) -> Condition {
@@ -172,6 +179,7 @@ impl Member {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::member::problem;
 
     #[test]
     fn member_status_tells_why_it_is_not_ready() {

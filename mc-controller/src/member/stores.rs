@@ -3,7 +3,25 @@
 //! the key of that Service; label identities share the one key `IDENTITIES`; what is neither is
 //! recomputed on every pass).
 
-use super::*;
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::{
+    core::v1::{Endpoints, Namespace, Node, Pod, Service, ServiceSpec},
+    discovery::v1::EndpointSlice,
+};
+use kube::{Api, Client, Resource, ResourceExt as _, runtime::watcher};
+use mc_api::{
+    antrea::{ClusterNetworkPolicy, Tier},
+    clusterclaim::v1alpha2::ClusterClaim,
+    clusterinfo::ClusterInfoImport,
+    clusterset::v1alpha2::ClusterSet,
+    exports::{ResourceExport, kinds as re_kinds},
+    gateway::Gateway,
+    labelidentity::LabelIdentity,
+    mcs::{self, ServiceExport, ServiceImport},
+    names::{self, labels},
+};
+use mc_kube::{Trigger, Watched, watch::KeysOf};
 
 pub(super) struct LocalStores {
     pub(super) clustersets: Watched<ClusterSet>,
@@ -337,7 +355,10 @@ pub(super) fn trim_node(node: &mut Node) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::member::export;
 
     #[test]
     fn stored_services_and_slices_keep_what_the_exports_read() {
