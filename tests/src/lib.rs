@@ -10,6 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
+use testbed::{paths::testbed_dir, topology};
 
 pub mod agent;
 pub mod bpf;
@@ -18,7 +19,12 @@ pub mod pods;
 pub mod prerequisites;
 pub mod services;
 
-pub const CLUSTERS: [&str; 3] = ["north", "east", "west"];
+/// The testbed's clusters, by name (north, the leader, east and west): the testbed's own list.
+pub const CLUSTERS: [&str; 3] = [
+    topology::CLUSTERS[0].name,
+    topology::CLUSTERS[1].name,
+    topology::CLUSTERS[2].name,
+];
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -44,7 +50,7 @@ impl Testbed {
     /// where `STRAIT_TEST_REQUIRE` asks ([`prerequisites::require`]).
     pub fn from_env() -> Self {
         prerequisites::require();
-        let path = repo_root().join("target/testbed/env");
+        let path = testbed_dir().join("env");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             panic!(
                 "{}: {e}; start the testbed first: cargo xtask testbed up",
@@ -553,14 +559,7 @@ pub mod join {
 
 /// helm, built from its Go module by scripts/build-helm.sh (part of the set-up).
 pub fn helm_bin() -> PathBuf {
-    let versions =
-        std::fs::read_to_string(repo_root().join("scripts/versions.env")).expect("versions.env");
-    let version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("HELM_VERSION="))
-        .expect("HELM_VERSION in versions.env");
-    let cache = std::env::var("STRAIT_CACHE").unwrap_or_else(|_| "/var/cache/strait".into());
-    let path = Path::new(&cache).join("helm").join(version).join("helm");
+    let path = testbed::paths::helm_bin().expect("HELM_VERSION in versions.env");
     assert!(
         path.exists(),
         "{} missing: run scripts/setup.sh",
@@ -583,8 +582,7 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 /// start here: it checks the tests' prerequisites first ([`prerequisites::require`]).
 pub fn kubelet_nodes() -> bool {
     prerequisites::require();
-    std::fs::read_to_string(repo_root().join("target/testbed/mode"))
-        .is_ok_and(|m| m.trim() == "kubelets")
+    testbed::kubelet_mode()
 }
 
 /// Where a testbed controller (by its process name) runs on kubelet Nodes: the cluster and the
@@ -843,7 +841,7 @@ pub mod procs {
     }
 
     fn pid(name: &str) -> i32 {
-        std::fs::read_to_string(repo_root().join(format!("target/testbed/pids/{name}.pid")))
+        std::fs::read_to_string(testbed_dir().join(format!("pids/{name}.pid")))
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or_else(|| panic!("no PID file for {name}: is the testbed up?"))
@@ -942,7 +940,7 @@ pub mod procs {
 
     /// Starts a process in a network namespace (and a mount namespace), as the testbed does.
     pub fn start_in(name: &str, netns: &str, mount: Option<&str>, args: &[String]) {
-        let root = repo_root().join("target/testbed");
+        let root = testbed_dir();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
