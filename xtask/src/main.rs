@@ -3,6 +3,7 @@
 //! (`bench/`).
 
 mod crdgen;
+mod lint;
 
 use clap::{Parser, Subcommand};
 use testbed::image;
@@ -31,6 +32,9 @@ enum Command {
         #[command(subcommand)]
         command: image::ImageCommand,
     },
+    /// Check the product code: no function over 120 lines, no import cycle between a crate's
+    /// modules (exit status 1 when there is one).
+    Lint,
     /// The local testbed: real kube-apiservers for north (leader), east and west.
     Testbed {
         #[command(subcommand)]
@@ -41,6 +45,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crdgen { check } => crdgen::run(check),
+        Command::Lint => lint::run(),
         Command::Testbed { command } => testbed::run(command),
         Command::Bench { command } => bench::run(command),
         Command::Image { command } => image::run(command),
