@@ -344,9 +344,15 @@ pub fn outside<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use mc_api::clusterinfo::GatewayInfo;
+    use std::net::Ipv4Addr;
+
+    use mc_api::{
+        clusterinfo::{ClusterInfo, GatewayInfo},
+        net::Prefix,
+    };
     use proptest::prelude::*;
+
+    use super::{Accepted, Announcement, DEFAULT_MIN_PREFIX_LENGTH, Rules, outside, weigh};
 
     fn info(cluster: &str, service: &str, pods: &[&str], gw: &str) -> ClusterInfo {
         ClusterInfo {

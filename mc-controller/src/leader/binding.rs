@@ -94,9 +94,15 @@ pub async fn bind(api: &Api<ServiceAccount>, pending: Vec<(String, String, Strin
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use mc_api::memberclusterannounce::MemberClusterAnnounceFields;
     use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use mc_api::{
+        memberclusterannounce::{MemberClusterAnnounce, MemberClusterAnnounceFields},
+        names::annotations,
+    };
+
+    use super::pending;
 
     fn sa(name: &str, id: Option<&str>) -> Arc<ServiceAccount> {
         let mut s = ServiceAccount::default();

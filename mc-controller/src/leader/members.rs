@@ -169,7 +169,11 @@ pub fn leader_status(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    use super::{Announced, Liveness, Tracker, leader_status};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()

@@ -330,8 +330,9 @@ fn cilium_node_cidrs(node: &serde_json::Value) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::{calico_pool_cidrs, cilium_node_cidrs};
 
     #[test]
     fn calico_pools_for_pods_and_cilium_nodes_give_their_ipv4_cidrs() {

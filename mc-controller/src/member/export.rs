@@ -445,8 +445,24 @@ pub fn service_export_conditions(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::{
+        core::v1::{Pod, Service, ServicePort, ServiceSpec},
+        discovery::v1::{Endpoint, EndpointConditions, EndpointSlice},
+    };
+    use kube::ResourceExt as _;
+    use mc_api::{
+        config::EndpointIpType,
+        exports::{ConflictReason, Verdict},
+        gateway::Gateway,
+        names::{self, annotations, labels},
+    };
+
+    use super::{
+        Exported, Invalid, cluster_info_export, decide, exports_for, invalid,
+        label_identity_export, pod_labels, service_export_conditions,
+    };
 
     fn service(cluster_ip: &str) -> Service {
         Service {

@@ -231,10 +231,13 @@ fn keys_of_failed(
 
 #[cfg(test)]
 mod tests {
-    use mc_api::gateway::Gateway;
+    use std::{collections::BTreeSet, sync::Arc};
 
-    use super::*;
-    use crate::member::service_key;
+    use kube::ResourceExt as _;
+    use mc_api::{exports::ResourceExport, gateway::Gateway};
+
+    use super::{export_keys, keys_of_failed};
+    use crate::member::{export, service_key, stores};
 
     /// A failed ResourceExport write is retried by the key of the Service it is about (both of
     /// its exports, and a stale one being deleted), or of the label identities; a failed

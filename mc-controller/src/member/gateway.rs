@@ -116,8 +116,11 @@ pub fn elect(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus};
+    use kube::ResourceExt as _;
+    use mc_api::{config::GatewayIpPrecedence, gateway::Gateway, names::annotations};
+
+    use super::{elect, gateway_fields};
 
     fn node(name: &str, ip: &str, candidate: bool, is_ready: bool) -> Node {
         let mut n = Node::default();

@@ -550,7 +550,11 @@ fn by_ns_name<K: Resource>(objects: &[Arc<K>]) -> BTreeMap<(String, String), &K>
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::ObjectMeta;
+    use mc_api::names;
+
+    use super::slice_service;
 
     #[test]
     fn an_mcs_slice_follows_the_imported_service_it_is_labelled_for() {

@@ -178,8 +178,16 @@ impl Member {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::member::problem;
+    use mc_api::{
+        clusterset::ClusterSetStatus,
+        gateway::{DATAPLANE_READY, Gateway},
+    };
+
+    use super::member_status;
+    use crate::{
+        conditions::condition,
+        member::{connection::Beat, problem},
+    };
 
     #[test]
     fn member_status_tells_why_it_is_not_ready() {

@@ -355,9 +355,10 @@ pub(super) fn trim_node(node: &mut Node) {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
     use serde_json::json;
 
-    use super::*;
+    use super::{IDENTITIES, import_key, own_export_key, service_key, trim_service, trim_slice};
     use crate::member::export;
 
     #[test]
