@@ -471,6 +471,7 @@ impl Probing {
                 continue;
             }
             let c = mc_api::conditions::condition(CONDITION, status, reason, &message);
+            // A merge-patch body: generic JSON by nature (the fields it sets are typed in mc-api).
             let patch = serde_json::json!({"status": {"conditions": [c]}});
             let ok = api
                 .patch_status(&h.info_name, &PatchParams::default(), &Patch::Merge(&patch))

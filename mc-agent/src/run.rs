@@ -262,6 +262,7 @@ impl Stretched {
         let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
         let mut failures = 0;
         for (namespace, name, condition) in policy_conditions(coverage, &stored, &now) {
+            // A merge-patch body: generic JSON by nature (the fields it sets are typed in mc-api).
             let status = serde_json::json!({"conditions": [condition]});
             let written = match &namespace {
                 None => {
@@ -750,6 +751,7 @@ impl Agent {
         }
         let api = Api::<Gateway>::namespaced(self.client.clone(), ns);
         let conditions: Vec<&Condition> = std::iter::once(&c).chain(encrypted.as_ref()).collect();
+        // A merge-patch body: generic JSON by nature (the fields it sets are typed in mc-api).
         let status = serde_json::json!({"conditions": conditions});
         match self.writer.patch_status(&api, node, status).await {
             Ok(()) => {
@@ -786,6 +788,7 @@ impl Agent {
             return 0;
         }
         let api = Api::<Gateway>::namespaced(self.client.clone(), ns);
+        // A merge-patch body: generic JSON by nature (the fields it sets are typed in mc-api).
         let patch = serde_json::json!({"wireGuard": {"publicKey": key}});
         match api
             .patch(

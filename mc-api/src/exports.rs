@@ -353,8 +353,8 @@ pub struct ResourceExportSpec {
     pub cluster_info: Option<ClusterInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_entity: Option<ExternalEntityExport>,
-    /// A `crd.antrea.io/v1beta1` ClusterNetworkPolicy spec (an admin's, read once; a malformed
-    /// one fails this export alone).
+    /// A `crd.antrea.io/v1beta1` ClusterNetworkPolicy spec.
+    // An admin's, read once ([`Parsed`]): a malformed one fails this export alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
     pub cluster_network_policy: Option<Parsed<ClusterNetworkPolicySpec>>,

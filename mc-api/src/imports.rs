@@ -110,7 +110,8 @@ pub struct ResourceImportSpec {
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// The Service's import (kind `ServiceImport`).
+    /// A whole `multicluster.x-k8s.io/v1alpha1` ServiceImport (its name, namespace, labels,
+    /// annotations and spec are used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
     pub service_import: Option<ImportedService>,

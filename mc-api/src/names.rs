@@ -1,4 +1,4 @@
-//! Object names, annotations, labels and finalizers of the contract (reference §1.11).
+//! Object names, annotations, labels and finalizers of the contract (Antrea's, kept exactly).
 
 /// Prefix of imported Services, Endpoints and ACNPs.
 pub const IMPORTED_PREFIX: &str = "antrea-mc-";

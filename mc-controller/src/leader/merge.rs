@@ -2,7 +2,7 @@
 //! import, and a verdict per export. Pure: the same exports always give the same imports, so the
 //! leader can recompute everything after a restart or a missed event.
 //!
-//! Rules (reference §3.2.3): Service exports of one `<ns>/<name>` must agree on their ports (and,
+//! Rules (Antrea's, with the MCS API's conflicts): Service exports of one `<ns>/<name>` must agree on their ports (and,
 //! Strait's addition, on headlessness). The ports already imported stay while some exporter
 //! still has them; otherwise the oldest exporter's win. An exporter that disagrees gets a Failure
 //! and contributes no endpoints. Any disagreement (ports, headlessness, the copied traits, the

@@ -1,4 +1,4 @@
-//! What a member exports for one ServiceExport (reference §3.4.1), its ClusterInfo and, with
+//! What a member exports for one ServiceExport, its ClusterInfo and, with
 //! stretched NetworkPolicy on, its Pods' label identities (§3.4.5), decided without I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -349,7 +349,7 @@ pub fn pod_labels<'a>(
         .collect()
 }
 
-/// This cluster's export of one normalized label (reference §3.4.5): `<clusterID>-<hash>`, no
+/// This cluster's export of one normalized label: `<clusterID>-<hash>`, no
 /// finalizer, source labels for kind and cluster only.
 pub fn label_identity_export(cluster_id: &str, leader_ns: &str, label: &str) -> ResourceExport {
     let name = names::label_identity_export(cluster_id, &label_hash(label));

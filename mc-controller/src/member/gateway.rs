@@ -1,4 +1,4 @@
-//! Gateway election (reference §3.4.3), without I/O. Candidates are Ready Nodes annotated
+//! Gateway election as Antrea elects, without I/O. Candidates are Ready Nodes annotated
 //! `multicluster.antrea.io/gateway` whose addresses are valid. The active Gateway stays while its
 //! Node remains a valid candidate; otherwise the candidate with the smallest name takes over, so
 //! every controller (and every restart) picks the same Node.

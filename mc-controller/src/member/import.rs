@@ -1,4 +1,4 @@
-//! What a member makes of the leader's ResourceImports (reference §3.4.2), decided without I/O:
+//! What a member makes of the leader's ResourceImports, decided without I/O:
 //! Service + Endpoints `antrea-mc-<name>` and ServiceImport `<name>` per imported Service (a
 //! headless one: only the ServiceImport), the MCS EndpointSlices of each source cluster, a
 //! ClusterInfoImport per remote cluster, ACNP `antrea-mc-<name>` per imported policy, and, with
