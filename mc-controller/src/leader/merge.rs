@@ -1247,7 +1247,7 @@ mod tests {
 
     /// The import's ports as `name:port/protocol`, and each cluster's endpoint ports.
     fn ports_of(m: &Merged) -> (Vec<String>, Vec<(String, Vec<String>)>) {
-        let si = wire(&m, "default-nginx-service");
+        let si = wire(m, "default-nginx-service");
         let ports = si["spec"]["ports"]
             .as_array()
             .unwrap()
