@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo command (README). As root, on a fresh machine:
-#   sudo bash scripts/demo.sh [--keep]
+#   bash scripts/demo.sh [--keep]      (as root; no sudo needed)
 # installs what is missing, builds Strait and its images, brings up a local ClusterSet (real
 # kube-apiservers for north, east and west; two real Nodes per cluster, each a kubelet with
 # containerd, kube-proxy and CoreDNS; Strait installed in-cluster from deploy/ and the Helm chart),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The test command (README; .ci/run runs exactly this). As root, on a fresh machine:
-#   sudo bash scripts/test.sh
+# The test command (README; .ci/run runs exactly this). As root (no sudo needed), on a fresh machine:
+#   bash scripts/test.sh
 # installs what is missing (scripts/setup.sh), then: rustfmt, clippy (user space and the eBPF
-# crate separately), unit tests, the CRD drift check, the eBPF kernel tests, the images, the
+# crate separately), unit tests, the CRD drift check, the lint, the eBPF kernel tests, the images, the
 # testbed (kubelet Nodes, Strait installed in-cluster from deploy/ and the chart) and every test
 # against it, `down` after a simulated crash, and the demo's walk-through (it brings the
 # testbed up and takes it down).
@@ -40,6 +40,8 @@ unit_tests() {
 }
 step "unit tests" unit_tests
 step "CRD drift" cargo xtask crdgen --check
+# No function in product code over 120 lines, no import cycle between a crate's modules.
+step "lint (function length, module cycles)" cargo xtask lint
 # Kernel tests share one kernel: one at a time.
 step "eBPF tests (root, netns)" cargo test -p mc-agent -- --test-threads=1
 # The traffic between namespaces again with the programs attached as legacy TC filters (what

@@ -1,8 +1,8 @@
 //! What the testbed's tests need before they start, checked in one place: the testbed
 //! (`target/testbed/env`, written by `cargo xtask testbed up`) and root (the tests enter the
 //! testbed's network namespaces, signal its processes and run `cargo xtask testbed` commands).
-//! Every test starts by getting the testbed ([`crate::Testbed::from_env`] or
-//! [`crate::kubelet_nodes`]), and both call [`require`] first.
+//! Every test starts by getting the testbed (`Testbed::from_env` or
+//! `kubelet_nodes`), and both call [`require`] first.
 //!
 //! Without one of them a plain `cargo test` passes and says what it left out: the test binary
 //! ends at once, successfully, after one line on stderr such as
@@ -47,7 +47,7 @@ pub fn require() {
 
 /// The first prerequisite missing: the testbed's env file (readable), then root.
 fn missing() -> Option<Missing> {
-    let env = crate::repo_root().join("target/testbed/env");
+    let env = testbed::paths::testbed_dir().join("env");
     if let Err(e) = std::fs::File::open(&env) {
         return Some(Missing {
             name: "testbed",

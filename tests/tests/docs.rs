@@ -1,6 +1,6 @@
 //! The README's command blocks, run as written (only the placeholders filled in) against the
 //! testbed: what the README tells an operator to type must work and show what it says. The
-//! install commands are what `testbed up` runs (xtask/src/testbed/incluster.rs), the join the
+//! install commands are what `testbed up` runs (testbed/src/incluster.rs), the join the
 //! demo's `mcctl` steps, the uninstall block `kubelet_nodes.rs`'s uninstall test.
 
 use std::process::Command;
