@@ -16,9 +16,10 @@ use mc_common::{
     dataplane::{ENCAP_OVERHEAD, GsoEncap, gso_encap},
 };
 
-use crate::{
-    packet::{ETH_HLEN, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, fold, sum_words},
-    tunnel::UDP_HLEN,
+use crate::packet::{
+    ETH_HLEN, ICMP_CHECK_OFF, ICMP_HLEN, ICMP_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP,
+    IPV4_CHECK_OFF, IPV4_HLEN, Ipv4, TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN,
+    UDP_HLEN, fold, sum_words,
 };
 
 const TCP_SYN: u8 = 0x02;
@@ -27,6 +28,10 @@ const TCP_OPT_NOP: u8 = 1;
 const TCP_OPT_MSS: u8 = 2;
 /// TCP options are at most 40 bytes; every option is at least one byte.
 const MAX_OPTIONS: usize = 40;
+/// Where a TCP option's length byte lies in it, after its kind.
+const TCP_OPT_LEN_OFF: usize = 1;
+/// Where a TCP option's value lies in it, after its kind and length.
+const TCP_OPT_VALUE_OFF: usize = 2;
 
 /// What a packet about to be encapsulated needs.
 pub enum Fit {
@@ -76,7 +81,7 @@ pub fn check(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Fit {
 fn gso(ctx: &TcContext, ip: &Ipv4, gso_size: u32, mtu: u32) -> GsoEncap {
     let l4_header = match ip.proto {
         // The data offset: the high nibble of byte 12, in 32-bit words.
-        IPPROTO_TCP => match ip.read::<u8>(ctx, ip.l4() + 12) {
+        IPPROTO_TCP => match ip.read::<u8>(ctx, ip.l4() + TCP_DOFF_OFF) {
             Ok(offset) => u32::from(offset >> 4) * 4,
             Err(_) => return GsoEncap::Shrink,
         },
@@ -99,17 +104,17 @@ pub fn clamp_mss(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<bool, Counter> 
         return Ok(false);
     }
     let l4 = ip.l4();
-    let head: [u8; 14] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
-    if head[13] & TCP_SYN == 0 {
+    let head: [u8; TCP_FLAGS_OFF + 1] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+    if head[TCP_FLAGS_OFF] & TCP_SYN == 0 {
         return Ok(false);
     }
-    let header_len = usize::from(head[12] >> 4) * 4;
+    let header_len = usize::from(head[TCP_DOFF_OFF] >> 4) * 4;
     if l4 + header_len > ip.end() {
         // Options past the packet's end: not ours to rewrite (the receiver drops it).
         return Ok(false);
     }
     // IPv4 and TCP headers without options, inside the tunnel.
-    let max_mss = inner_mtu(mtu).saturating_sub(40) as u16;
+    let max_mss = inner_mtu(mtu).saturating_sub((IPV4_HLEN + TCP_HLEN) as u32) as u16;
     clamp_syn_mss(ctx, l4, header_len, max_mss)
 }
 
@@ -122,7 +127,8 @@ fn clamp_syn_mss(
     header_len: usize,
     max_mss: u16,
 ) -> Result<bool, Counter> {
-    let mut off = 20;
+    // The options follow the header's fixed part.
+    let mut off = TCP_HLEN;
     let mut steps = 0;
     while steps < MAX_OPTIONS && off + 1 < header_len {
         steps += 1;
@@ -133,28 +139,29 @@ fn clamp_syn_mss(
             _ => {
                 // Kind and length only: the option may be the last, ending the segment.
                 let kl: [u8; 2] = ctx.load(l4 + off).map_err(|_| Counter::DropTruncated)?;
-                let len = usize::from(kl[1]);
+                let len = usize::from(kl[TCP_OPT_LEN_OFF]);
                 if len < 2 || off + len > header_len {
                     // Malformed options: not ours to rewrite (the receiver rejects them).
                     return Ok(false);
                 }
                 if kind == TCP_OPT_MSS && len == 4 {
-                    let v: [u8; 2] = ctx.load(l4 + off + 2).map_err(|_| Counter::DropTruncated)?;
+                    let value_off = l4 + off + TCP_OPT_VALUE_OFF;
+                    let v: [u8; 2] = ctx.load(value_off).map_err(|_| Counter::DropTruncated)?;
                     let mss = u16::from_be_bytes(v);
                     // The value must sit on a 16-bit boundary of the segment for the
                     // incremental checksum update; MSS is the first option almost always.
-                    if mss <= max_mss || (off + 2) % 2 != 0 {
+                    if mss <= max_mss || !(off + TCP_OPT_VALUE_OFF).is_multiple_of(2) {
                         return Ok(false);
                     }
                     let fail = |_| Counter::DropRewriteFailed;
                     ctx.l4_csum_replace(
-                        l4 + 16,
+                        l4 + TCP_CHECK_OFF,
                         u64::from(u16::from_ne_bytes(mss.to_be_bytes())),
                         u64::from(u16::from_ne_bytes(max_mss.to_be_bytes())),
                         2,
                     )
                     .map_err(fail)?;
-                    ctx.store(l4 + off + 2, &max_mss.to_be_bytes(), 0)
+                    ctx.store(value_off, &max_mss.to_be_bytes(), 0)
                         .map_err(fail)?;
                     return Ok(true);
                 }
@@ -166,7 +173,7 @@ fn clamp_syn_mss(
 }
 
 /// Turns the packet into an ICMP fragmentation-needed error to its sender (carrying the tunnel's
-/// inner MTU and the first 28 bytes of the packet, as RFC 792 asks) and hands it to the uplink's
+/// inner MTU and the packet's IPv4 header and first 8 bytes more, as RFC 792 asks) and hands it to the uplink's
 /// ingress, where the stack routes it back to the sender. The error comes from the packet's
 /// destination: an error from the Node's own address, arriving at its own uplink, would be a
 /// martian to the stack and dropped. Only for IPv4 headers without options.
@@ -175,7 +182,7 @@ fn clamp_syn_mss(
 /// frame, not in the egress program's, which must also hold the tunnel's and the SNAT's.
 #[inline(never)]
 pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter> {
-    if ip.hlen() != 20 || (ip.proto == IPPROTO_ICMP && is_icmp_error(ctx, ip)) {
+    if ip.hlen() != IPV4_HLEN || (ip.proto == IPPROTO_ICMP && is_icmp_error(ctx, ip)) {
         // Never answer an ICMP error with another one.
         return Err(Counter::DropTooBig);
     }
@@ -190,12 +197,12 @@ pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter>
     // Back to where it came from: swap the MAC addresses.
     let macs = [eth[3], eth[4], eth[5], eth[0], eth[1], eth[2]];
     ctx.store(0, &macs, 0).map_err(fail)?;
-    ctx.store(ETH_HLEN + 28, &quoted, 0).map_err(fail)?;
+    ctx.store(ETH_HLEN + QUOTE_OFF, &quoted, 0).map_err(fail)?;
 
     let word = |b: [u8; 2]| u16::from_ne_bytes(b);
     let (from, to) = (ip.dst, ip.src);
     // IPv4 header (words 0-9), then the ICMP header (10-13); checksums filled in below.
-    let mut out: [u16; 14] = [
+    let mut out: [u16; QUOTE_OFF / 2] = [
         word([0x45, 0xc0]),
         (TOTAL as u16).to_be(),
         0,
@@ -211,8 +218,10 @@ pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter>
         0,
         (inner_mtu(mtu) as u16).to_be(),
     ];
-    out[5] = fold(sum_words(&out, 0, 10));
-    out[11] = fold(sum_words(&out, 10, 14) + sum_words(&quoted, 0, QUOTED / 2));
+    const ICMP_WORD: usize = IPV4_HLEN / 2;
+    out[IPV4_CHECK_OFF / 2] = fold(sum_words(&out, 0, ICMP_WORD));
+    out[ICMP_WORD + ICMP_CHECK_OFF / 2] =
+        fold(sum_words(&out, ICMP_WORD, QUOTE_OFF / 2) + sum_words(&quoted, 0, QUOTED / 2));
     ctx.store(ETH_HLEN, &out, 0).map_err(fail)?;
 
     let skb = ctx.as_ptr() as *const __sk_buff;
@@ -223,13 +232,15 @@ pub fn frag_needed(ctx: &TcContext, ip: &Ipv4, mtu: u32) -> Result<i32, Counter>
 }
 
 /// The start of the packet an ICMP error quotes (RFC 792): its IPv4 header and 8 bytes more.
-const QUOTED: usize = 28;
+const QUOTED: usize = IPV4_HLEN + 8;
+/// Where the quote starts in the ICMP error's IPv4 packet: after its IPv4 and ICMP headers.
+const QUOTE_OFF: usize = IPV4_HLEN + ICMP_HLEN;
 /// The ICMP error's IPv4 packet: header, ICMP header, quote.
-const TOTAL: usize = 20 + 8 + QUOTED;
+const TOTAL: usize = QUOTE_OFF + QUOTED;
 
 #[inline(always)]
 fn is_icmp_error(ctx: &TcContext, ip: &Ipv4) -> bool {
-    match ctx.load::<u8>(ip.l4()) {
+    match ctx.load::<u8>(ip.l4() + ICMP_TYPE_OFF) {
         // Echo reply (0) and request (8) are queries; the rest an answer must not answer.
         Ok(kind) => kind != 0 && kind != 8,
         Err(_) => true,

@@ -19,7 +19,11 @@ use mc_common::{
 
 use crate::{
     maps::{SNAT, count, routed_via},
-    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, ipv4_at, read},
+    packet::{
+        ICMP_CHECK_OFF, ICMP_ECHO_ID_OFF, ICMP_HLEN, ICMP_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP,
+        IPPROTO_UDP, IPV4_CHECK_OFF, IPV4_DST_OFF, IPV4_HLEN, IPV4_SRC_OFF, Ipv4, L4_DST_PORT_OFF,
+        L4_SRC_PORT_OFF, TCP_CHECK_OFF, UDP_CHECK_OFF, be16, ipv4_at, read,
+    },
 };
 
 const ICMP_ECHO_REPLY: u8 = 0;
@@ -61,48 +65,54 @@ pub(crate) fn ports(ctx: &TcContext, ip: &Ipv4, leaving: bool) -> Result<L4, Cou
             let p: [u8; 4] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
             let tcp = ip.proto == IPPROTO_TCP;
             // Make sure the checksum field is inside the packet before any rewrite.
-            let csum_off = if tcp { l4 + 16 } else { l4 + 6 };
+            let csum_off = l4 + l4_check_off(tcp);
             let _: [u8; 2] = ip.read(ctx, csum_off).map_err(|_| Counter::DropTruncated)?;
             Ok(L4::Ports(Ports {
-                src: u16::from_be_bytes([p[0], p[1]]),
-                dst: u16::from_be_bytes([p[2], p[3]]),
-                src_off: l4,
-                dst_off: l4 + 2,
+                src: be16(&p, L4_SRC_PORT_OFF),
+                dst: be16(&p, L4_DST_PORT_OFF),
+                src_off: l4 + L4_SRC_PORT_OFF,
+                dst_off: l4 + L4_DST_PORT_OFF,
                 csum_off,
                 pseudo: true,
                 udp: !tcp,
             }))
         }
         IPPROTO_ICMP => {
-            let h: [u8; 8] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
-            let id = u16::from_be_bytes([h[4], h[5]]);
+            let h: [u8; ICMP_HLEN] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            let id = be16(&h, ICMP_ECHO_ID_OFF);
             let expected = if leaving {
                 ICMP_ECHO_REQUEST
             } else {
                 ICMP_ECHO_REPLY
             };
             if matches!(
-                h[0],
+                h[ICMP_TYPE_OFF],
                 ICMP_DEST_UNREACH | ICMP_TIME_EXCEEDED | ICMP_PARAMETER_PROBLEM
             ) {
                 return Ok(L4::IcmpError);
             }
-            if h[0] != expected {
+            if h[ICMP_TYPE_OFF] != expected {
                 return Err(Counter::DropUnsupportedProto);
             }
             let (src, dst) = if leaving { (id, 0) } else { (0, id) };
             Ok(L4::Ports(Ports {
                 src,
                 dst,
-                src_off: l4 + 4,
-                dst_off: l4 + 4,
-                csum_off: l4 + 2,
+                src_off: l4 + ICMP_ECHO_ID_OFF,
+                dst_off: l4 + ICMP_ECHO_ID_OFF,
+                csum_off: l4 + ICMP_CHECK_OFF,
                 pseudo: false,
                 udp: false,
             }))
         }
         _ => Err(Counter::DropUnsupportedProto),
     }
+}
+
+/// Where a TCP (`tcp`) or else UDP header's checksum lies in it.
+#[inline(always)]
+fn l4_check_off(tcp: bool) -> usize {
+    if tcp { TCP_CHECK_OFF } else { UDP_CHECK_OFF }
 }
 
 /// The SNAT table key of a packet as it is on the wire.
@@ -292,7 +302,7 @@ pub fn unsnat(
 fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[u8; 4], Counter> {
     let fail = |_| Counter::DropRewriteFailed;
     let leaving = entering.is_none();
-    let q = ipv4_at(ctx, ip.l4() + 8, Counter::DropBadIpv4Header)?;
+    let q = ipv4_at(ctx, ip.l4() + ICMP_HLEN, Counter::DropBadIpv4Header)?;
     // The quote is cut short of the quoted packet's length: it ends where the error does, and
     // every read of it below is bounded by the error (`ip.read`), not by the frame.
     if q.l4() > ip.end() {
@@ -318,26 +328,27 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     let (sport, dport, sport_off, csum_off, pseudo) = match q.proto {
         IPPROTO_TCP | IPPROTO_UDP => {
             let p: [u8; 4] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
-            let csum_off = if q.proto == IPPROTO_TCP {
-                l4 + 16
-            } else {
-                l4 + 6
-            };
             (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-                l4,
-                csum_off,
+                be16(&p, L4_SRC_PORT_OFF),
+                be16(&p, L4_DST_PORT_OFF),
+                l4 + L4_SRC_PORT_OFF,
+                l4 + l4_check_off(q.proto == IPPROTO_TCP),
                 true,
             )
         }
         // An error about an echo request the gateway sent for a Pod.
         IPPROTO_ICMP if !leaving => {
-            let h: [u8; 8] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
-            if h[0] != ICMP_ECHO_REQUEST {
+            let h: [u8; ICMP_HLEN] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            if h[ICMP_TYPE_OFF] != ICMP_ECHO_REQUEST {
                 return Err(Counter::DropUnsupportedProto);
             }
-            (u16::from_be_bytes([h[4], h[5]]), 0, l4 + 4, l4 + 2, false)
+            (
+                be16(&h, ICMP_ECHO_ID_OFF),
+                0,
+                l4 + ICMP_ECHO_ID_OFF,
+                l4 + ICMP_CHECK_OFF,
+                false,
+            )
         }
         _ => return Err(Counter::DropUnsupportedProto),
     };
@@ -355,12 +366,12 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
         return Err(Counter::DropNoSnatEntry);
     }
     let (q_addr_off, old_addr, port_off, old_port) = if leaving {
-        (q.dst_off(), q.dst, l4 + 2, dport)
+        (q.dst_off(), q.dst, l4 + L4_DST_PORT_OFF, dport)
     } else {
         (q.src_off(), q.src, sport_off, sport)
     };
     let (new_addr, new_port) = (entry.addr, entry.port);
-    let icmp_csum = ip.l4() + 2;
+    let icmp_csum = ip.l4() + ICMP_CHECK_OFF;
     // A 16-bit field changes: the ICMP checksum, which covers it, follows.
     let store16 = |off: usize, old: u16, new: u16| -> Result<(), Counter> {
         let (old_b, new_b) = (old.to_be_bytes(), new.to_be_bytes());
@@ -532,21 +543,24 @@ pub(crate) fn rewrite(
     // Where the address and the port fall in the 16 bytes from the header checksum on.
     let a = addr_off.wrapping_sub(base);
     let pt = port_off.wrapping_sub(base);
-    if ip.hlen() == 20 && (a == 2 || a == 6) && (pt == 10 || pt == 12 || pt == 14) {
+    if ip.hlen() == IPV4_HLEN
+        && (a == W_SRC || a == W_DST)
+        && (pt == W_SRC_PORT || pt == W_DST_PORT || pt == W_ECHO_ID)
+    {
         // Read after the L4 checksum update: an ICMP checksum lies inside this window.
-        let mut w: [u8; 16] = read(ctx, base).map_err(|_| Counter::DropTruncated)?;
-        let check = csum_replace4(u16::from_be_bytes([w[0], w[1]]), old_addr, new_addr);
+        let mut w: [u8; W_LEN] = read(ctx, base).map_err(|_| Counter::DropTruncated)?;
+        let check = csum_replace4(be16(&w, 0), old_addr, new_addr);
         w[0..2].copy_from_slice(&check.to_be_bytes());
-        if a == 2 {
-            w[2..6].copy_from_slice(&new_addr);
+        if a == W_SRC {
+            w[W_SRC..W_SRC + 4].copy_from_slice(&new_addr);
         } else {
-            w[6..10].copy_from_slice(&new_addr);
+            w[W_DST..W_DST + 4].copy_from_slice(&new_addr);
         }
         let port = new_port.to_be_bytes();
         match pt {
-            10 => w[10..12].copy_from_slice(&port),
-            12 => w[12..14].copy_from_slice(&port),
-            _ => w[14..16].copy_from_slice(&port),
+            W_SRC_PORT => w[W_SRC_PORT..W_SRC_PORT + 2].copy_from_slice(&port),
+            W_DST_PORT => w[W_DST_PORT..W_DST_PORT + 2].copy_from_slice(&port),
+            _ => w[W_ECHO_ID..W_ECHO_ID + 2].copy_from_slice(&port),
         }
         return ctx.store(base, &w, 0).map_err(fail);
     }
@@ -558,6 +572,18 @@ pub(crate) fn rewrite(
         .map_err(fail)?;
     ctx.store(addr_off, &new_addr, 0).map_err(fail)
 }
+
+// The window `rewrite` writes in one store: from the IPv4 header checksum (of a header without
+// options) to the end of the L4 header's first 4 bytes (TCP and UDP ports, an ICMP echo's id);
+// where each field lies in it.
+const W_L4: usize = IPV4_HLEN - IPV4_CHECK_OFF;
+const W_LEN: usize = W_L4 + ICMP_ECHO_ID_OFF + 2;
+const W_SRC: usize = IPV4_SRC_OFF - IPV4_CHECK_OFF;
+const W_DST: usize = IPV4_DST_OFF - IPV4_CHECK_OFF;
+const W_SRC_PORT: usize = W_L4 + L4_SRC_PORT_OFF;
+const W_DST_PORT: usize = W_L4 + L4_DST_PORT_OFF;
+const W_ECHO_ID: usize = W_L4 + ICMP_ECHO_ID_OFF;
+const _: () = assert!(W_LEN == 16 && W_SRC_PORT == 10 && W_DST_PORT == 12 && W_ECHO_ID == 14);
 
 /// A checksum after a 16-bit field it covers changed from `old` to `new` (RFC 1624).
 #[inline(always)]

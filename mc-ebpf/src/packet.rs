@@ -3,11 +3,71 @@
 //! reaches paged data; either way a read past the end fails. Writes stay with the helpers: a
 //! program that writes packet memory directly makes the kernel unclone every packet it sees.
 
+use core::mem::offset_of;
+
 use aya_ebpf::programs::TcContext;
 use mc_common::Counter;
-use network_types::{eth::EthHdr, ip::Ipv4Hdr};
+use network_types::{
+    eth::EthHdr,
+    geneve::GeneveHdr,
+    icmp::{IcmpIdSequence, Icmpv4Hdr},
+    ip::Ipv4Hdr,
+    tcp::TcpHdr,
+    udp::UdpHdr,
+};
+
+// Header lengths and where fields lie inside their headers (`*_OFF`, from the header's
+// start), taken from network-types' layouts so that no offset is a bare number. All are
+// constants: the verifier follows packet offsets best when they are known at compile time.
 
 pub const ETH_HLEN: usize = EthHdr::LEN;
+/// An IPv4 header without options.
+pub const IPV4_HLEN: usize = Ipv4Hdr::LEN;
+/// The IPv4 header checksum.
+pub const IPV4_CHECK_OFF: usize = offset_of!(Ipv4Hdr, check);
+/// The IPv4 source address.
+pub const IPV4_SRC_OFF: usize = offset_of!(Ipv4Hdr, src_addr);
+/// The IPv4 destination address.
+pub const IPV4_DST_OFF: usize = offset_of!(Ipv4Hdr, dst_addr);
+/// The source port of a TCP or UDP header (the same place in both).
+pub const L4_SRC_PORT_OFF: usize = offset_of!(UdpHdr, src);
+/// The destination port of a TCP or UDP header (the same place in both).
+pub const L4_DST_PORT_OFF: usize = offset_of!(UdpHdr, dst);
+const _: () = assert!(
+    offset_of!(TcpHdr, source) == L4_SRC_PORT_OFF && offset_of!(TcpHdr, dest) == L4_DST_PORT_OFF
+);
+/// A TCP header without options.
+pub const TCP_HLEN: usize = TcpHdr::LEN;
+/// The TCP byte whose high nibble is the data offset (the header's length in 32-bit words).
+pub const TCP_DOFF_OFF: usize = offset_of!(TcpHdr, _bitfield_1);
+/// The TCP flags byte (SYN, ACK, ...), after the data offset's.
+pub const TCP_FLAGS_OFF: usize = TCP_DOFF_OFF + 1;
+/// The TCP checksum.
+pub const TCP_CHECK_OFF: usize = offset_of!(TcpHdr, check);
+pub const UDP_HLEN: usize = UdpHdr::LEN;
+/// The UDP length (header and payload).
+pub const UDP_LEN_OFF: usize = offset_of!(UdpHdr, len);
+/// The UDP checksum.
+pub const UDP_CHECK_OFF: usize = offset_of!(UdpHdr, check);
+pub const ICMP_HLEN: usize = Icmpv4Hdr::LEN;
+/// The ICMP type.
+pub const ICMP_TYPE_OFF: usize = offset_of!(Icmpv4Hdr, type_);
+/// The ICMP checksum.
+pub const ICMP_CHECK_OFF: usize = offset_of!(Icmpv4Hdr, check);
+/// An ICMP echo request's or reply's identifier.
+pub const ICMP_ECHO_ID_OFF: usize = offset_of!(Icmpv4Hdr, data) + offset_of!(IcmpIdSequence, id);
+/// A Geneve header without options.
+pub const GENEVE_HLEN: usize = GeneveHdr::LEN;
+/// The Geneve byte holding the version (top two bits) and the options' length (the rest, in
+/// 32-bit words).
+pub const GENEVE_VER_OPT_LEN_OFF: usize = offset_of!(GeneveHdr, ver_opt_len);
+/// The Geneve flags byte (OAM, critical).
+pub const GENEVE_FLAGS_OFF: usize = offset_of!(GeneveHdr, o_c_rsvd);
+/// The Geneve protocol type of the payload.
+pub const GENEVE_PROTO_OFF: usize = offset_of!(GeneveHdr, protocol_type);
+/// The Geneve VNI (three bytes, then a reserved byte).
+pub const GENEVE_VNI_OFF: usize = offset_of!(GeneveHdr, vni);
+
 pub const ETH_P_IP: u16 = 0x0800;
 pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
@@ -72,17 +132,19 @@ impl Ipv4 {
     /// Offset of the header checksum.
     #[inline(always)]
     pub fn check_off(&self) -> usize {
-        self.off() + 10
+        self.off() + IPV4_CHECK_OFF
     }
 
+    /// Offset of the source address.
     #[inline(always)]
     pub fn src_off(&self) -> usize {
-        self.off() + 12
+        self.off() + IPV4_SRC_OFF
     }
 
+    /// Offset of the destination address.
     #[inline(always)]
     pub fn dst_off(&self) -> usize {
-        self.off() + 16
+        self.off() + IPV4_DST_OFF
     }
 
     /// Reads a `T` at `off`, which must lie inside this packet by its total length.
@@ -170,7 +232,14 @@ pub fn ipv4_at(ctx: &TcContext, off: usize, bad: Counter) -> Result<Ipv4, Counte
 #[inline(always)]
 pub fn dst_port(ctx: &TcContext, ip: &Ipv4) -> Result<u16, Counter> {
     let ports: [u8; 4] = ip.read(ctx, ip.l4()).map_err(|_| Counter::DropTruncated)?;
-    Ok(u16::from_be_bytes([ports[2], ports[3]]))
+    Ok(be16(&ports, L4_DST_PORT_OFF))
+}
+
+/// The big-endian 16-bit field at `off` of header bytes read into `bytes` (`off` a constant,
+/// so the indexing compiles to two byte loads).
+#[inline(always)]
+pub fn be16<const N: usize>(bytes: &[u8; N], off: usize) -> u16 {
+    u16::from_be_bytes([bytes[off], bytes[off + 1]])
 }
 
 /// Sum of `words[from..to]` (bounds known at compile time where it is called).

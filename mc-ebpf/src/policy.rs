@@ -37,8 +37,11 @@ use crate::{
         config, count, count_len, count_rule, flow_cache_slot, may_claim, peer_kind, same_flow,
     },
     nat::key,
-    packet::{IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, Ipv4},
-    tunnel::{Tunnel, UDP_HLEN},
+    packet::{
+        GENEVE_VNI_OFF, ICMP_ECHO_ID_OFF, ICMP_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP,
+        Ipv4, L4_DST_PORT_OFF, L4_SRC_PORT_OFF, UDP_HLEN, be16,
+    },
+    tunnel::Tunnel,
 };
 
 /// `struct bpf_nf_ctx`: the netfilter program's context.
@@ -63,7 +66,7 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
     // The Geneve VNI (read here rather than kept in `Tunnel`, whose every byte costs the
     // ingress program's stack): the label ID of the Pod that opened the flow, or 0xffffff.
     let outer = &tunnel.outer;
-    let Ok(vni) = outer.read::<[u8; 3]>(ctx, outer.l4() + UDP_HLEN + 4) else {
+    let Ok(vni) = outer.read::<[u8; 3]>(ctx, outer.l4() + UDP_HLEN + GENEVE_VNI_OFF) else {
         return;
     };
     let id = FlowIdentity {
@@ -106,7 +109,7 @@ pub fn record_flow(ctx: &TcContext, tunnel: &Tunnel) {
 #[inline(never)]
 pub fn check_identity(ctx: &TcContext, tunnel: &Tunnel) {
     let outer = &tunnel.outer;
-    let off = outer.l4() + UDP_HLEN + 4;
+    let off = outer.l4() + UDP_HLEN + GENEVE_VNI_OFF;
     // The VNI and the reserved byte after it.
     let Ok(word) = outer.read::<[u8; 4]>(ctx, off) else {
         return;
@@ -150,20 +153,17 @@ pub(crate) fn flow_key(ctx: &TcContext, ip: &Ipv4) -> Option<FlowKey> {
                 return None;
             }
             let p: [u8; 4] = ip.read(ctx, ip.l4()).ok()?;
-            (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-            )
+            (be16(&p, L4_SRC_PORT_OFF), be16(&p, L4_DST_PORT_OFF))
         }
         IPPROTO_ICMP => {
             if ip.is_later_fragment() {
                 return None;
             }
-            let h: [u8; 6] = ip.read(ctx, ip.l4()).ok()?;
-            if h[0] != ICMP_ECHO {
+            let h: [u8; ICMP_ECHO_ID_OFF + 2] = ip.read(ctx, ip.l4()).ok()?;
+            if h[ICMP_TYPE_OFF] != ICMP_ECHO {
                 return None;
             }
-            (u16::from_be_bytes([h[4], h[5]]), 0)
+            (be16(&h, ICMP_ECHO_ID_OFF), 0)
         }
         _ => (0, 0),
     };

@@ -13,6 +13,8 @@ use aya_ebpf::{
     helpers::generated::bpf_redirect,
     programs::TcContext,
 };
+use core::mem::offset_of;
+
 use mc_common::{
     Counter,
     dataplane::{
@@ -23,13 +25,15 @@ use mc_common::{
 
 use crate::{
     maps::{peer_kind, probe_answered, wireguard},
-    packet::{IPPROTO_UDP, Ipv4},
-    tunnel::{self, Tunnel, UDP_HLEN},
+    packet::{
+        GENEVE_FLAGS_OFF, GENEVE_HLEN, GENEVE_VER_OPT_LEN_OFF, IPPROTO_UDP, IPV4_HLEN, Ipv4,
+        UDP_CHECK_OFF, UDP_HLEN,
+    },
+    tunnel::{self, Tunnel},
 };
 
-const GENEVE_HLEN: usize = 8;
 /// The probe's kind byte, past its magic.
-const KIND_OFF: usize = 8;
+const KIND_OFF: usize = offset_of!(Probe, kind);
 
 type Outcome = Result<(Counter, i32), Counter>;
 
@@ -50,11 +54,11 @@ pub fn send(
     let Ok(geneve) = ip.read::<[u8; 2]>(ctx, ip.l4() + UDP_HLEN) else {
         return Ok(None);
     };
-    if geneve[1] & GENEVE_OAM == 0 || geneve[0] & 0x3f != 0 {
+    if geneve[GENEVE_FLAGS_OFF] & GENEVE_OAM == 0 || geneve[GENEVE_VER_OPT_LEN_OFF] & 0x3f != 0 {
         return Ok(None);
     }
     // The agent builds the inner header without options.
-    let kind_at = ip.l4() + UDP_HLEN + GENEVE_HLEN + 20 + UDP_HLEN + KIND_OFF;
+    let kind_at = ip.l4() + UDP_HLEN + GENEVE_HLEN + IPV4_HLEN + UDP_HLEN + KIND_OFF;
     // Four bytes (the kind and its padding): a one-byte read's bounds check compiles to a
     // comparison the verifier cannot follow.
     let Ok(kind) = ip.read::<[u8; 4]>(ctx, kind_at) else {
@@ -131,7 +135,7 @@ fn answer(ctx: &TcContext, t: &Tunnel, at: usize, probe: &Probe, encrypted: bool
     ctx.store(at + KIND_OFF, &kind, 0).map_err(failed)?;
     // A local, not a constant's address (which would land in `.rodata`).
     let no_checksum: u16 = 0;
-    ctx.store(t.outer.l4() + 6, &no_checksum, 0)
+    ctx.store(t.outer.l4() + UDP_CHECK_OFF, &no_checksum, 0)
         .map_err(failed)?;
     let swapped = |ip: &Ipv4| -> [u8; 8] {
         let (s, d) = (ip.src, ip.dst);

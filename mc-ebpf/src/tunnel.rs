@@ -25,16 +25,37 @@ use mc_common::{
     },
 };
 
+use core::mem::offset_of;
+
+use network_types::eth::EthHdr;
+
 use crate::{
     maps::NEXT_HOPS,
-    packet::{ETH_HLEN, ETH_P_IP, IPPROTO_TCP, IPPROTO_UDP, Ipv4, fold, sum_words, whole_ipv4_at},
+    packet::{
+        ETH_HLEN, ETH_P_IP, GENEVE_FLAGS_OFF, GENEVE_HLEN, GENEVE_PROTO_OFF,
+        GENEVE_VER_OPT_LEN_OFF, GENEVE_VNI_OFF, IPPROTO_TCP, IPPROTO_UDP, IPV4_CHECK_OFF,
+        IPV4_HLEN, Ipv4, L4_DST_PORT_OFF, L4_SRC_PORT_OFF, UDP_HLEN, UDP_LEN_OFF, be16, fold,
+        sum_words, whole_ipv4_at,
+    },
 };
 
-pub const UDP_HLEN: usize = 8;
-const GENEVE_HLEN: usize = 8;
 const GENEVE_PROTO_IPV4: u16 = 0x0800;
 /// Outer IPv4 + UDP + Geneve without options.
-const ENCAP_LEN: usize = 20 + UDP_HLEN + GENEVE_HLEN;
+const ENCAP_LEN: usize = IPV4_HLEN + UDP_HLEN + GENEVE_HLEN;
+// Where the outer headers' fields lie in them counted in 16-bit words, as `outer_headers` and
+// `retargeted_frame` build them.
+/// The UDP header, after the IPv4 header (without options).
+const UDP_WORD: usize = IPV4_HLEN / 2;
+/// The Geneve header, after the UDP header.
+const GENEVE_WORD: usize = UDP_WORD + UDP_HLEN / 2;
+/// The Ethernet type, in a frame.
+const ETHER_TYPE_WORD: usize = offset_of!(EthHdr, ether_type) / 2;
+/// The IPv4 header, in a frame.
+const IPV4_WORD: usize = ETH_HLEN / 2;
+/// The outer IPv4 and UDP headers, in words.
+const IP_UDP_WORDS: usize = (IPV4_HLEN + UDP_HLEN) / 2;
+/// The Ethernet header and the outer IPv4 and UDP headers, in words.
+const FRAME_WORDS: usize = IPV4_WORD + IP_UDP_WORDS;
 const OUTER_TTL: u8 = 64;
 const AF_INET: u8 = 2;
 
@@ -67,25 +88,25 @@ pub fn parse(ctx: &TcContext, outer: &Ipv4, port: u16) -> Result<Parsed, Counter
     let udp: [u8; UDP_HLEN] = outer
         .read(ctx, outer.l4())
         .map_err(|_| Counter::DropTruncated)?;
-    if u16::from_be_bytes([udp[2], udp[3]]) != port {
+    if be16(&udp, L4_DST_PORT_OFF) != port {
         return Ok(Parsed::Other);
     }
     // Strait's own is whole (sent with DF), Geneve version 0 without the control bit carrying
     // IPv4. Anything else on the port is someone else's (a CNI's Geneve carries Ethernet,
     // 0x6558), even between Nodes that are also Strait's peers. (Who sent it is checked by the
     // caller, which knows this Node's peers.)
-    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    let udp_len = usize::from(be16(&udp, UDP_LEN_OFF));
     if outer.more_fragments() || udp_len < UDP_HLEN + GENEVE_HLEN {
         return Ok(Parsed::Foreign);
     }
     let geneve: [u8; GENEVE_HLEN] = outer
         .read(ctx, outer.l4() + UDP_HLEN)
         .map_err(|_| Counter::DropTruncated)?;
-    let version = geneve[0] >> 6;
-    let options_len = usize::from(geneve[0] & 0x3f) * 4;
-    let oam = geneve[1] & GENEVE_OAM != 0;
-    let critical = geneve[1] & 0x40 != 0;
-    let protocol = u16::from_be_bytes([geneve[2], geneve[3]]);
+    let version = geneve[GENEVE_VER_OPT_LEN_OFF] >> 6;
+    let options_len = usize::from(geneve[GENEVE_VER_OPT_LEN_OFF] & 0x3f) * 4;
+    let oam = geneve[GENEVE_FLAGS_OFF] & GENEVE_OAM != 0;
+    let critical = geneve[GENEVE_FLAGS_OFF] & 0x40 != 0;
+    let protocol = be16(&geneve, GENEVE_PROTO_OFF);
     if version != 0 || critical || protocol != GENEVE_PROTO_IPV4 {
         return Ok(Parsed::Foreign);
     }
@@ -168,16 +189,16 @@ fn outer_headers(
     let mut h = [0u16; ENCAP_LEN / 2];
     put_ip_udp(&mut h, 0, src, dst, source_port, port, inner_len);
     // Geneve: version 0, no options, no flags; IPv4 payload; VNI and reserved byte.
-    h[14] = 0;
-    h[15] = GENEVE_PROTO_IPV4.to_be();
-    h[16] = w(vni[0], vni[1]);
-    h[17] = w(vni[2], vni[3]);
-    h[5] = fold(sum_words(&h, 0, 10));
+    h[GENEVE_WORD + GENEVE_VER_OPT_LEN_OFF / 2] = 0;
+    h[GENEVE_WORD + GENEVE_PROTO_OFF / 2] = GENEVE_PROTO_IPV4.to_be();
+    h[GENEVE_WORD + GENEVE_VNI_OFF / 2] = w(vni[0], vni[1]);
+    h[GENEVE_WORD + GENEVE_VNI_OFF / 2 + 1] = w(vni[2], vni[3]);
+    h[IPV4_CHECK_OFF / 2] = fold(sum_words(&h, 0, UDP_WORD));
     Ok(h)
 }
 
 /// Writes Strait's outer IPv4 header (checksum left 0) and UDP header (checksum 0: none) around
-/// `inner_len` bytes of Geneve payload into `words[at..at + 14]`, in memory order; ports in host
+/// `inner_len` bytes of Geneve payload into `words[at..at + IP_UDP_WORDS]`, in memory order; ports in host
 /// order. In place: the callers' arrays are the program's stack, which has little to spare.
 #[inline(always)]
 fn put_ip_udp<const N: usize>(
@@ -272,8 +293,8 @@ pub fn retarget(
 #[inline(always)]
 fn readdress(ctx: &TcContext, outer: &Ipv4, src: [u8; 4], dst: [u8; 4]) -> Result<(), Counter> {
     let frame = retargeted_frame(ctx, outer, src, dst, &[0; 12])?;
-    // SAFETY: words 7..21 of the 21-word frame: the outer IPv4 and UDP headers.
-    let headers = unsafe { &*(frame.as_ptr().add(7) as *const [u16; 14]) };
+    // SAFETY: the frame's words from IPV4_WORD to its end: the outer IPv4 and UDP headers.
+    let headers = unsafe { &*(frame.as_ptr().add(IPV4_WORD) as *const [u16; IP_UDP_WORDS]) };
     ctx.store(ETH_HLEN, headers, 0)
         .map_err(|_| Counter::DropRewriteFailed)
 }
@@ -308,7 +329,7 @@ pub fn into_wireguard(wg: &WireGuardConfig) -> Result<i32, Counter> {
 }
 
 /// The Ethernet header (with `m`'s addresses) and the outer IPv4 and UDP headers of a tunnel
-/// packet sent on from `src` to `dst`, as 21 words in memory order: built in place, as the
+/// packet sent on from `src` to `dst`, as words in memory order: built in place, as the
 /// program's stack has little room to spare.
 #[inline(always)]
 fn retargeted_frame(
@@ -317,8 +338,8 @@ fn retargeted_frame(
     src: [u8; 4],
     dst: [u8; 4],
     m: &[u8; 12],
-) -> Result<[u16; 21], Counter> {
-    if outer.hlen() != 20 || outer.off() != ETH_HLEN {
+) -> Result<[u16; FRAME_WORDS], Counter> {
+    if outer.hlen() != IPV4_HLEN || outer.off() != ETH_HLEN {
         // Outer IP options never come from Strait's peers; not worth a slower path.
         return Err(Counter::DropBadGeneve);
     }
@@ -332,18 +353,18 @@ fn retargeted_frame(
         return Err(Counter::DropTooBig);
     }
     let w = |a: u8, b: u8| u16::from_ne_bytes([a, b]);
-    let mut f = [0u16; 21];
+    let mut f = [0u16; FRAME_WORDS];
     let mut i = 0;
-    while i < 6 {
+    while i < ETHER_TYPE_WORD {
         f[i] = w(m[2 * i], m[2 * i + 1]);
         i += 1;
     }
-    f[6] = ETH_P_IP.to_be();
+    f[ETHER_TYPE_WORD] = ETH_P_IP.to_be();
     // The sender's UDP ports are kept.
-    let sport = u16::from_be_bytes([ports[0], ports[1]]);
-    let dport = u16::from_be_bytes([ports[2], ports[3]]);
-    put_ip_udp(&mut f, 7, src, dst, sport, dport, carried);
-    f[12] = fold(sum_words(&f, 7, 17));
+    let sport = be16(&ports, L4_SRC_PORT_OFF);
+    let dport = be16(&ports, L4_DST_PORT_OFF);
+    put_ip_udp(&mut f, IPV4_WORD, src, dst, sport, dport, carried);
+    f[IPV4_WORD + IPV4_CHECK_OFF / 2] = fold(sum_words(&f, IPV4_WORD, IPV4_WORD + UDP_WORD));
     Ok(f)
 }
 
