@@ -302,56 +302,14 @@ pub fn unsnat(
 fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[u8; 4], Counter> {
     let fail = |_| Counter::DropRewriteFailed;
     let leaving = entering.is_none();
-    let q = ipv4_at(ctx, ip.l4() + ICMP_HLEN, Counter::DropBadIpv4Header)?;
-    // The quote is cut short of the quoted packet's length: it ends where the error does, and
-    // every read of it below is bounded by the error (`ip.read`), not by the frame.
-    if q.l4() > ip.end() {
-        return Err(Counter::DropTruncated);
-    }
-    if q.is_later_fragment() {
-        return Err(Counter::DropFragment);
-    }
-    if let Some(sender) = entering {
-        if q.src != ip.dst {
-            // Not about a packet the gateway address sent.
-            return Err(Counter::DropNoSnatEntry);
-        }
-        // The error's own source may be any router of that cluster; the quoted destination
-        // is the flow's remote address.
-        if !routed_via(q.dst, sender) {
-            return Err(Counter::DropSpoofedSource);
-        }
-    }
-    let l4 = q.l4();
-    // (source port or echo id, destination port, where the source port or echo id is, where
-    // the quoted L4 checksum is, whether that covers the addresses)
-    let (sport, dport, sport_off, csum_off, pseudo) = match q.proto {
-        IPPROTO_TCP | IPPROTO_UDP => {
-            let p: [u8; 4] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
-            (
-                be16(&p, L4_SRC_PORT_OFF),
-                be16(&p, L4_DST_PORT_OFF),
-                l4 + L4_SRC_PORT_OFF,
-                l4 + l4_check_off(q.proto == IPPROTO_TCP),
-                true,
-            )
-        }
-        // An error about an echo request the gateway sent for a Pod.
-        IPPROTO_ICMP if !leaving => {
-            let h: [u8; ICMP_HLEN] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
-            if h[ICMP_TYPE_OFF] != ICMP_ECHO_REQUEST {
-                return Err(Counter::DropUnsupportedProto);
-            }
-            (
-                be16(&h, ICMP_ECHO_ID_OFF),
-                0,
-                l4 + ICMP_ECHO_ID_OFF,
-                l4 + ICMP_CHECK_OFF,
-                false,
-            )
-        }
-        _ => return Err(Counter::DropUnsupportedProto),
-    };
+    let q = quoted_ipv4(ctx, ip, entering)?;
+    let QuotedL4 {
+        sport,
+        dport,
+        sport_off,
+        csum_off,
+        pseudo,
+    } = quoted_l4(ctx, ip, &q, leaving)?;
     // The quoted packet runs the other way from the error: its reverse is the flow's packet in
     // the direction the error travels, and that is how the table knows it.
     let entry = match SNAT.get_ptr(&key(q.dst, q.src, dport, sport, q.proto)) {
@@ -366,25 +324,12 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
         return Err(Counter::DropNoSnatEntry);
     }
     let (q_addr_off, old_addr, port_off, old_port) = if leaving {
-        (q.dst_off(), q.dst, l4 + L4_DST_PORT_OFF, dport)
+        (q.dst_off(), q.dst, q.l4() + L4_DST_PORT_OFF, dport)
     } else {
         (q.src_off(), q.src, sport_off, sport)
     };
     let (new_addr, new_port) = (entry.addr, entry.port);
     let icmp_csum = ip.l4() + ICMP_CHECK_OFF;
-    // A 16-bit field changes: the ICMP checksum, which covers it, follows.
-    let store16 = |off: usize, old: u16, new: u16| -> Result<(), Counter> {
-        let (old_b, new_b) = (old.to_be_bytes(), new.to_be_bytes());
-        ctx.l4_csum_replace(
-            icmp_csum,
-            u64::from(u16::from_ne_bytes(old_b)),
-            u64::from(u16::from_ne_bytes(new_b)),
-            2,
-        )
-        .map_err(fail)?;
-        ctx.store(off, &new_b, 0).map_err(fail)
-    };
-
     // The quoted L4 checksum, when the error quotes that far (a TCP checksum may lie beyond the
     // 8 bytes an error must quote); a zero UDP checksum means none and stays zero.
     if let Ok(c) = ip.read::<[u8; 2]>(ctx, csum_off) {
@@ -397,17 +342,19 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
             if q.proto == IPPROTO_UDP && new == 0 {
                 new = 0xffff;
             }
-            store16(csum_off, old, new)?;
+            store16(ctx, icmp_csum, csum_off, old, new)?;
         }
     }
     if old_port != new_port {
-        store16(port_off, old_port, new_port)?;
+        store16(ctx, icmp_csum, port_off, old_port, new_port)?;
     }
     let c: [u8; 2] = ip
         .read(ctx, q.check_off())
         .map_err(|_| Counter::DropTruncated)?;
     let old_check = u16::from_be_bytes(c);
     store16(
+        ctx,
+        icmp_csum,
         q.check_off(),
         old_check,
         csum_replace4(old_check, old_addr, new_addr),
@@ -436,6 +383,111 @@ fn icmp_error(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<[
     ctx.store(outer_off, &new_addr, 0).map_err(fail)?;
     count(ctx, Counter::IcmpErrorTranslated);
     Ok(entry.node)
+}
+
+/// The IPv4 header an ICMP error `ip` quotes, checked: inside the error, the first fragment,
+/// and, `entering` from that remote gateway, about a packet the gateway address sent to that
+/// gateway's cluster.
+#[inline(always)]
+fn quoted_ipv4(ctx: &TcContext, ip: &Ipv4, entering: Option<[u8; 4]>) -> Result<Ipv4, Counter> {
+    let q = ipv4_at(ctx, ip.l4() + ICMP_HLEN, Counter::DropBadIpv4Header)?;
+    // The quote is cut short of the quoted packet's length: it ends where the error does, and
+    // every read of it below is bounded by the error (`ip.read`), not by the frame.
+    if q.l4() > ip.end() {
+        return Err(Counter::DropTruncated);
+    }
+    if q.is_later_fragment() {
+        return Err(Counter::DropFragment);
+    }
+    if let Some(sender) = entering {
+        if q.src != ip.dst {
+            // Not about a packet the gateway address sent.
+            return Err(Counter::DropNoSnatEntry);
+        }
+        // The error's own source may be any router of that cluster; the quoted destination
+        // is the flow's remote address.
+        if !routed_via(q.dst, sender) {
+            return Err(Counter::DropSpoofedSource);
+        }
+    }
+    Ok(q)
+}
+
+/// What an ICMP error quotes of its packet's L4 header, and where.
+struct QuotedL4 {
+    /// Source port or echo id.
+    sport: u16,
+    /// Destination port (0 for an echo request).
+    dport: u16,
+    /// Where the source port or echo id is.
+    sport_off: usize,
+    /// Where the quoted L4 checksum is.
+    csum_off: usize,
+    /// Whether that checksum covers the addresses.
+    pseudo: bool,
+}
+
+/// The L4 header quoted after `q` in the ICMP error `ip`: TCP or UDP, or (entering, not
+/// `leaving`) an echo request the gateway sent for a Pod.
+#[inline(always)]
+fn quoted_l4(ctx: &TcContext, ip: &Ipv4, q: &Ipv4, leaving: bool) -> Result<QuotedL4, Counter> {
+    let l4 = q.l4();
+    let (sport, dport, sport_off, csum_off, pseudo) = match q.proto {
+        IPPROTO_TCP | IPPROTO_UDP => {
+            let p: [u8; 4] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            (
+                be16(&p, L4_SRC_PORT_OFF),
+                be16(&p, L4_DST_PORT_OFF),
+                l4 + L4_SRC_PORT_OFF,
+                l4 + l4_check_off(q.proto == IPPROTO_TCP),
+                true,
+            )
+        }
+        // An error about an echo request the gateway sent for a Pod.
+        IPPROTO_ICMP if !leaving => {
+            let h: [u8; ICMP_HLEN] = ip.read(ctx, l4).map_err(|_| Counter::DropTruncated)?;
+            if h[ICMP_TYPE_OFF] != ICMP_ECHO_REQUEST {
+                return Err(Counter::DropUnsupportedProto);
+            }
+            (
+                be16(&h, ICMP_ECHO_ID_OFF),
+                0,
+                l4 + ICMP_ECHO_ID_OFF,
+                l4 + ICMP_CHECK_OFF,
+                false,
+            )
+        }
+        _ => return Err(Counter::DropUnsupportedProto),
+    };
+    Ok(QuotedL4 {
+        sport,
+        dport,
+        sport_off,
+        csum_off,
+        pseudo,
+    })
+}
+
+/// Writes the 16-bit field at `off` of an ICMP error (`old` to `new`, host order) and updates
+/// the ICMP checksum at `icmp_csum`, which covers it.
+#[inline(always)]
+fn store16(
+    ctx: &TcContext,
+    icmp_csum: usize,
+    off: usize,
+    old: u16,
+    new: u16,
+) -> Result<(), Counter> {
+    let fail = |_| Counter::DropRewriteFailed;
+    let (old_b, new_b) = (old.to_be_bytes(), new.to_be_bytes());
+    ctx.l4_csum_replace(
+        icmp_csum,
+        u64::from(u16::from_ne_bytes(old_b)),
+        u64::from(u16::from_ne_bytes(new_b)),
+        2,
+    )
+    .map_err(fail)?;
+    ctx.store(off, &new_b, 0).map_err(fail)
 }
 
 /// Picks a free port for a new flow: the reverse entry is inserted only if no flow holds that

@@ -25,9 +25,9 @@ use mc_common::{
     Counter,
     dataplane::{
         ACTION_ALLOW, ACTION_REFUSE_ALL, ACTION_REJECT, CACHE_UNCOVERED, CACHE_UNDECIDED,
-        CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, EgressKey, FLOW_IDS_REFRESH, FlowIdentity,
-        FlowKey, FlowVerdict, IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey, PolicyVerdict,
-        VNI_UNKNOWN, ct_tuple, nf_patch,
+        CONFIG_POLICY_EGRESS, CONFIG_POLICY_INGRESS, EgressKey, FLOW_IDS_REFRESH, FlowCacheEntry,
+        FlowIdentity, FlowKey, FlowVerdict, IP_CT_NEW, PEER_REMOTE_GATEWAY, PolicyKey,
+        PolicyVerdict, VNI_UNKNOWN, ct_tuple, nf_patch,
     },
 };
 
@@ -224,40 +224,11 @@ fn decide(skb: *const u8) -> Option<i32> {
     if cfg.flags & (CONFIG_POLICY_EGRESS | CONFIG_POLICY_INGRESS) == 0 {
         return None;
     }
-    if skb.is_null() {
-        return None;
-    }
-    // SAFETY: the context's `sk_buff`; the offsets are placeholders the agent patches.
-    let nfct: u64 = unsafe { patched(skb, nf_patch::SKB_NFCT) };
-    if nfct & 7 != IP_CT_NEW {
-        return None;
-    }
-    if nfct & !7 == 0 {
-        return None;
-    }
-    let ct = rdonly_cast(nfct & !7);
-    const O: i16 = nf_patch::CT_ORIGINAL;
-    // SAFETY (tuple fields): `ct` comes from `rdonly_cast`.
-    if unsafe { tuple_field::<u16>(ct, O, ct_tuple::L3NUM) } != AF_INET {
-        return None;
-    }
-    let proto: u8 = unsafe { tuple_field(ct, O, ct_tuple::PROTO) };
-    let port = |i: u32| u16::from_be(unsafe { tuple_field(ct, O, i) });
-    let (src_port, dst_port) = match proto {
-        IPPROTO_TCP | IPPROTO_UDP => (port(ct_tuple::SRC_PORT), port(ct_tuple::DST_PORT)),
-        IPPROTO_ICMP => (port(ct_tuple::SRC_PORT), 0),
-        _ => (0, 0),
-    };
-    // Addresses as they lie in memory (network order), like the maps' keys.
-    let ip = |i: u32| unsafe { tuple_field::<u32>(ct, O, i) }.to_ne_bytes();
-    let key = key(
-        ip(ct_tuple::SRC_IP),
-        ip(ct_tuple::DST_IP),
-        src_port,
-        dst_port,
-        proto,
-    );
-    // SAFETY: as above.
+    let ct = new_flow(skb)?;
+    // SAFETY (tuple field): `ct` comes from `rdonly_cast`.
+    let proto: u8 = unsafe { tuple_field(ct, nf_patch::CT_ORIGINAL, ct_tuple::PROTO) };
+    let key = original_key(ct, proto);
+    // SAFETY: the context's `sk_buff`; the offset is a placeholder the agent patches.
     let len: u32 = unsafe { patched(skb, nf_patch::SKB_LEN) };
     // A Pod of this Node opening a flow to a multi-cluster Service an egress rule names (the
     // Service's address, before the DNAT: its endpoints here and in other clusters alike).
@@ -279,7 +250,7 @@ fn decide(skb: *const u8) -> Option<i32> {
     // The Pod the DNAT chose and the port it receives on: the REPLY tuple's source (the
     // destination itself without a DNAT).
     const R: i16 = nf_patch::CT_REPLY;
-    // SAFETY (tuple fields): as above.
+    // SAFETY (tuple fields): `ct` comes from `rdonly_cast`.
     let pod = unsafe { tuple_field::<u32>(ct, R, ct_tuple::SRC_IP) }.to_ne_bytes();
     let port = match proto {
         IPPROTO_TCP | IPPROTO_UDP => {
@@ -287,54 +258,94 @@ fn decide(skb: *const u8) -> Option<i32> {
         }
         _ => 0,
     };
+    let flow = Ingress {
+        skb,
+        len,
+        proto,
+        pod,
+        port,
+        generation: cfg.policy_generation,
+    };
+    decide_ingress(&flow, &key)
+}
+
+/// The conntrack entry (from [`rdonly_cast`]) of a packet that opens a new IPv4 flow; `None`
+/// for any other packet.
+#[inline(always)]
+fn new_flow(skb: *const u8) -> Option<*const u8> {
+    if skb.is_null() {
+        return None;
+    }
+    // SAFETY: the context's `sk_buff`; the offsets are placeholders the agent patches.
+    let nfct: u64 = unsafe { patched(skb, nf_patch::SKB_NFCT) };
+    if nfct & 7 != IP_CT_NEW {
+        return None;
+    }
+    if nfct & !7 == 0 {
+        return None;
+    }
+    let ct = rdonly_cast(nfct & !7);
+    const O: i16 = nf_patch::CT_ORIGINAL;
+    // SAFETY (tuple fields): `ct` comes from `rdonly_cast`.
+    if unsafe { tuple_field::<u16>(ct, O, ct_tuple::L3NUM) } != AF_INET {
+        return None;
+    }
+    Some(ct)
+}
+
+/// A flow of protocol `proto` as the ORIGINAL tuple of its conntrack entry `ct` (from
+/// [`rdonly_cast`]) holds it.
+#[inline(always)]
+fn original_key(ct: *const u8, proto: u8) -> FlowKey {
+    const O: i16 = nf_patch::CT_ORIGINAL;
+    // SAFETY (tuple fields): `ct` comes from `rdonly_cast`.
+    let port = |i: u32| u16::from_be(unsafe { tuple_field(ct, O, i) });
+    let (src_port, dst_port) = match proto {
+        IPPROTO_TCP | IPPROTO_UDP => (port(ct_tuple::SRC_PORT), port(ct_tuple::DST_PORT)),
+        IPPROTO_ICMP => (port(ct_tuple::SRC_PORT), 0),
+        _ => (0, 0),
+    };
+    // Addresses as they lie in memory (network order), like the maps' keys.
+    let ip = |i: u32| unsafe { tuple_field::<u32>(ct, O, i) }.to_ne_bytes();
+    key(
+        ip(ct_tuple::SRC_IP),
+        ip(ct_tuple::DST_IP),
+        src_port,
+        dst_port,
+        proto,
+    )
+}
+
+/// A new flow the ingress rules may cover, as [`decide`] found it (besides its key: the flow as
+/// it arrived, conntrack's ORIGINAL tuple).
+struct Ingress {
+    /// The context's `sk_buff`.
+    skb: *const u8,
+    /// The packet's length.
+    len: u32,
+    proto: u8,
+    /// The Pod the DNAT chose and the port it receives on.
+    pod: [u8; 4],
+    port: u16,
+    /// The policy's generation ([`mc_common::dataplane::LocalConfig::policy_generation`]).
+    generation: u32,
+}
+
+/// [`decide`] for a flow the ingress rules may cover: from this CPU's flow cache, from a
+/// verdict remembered in `mc_flow_verdicts`, else decided afresh.
+#[inline(always)]
+fn decide_ingress(f: &Ingress, key: &FlowKey) -> Option<i32> {
     // The flow whose packet the ingress program recorded on this CPU (a remote gateway's flow,
     // with the identity the packet carried; a packet of another flow in the same received batch
     // may have taken the slot since, and then the LRU maps below decide): decided once per CPU
     // and flow, its later packets take the verdict from the slot. As with a verdict remembered
     // in `mc_flow_verdicts`, a refusal holds only while the source is still a remote gateway.
-    if let Some(slot) = flow_cache_slot(&key)
+    if let Some(slot) = flow_cache_slot(key)
         // SAFETY: this CPU's entry; nothing else on this CPU runs while the program does.
         && let slot = unsafe { &mut *slot }
-        && same_flow(&slot.flow, &key)
+        && same_flow(&slot.flow, key)
     {
-        if slot.action != CACHE_UNDECIDED
-            && slot.generation == cfg.policy_generation
-            && slot.pod == pod
-            && slot.port == port
-        {
-            if slot.action == CACHE_UNCOVERED || !still_holds(slot.action, &key.src) {
-                return None;
-            }
-            let verdict = PolicyVerdict {
-                action: u32::from(slot.action),
-                rule: slot.rule,
-            };
-            return Some(apply(verdict, len, skb, &key));
-        }
-        let (action, verdict) = match unsafe { PROTECTED_PODS.get(&pod) }.copied() {
-            None => (CACHE_UNCOVERED, None),
-            Some(full) if full.action == ACTION_REFUSE_ALL => {
-                count_rule(full.rule, len);
-                count_len(Counter::PolicyDropMapFull, len);
-                return Some(NF_DROP);
-            }
-            Some(unknown) if slot.id == VNI_UNKNOWN => {
-                // Not remembered: each packet counted under its reason.
-                count_rule(unknown.rule, len);
-                count_len(Counter::PolicyDropUnknownIdentity, len);
-                return Some(NF_DROP);
-            }
-            Some(_) => {
-                let v = rules_verdict(pod, slot.id, port, proto);
-                (v.action as u16, Some(v))
-            }
-        };
-        slot.generation = cfg.policy_generation;
-        slot.pod = pod;
-        slot.port = port;
-        slot.action = action;
-        slot.rule = verdict.map_or(0, |v| v.rule);
-        return verdict.map(|v| apply(v, len, skb, &key));
+        return decide_cached(f, key, slot);
     }
     // A later packet of a flow already decided under this policy, to the same Pod and port
     // (one the flow cache does not hold: on another CPU, or its slot taken by another flow):
@@ -342,30 +353,88 @@ fn decide(skb: *const u8) -> Option<i32> {
     // conntrack calls every packet new, it saves the peer lookup below on each packet). Only
     // remote-opened flows are remembered; a refusal is still checked against the peers, so
     // that a flow whose source stopped being a remote gateway is none of the policy's business.
-    if let Some(v) = unsafe { FLOW_VERDICTS.get(&key) }.copied()
-        && v.generation == cfg.policy_generation
-        && v.pod == pod
-        && v.port == port
+    // SAFETY (map reads): values are copied out at once.
+    if let Some(v) = unsafe { FLOW_VERDICTS.get(key) }.copied()
+        && v.generation == f.generation
+        && v.pod == f.pod
+        && v.port == f.port
         && still_holds(v.action, &key.src)
     {
         let verdict = PolicyVerdict {
             action: u32::from(v.action),
             rule: v.rule,
         };
-        return Some(apply(verdict, len, skb, &key));
+        return Some(apply(verdict, f.len, f.skb, key));
     }
     // Ingress: only flows other clusters opened, which their gateways SNATed to their own
     // addresses (the ingress program drops any other inner source from a remote gateway).
     if peer_kind(&key.src) != PEER_REMOTE_GATEWAY {
         return None;
     }
+    decide_remote(f, key)
+}
+
+/// [`decide_ingress`] for a flow this CPU's flow cache holds in `slot` (with the identity its
+/// packet carried): the verdict the slot remembers for this policy, Pod and port, else decided
+/// and remembered there.
+#[inline(always)]
+fn decide_cached(f: &Ingress, key: &FlowKey, slot: &mut FlowCacheEntry) -> Option<i32> {
+    let (len, skb, pod) = (f.len, f.skb, f.pod);
+    if slot.action != CACHE_UNDECIDED
+        && slot.generation == f.generation
+        && slot.pod == f.pod
+        && slot.port == f.port
+    {
+        if slot.action == CACHE_UNCOVERED || !still_holds(slot.action, &key.src) {
+            return None;
+        }
+        let verdict = PolicyVerdict {
+            action: u32::from(slot.action),
+            rule: slot.rule,
+        };
+        return Some(apply(verdict, len, skb, key));
+    }
+    // SAFETY (map read): the value is copied out at once.
+    let (action, verdict) = match unsafe { PROTECTED_PODS.get(&pod) }.copied() {
+        None => (CACHE_UNCOVERED, None),
+        Some(full) if full.action == ACTION_REFUSE_ALL => {
+            count_rule(full.rule, len);
+            count_len(Counter::PolicyDropMapFull, len);
+            return Some(NF_DROP);
+        }
+        Some(unknown) if slot.id == VNI_UNKNOWN => {
+            // Not remembered: each packet counted under its reason.
+            count_rule(unknown.rule, len);
+            count_len(Counter::PolicyDropUnknownIdentity, len);
+            return Some(NF_DROP);
+        }
+        Some(_) => {
+            let v = rules_verdict(f.pod, slot.id, f.port, f.proto);
+            (v.action as u16, Some(v))
+        }
+    };
+    slot.generation = f.generation;
+    slot.pod = f.pod;
+    slot.port = f.port;
+    slot.action = action;
+    slot.rule = verdict.map_or(0, |v| v.rule);
+    verdict.map(|v| apply(v, len, skb, key))
+}
+
+/// [`decide_ingress`] for a remote gateway's flow neither the flow cache nor
+/// `mc_flow_verdicts` holds: decided by the rules for the identity the ingress program recorded
+/// (`mc_flow_ids`), and remembered in `mc_flow_verdicts`.
+#[inline(always)]
+fn decide_remote(f: &Ingress, key: &FlowKey) -> Option<i32> {
+    let (len, skb, pod) = (f.len, f.skb, f.pod);
+    // SAFETY (map reads): values are copied out at once.
     let unknown = *unsafe { PROTECTED_PODS.get(&pod) }?;
     if unknown.action == ACTION_REFUSE_ALL {
         count_rule(unknown.rule, len);
         count_len(Counter::PolicyDropMapFull, len);
         return Some(NF_DROP);
     }
-    let Some(id) = unsafe { FLOW_IDS.get(&key) }.map(|f| f.id) else {
+    let Some(id) = unsafe { FLOW_IDS.get(key) }.map(|i| i.id) else {
         // A remote-opened flow whose identity was lost (the LRU full): it cannot be decided.
         count_rule(unknown.rule, len);
         count_len(Counter::PolicyDropNoFlowIdentity, len);
@@ -376,15 +445,15 @@ fn decide(skb: *const u8) -> Option<i32> {
         count_len(Counter::PolicyDropUnknownIdentity, len);
         return Some(NF_DROP);
     }
-    let verdict = rules_verdict(pod, id, port, proto);
+    let verdict = rules_verdict(f.pod, id, f.port, f.proto);
     // Remembered for the flow's next packets; a full LRU evicts its oldest, and a failed
     // update only means the next packet is decided again.
     let _ = FLOW_VERDICTS.insert(
-        &key,
+        key,
         &FlowVerdict {
-            generation: cfg.policy_generation,
-            pod,
-            port,
+            generation: f.generation,
+            pod: f.pod,
+            port: f.port,
             action: verdict.action as u16,
             rule: verdict.rule,
         },
@@ -393,10 +462,10 @@ fn decide(skb: *const u8) -> Option<i32> {
     // The flow came with another identity while this verdict was made (`record_flow` on
     // another CPU recorded it, then forgot the remembered verdict, maybe before this insert):
     // not kept, so the next packet is decided for the new identity.
-    if unsafe { FLOW_IDS.get(&key) }.is_none_or(|f| f.id != id) {
-        let _ = FLOW_VERDICTS.remove(&key);
+    if unsafe { FLOW_IDS.get(key) }.is_none_or(|i| i.id != id) {
+        let _ = FLOW_VERDICTS.remove(key);
     }
-    Some(apply(verdict, len, skb, &key))
+    Some(apply(verdict, len, skb, key))
 }
 
 /// Whether a remembered verdict (in the flow cache or `mc_flow_verdicts`) still applies to a
