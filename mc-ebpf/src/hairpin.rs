@@ -7,9 +7,7 @@
 use aya_ebpf::programs::TcContext;
 use mc_common::{
     Counter,
-    dataplane::{
-        CONFIG_STRETCHED_POLICY, FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig, NextHop,
-    },
+    dataplane::{CONFIG_STRETCHED_POLICY, FlowKey, HAIRPIN_SNAT, HairpinCacheEntry, LocalConfig},
 };
 
 use crate::{
@@ -106,9 +104,11 @@ fn cached(
 }
 
 /// Takes this CPU's slot for `flow` from `sender`, translated (`kind`) to `addr`:`port` by the
-/// full path (to or from the remote cluster with index `cluster`) under `generation`: written at once, but expired (`until_ns` 0) until [`complete`]
-/// adds where the packet went. Done right after the translation so that the flow's key does not
-/// stay on the program's stack (512 bytes, nearly all in use) while the packet is re-addressed.
+/// full path (to or from the remote cluster with index `cluster`) under `generation`: written
+/// at once, but expired (`until_ns` 0) until [`crate::maps::hairpin_cache_complete`] (called by
+/// [`tunnel::retarget`]) adds where the packet went. Done right after the translation so that
+/// the flow's key does not stay on the program's stack (512 bytes, nearly all in use) while the
+/// packet is re-addressed.
 #[inline(always)]
 pub fn claim(
     flow: &FlowKey,
@@ -132,23 +132,4 @@ pub fn claim(
         (*slot).cluster = cluster;
     }
     Some(slot)
-}
-
-/// Completes a [`claim`]ed slot: the packet went to `dst` through `hop` (out of its device).
-/// Valid until the coarse clock's second ends (the SNAT table's check runs once a second) and
-/// no longer than the next hop.
-#[inline(always)]
-pub fn complete(slot: *mut HairpinCacheEntry, dst: [u8; 4], hop: &NextHop, now: u64) {
-    let second_ends = ((now >> 30) + 1) << 30;
-    // SAFETY: as in `claim`.
-    unsafe {
-        (*slot).dst = dst;
-        (*slot).ifindex = hop.ifindex;
-        (*slot).macs = hop.macs;
-        (*slot).until_ns = if hop.expires_ns < second_ends {
-            hop.expires_ns
-        } else {
-            second_ends
-        };
-    }
 }

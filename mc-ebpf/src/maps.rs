@@ -135,6 +135,30 @@ pub(crate) fn hairpin_cache_slot(
     HAIRPIN_CACHE.get_ptr_mut(slot)
 }
 
+/// Completes a hairpin-cache slot [`crate::hairpin::claim`] took: the packet went to `dst` through `hop` (out of its device).
+/// Valid until the coarse clock's second ends (the SNAT table's check runs once a second) and
+/// no longer than the next hop.
+#[inline(always)]
+pub(crate) fn hairpin_cache_complete(
+    slot: *mut HairpinCacheEntry,
+    dst: [u8; 4],
+    hop: &NextHop,
+    now: u64,
+) {
+    let second_ends = ((now >> 30) + 1) << 30;
+    // SAFETY: this CPU's slot, as in `hairpin::claim`; written field by field, in place.
+    unsafe {
+        (*slot).dst = dst;
+        (*slot).ifindex = hop.ifindex;
+        (*slot).macs = hop.macs;
+        (*slot).until_ns = if hop.expires_ns < second_ends {
+            hop.expires_ns
+        } else {
+            second_ends
+        };
+    }
+}
+
 /// Whether two flow keys are the same flow: two 64-bit compares.
 #[inline(always)]
 pub(crate) fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {

@@ -30,7 +30,7 @@ use core::mem::offset_of;
 use network_types::eth::EthHdr;
 
 use crate::{
-    maps::NEXT_HOPS,
+    maps::{NEXT_HOPS, hairpin_cache_complete},
     packet::{
         ETH_HLEN, ETH_P_IP, GENEVE_FLAGS_OFF, GENEVE_HLEN, GENEVE_PROTO_OFF,
         GENEVE_VER_OPT_LEN_OFF, GENEVE_VNI_OFF, IPPROTO_TCP, IPPROTO_UDP, IPV4_CHECK_OFF,
@@ -279,7 +279,7 @@ pub fn retarget(
     let ifindex = ifindex(ctx);
     if let Some(hop) = next_hop(ctx, ifindex, src, dst, now) {
         if let Some(slot) = cache {
-            crate::hairpin::complete(slot, dst, &hop, now);
+            hairpin_cache_complete(slot, dst, &hop, now);
         }
         return retarget_via(ctx, outer, src, dst, &hop.macs, ifindex, peer);
     }
