@@ -6,6 +6,7 @@
 
 mod control_plane;
 mod dataplane;
+mod gateways;
 
 use testbed::paths::testbed_dir;
 
