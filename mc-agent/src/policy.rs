@@ -21,7 +21,7 @@ use mc_api::{
         RuleAction,
     },
     labelidentity::parse_normalized_label,
-    parsed::Parsed,
+    parsed::{OrWhy, Parsed},
     selector::{Labels, Selector},
 };
 use mc_common::dataplane::{
@@ -283,35 +283,54 @@ struct EgressRule {
 }
 
 /// The Pods `entries` select (a policy's or a rule's `appliedTo`, or a rule's peers).
+/// A selector as a policy carries it: absent, read, or unreadable with why.
+type Sel<'a> = Option<&'a OrWhy<Selector>>;
+
+/// The Pods `entries` (Namespace and Pod selectors) select, or why entry `what[i]` cannot be
+/// read.
 fn targets<'a>(
-    entries: impl IntoIterator<Item = (Option<&'a Selector>, Option<&'a Selector>)>,
+    entries: impl IntoIterator<Item = (Sel<'a>, Sel<'a>)>,
     within: Option<&str>,
-) -> Vec<Target> {
+    what: &str,
+) -> Result<Vec<Target>, String> {
     entries
         .into_iter()
-        .map(|(namespace, pod)| Target {
-            namespace: namespace.cloned(),
-            pod: pod.cloned(),
-            within: within.map(str::to_owned),
+        .enumerate()
+        .map(|(i, (namespace, pod))| {
+            let read = |s: Sel| {
+                s.map(|s| s.0.clone().map_err(|e| format!("{what}[{i}]: {e}")))
+                    .transpose()
+            };
+            Ok(Target {
+                namespace: read(namespace)?,
+                pod: read(pod)?,
+                within: within.map(str::to_owned),
+            })
         })
         .collect()
 }
 
-fn applied_to(entries: &[AppliedTo], within: Option<&str>) -> Vec<Target> {
+fn applied_to(
+    entries: &[AppliedTo],
+    within: Option<&str>,
+    what: &str,
+) -> Result<Vec<Target>, String> {
     targets(
         entries
             .iter()
             .map(|a| (a.namespace_selector.as_ref(), a.pod_selector.as_ref())),
         within,
+        what,
     )
 }
 
-fn peers(entries: &[&Peer], within: Option<&str>) -> Vec<Target> {
+fn peers(entries: &[&Peer], within: Option<&str>, what: &str) -> Result<Vec<Target>, String> {
     targets(
         entries
             .iter()
             .map(|p| (p.namespace_selector.as_ref(), p.pod_selector.as_ref())),
         within,
+        what,
     )
 }
 
@@ -325,11 +344,12 @@ fn ports(rule: &PolicyRule, what: &str) -> Result<Ports, String> {
             "SCTP" => PROTO_SCTP,
             other => return Err(format!("{what}.ports[{i}]: protocol {other}")),
         };
-        match &p.port {
+        match p.port.as_ref().map(|p| &p.0) {
             None => {
                 out.insert((proto, 0));
             }
-            Some(PortRef::Number(n)) => {
+            Some(Err(e)) => return Err(format!("{what}.ports[{i}]: port {e}")),
+            Some(Ok(PortRef::Number(n))) => {
                 let start = u32::try_from(*n)
                     .ok()
                     .filter(|n| (1..=65535).contains(n))
@@ -347,7 +367,7 @@ fn ports(rule: &PolicyRule, what: &str) -> Result<Ports, String> {
                     out.insert((proto, port as u16));
                 }
             }
-            Some(PortRef::Name(name)) => {
+            Some(Ok(PortRef::Name(name))) => {
                 return Err(format!(
                     "{what}.ports[{i}]: named port \"{name}\" (the gateway decides on port numbers)"
                 ));
@@ -422,6 +442,36 @@ impl Gathered<'_> {
         cover.not_enforced.push(without_prefix(&why, name));
         self.skipped.push(why);
     }
+
+    /// The rule `what` of policy `name` as read, or, when it could not be, refused with why.
+    fn read<'r>(
+        &mut self,
+        cover: &mut Coverage,
+        r: &'r Parsed<PolicyRule>,
+        what: &str,
+        name: &str,
+    ) -> Option<&'r PolicyRule> {
+        match r.get() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.refuse(cover, format!("{what}: {e}"), name);
+                None
+            }
+        }
+    }
+}
+
+/// The Pods rule `what` applies to: its own `appliedTo`, else its policy's.
+fn rule_targets(
+    r: &PolicyRule,
+    applied: &[Target],
+    within: Option<&str>,
+    what: &str,
+) -> Result<Vec<Target>, String> {
+    match r.applied_to.as_deref() {
+        Some(a) => applied_to(a, within, &format!("{what} appliedTo")),
+        None => Ok(applied.to_vec()),
+    }
 }
 
 /// The ingress rules of every policy, in evaluation order, each with its counter index.
@@ -455,8 +505,10 @@ fn rules(
                     .map_err(|e| format!("{name} appliedTo[{i}]: {e}"))
             })
             .collect();
+        let applied = applied
+            .and_then(|a| applied_to(&a, p.namespace.as_deref(), &format!("{name} appliedTo")));
         let applied = match applied {
-            Ok(a) => applied_to(&a, p.namespace.as_deref()),
+            Ok(applied) => applied,
             Err(e) => {
                 g.refuse(cover, e, &name);
                 continue;
@@ -486,14 +538,24 @@ fn ingress_rule(
     r: &Parsed<PolicyRule>,
 ) {
     let what = format!("{name} ingress[{i}]");
-    let r = match r.get() {
-        Ok(r) => r,
-        Err(e) => return g.refuse(cover, format!("{what}: {e}"), name),
+    let Some(r) = g.read(cover, r, &what, name) else {
+        return;
     };
     let within = p.namespace.as_deref();
+    // Only the ClusterSet-scoped peers are Strait's to read (the rest, the policy engine's).
     let clusterset: Vec<&Peer> = r.from.iter().filter(|peer| peer.clusterset()).collect();
-    let ports = match ports(r, &what) {
-        Ok(ports) => ports,
+    let read = || -> Result<_, String> {
+        let from = (!r.from.is_empty())
+            .then(|| peers(&clusterset, within, &format!("{what} from")))
+            .transpose()?;
+        Ok((
+            rule_targets(r, applied, within, &what)?,
+            from,
+            ports(r, &what)?,
+        ))
+    };
+    let (applied_to, from, ports) = match read() {
+        Ok(read) => read,
         Err(e) => return g.refuse(cover, e, name),
     };
     let rule = Rule {
@@ -501,11 +563,8 @@ fn ingress_rule(
         counter: g.counter(&what, r.action),
         action: action(r.action),
         baseline,
-        applied_to: r
-            .applied_to
-            .as_deref()
-            .map_or_else(|| applied.to_vec(), |a| applied_to(a, within)),
-        from: (!r.from.is_empty()).then(|| peers(&clusterset, within)),
+        applied_to,
+        from,
         clusterset: !clusterset.is_empty(),
         ports,
     };
@@ -530,9 +589,8 @@ fn egress_rule(
     r: &Parsed<PolicyRule>,
 ) {
     let what = format!("{name} egress[{i}]");
-    let r = match r.get() {
-        Ok(r) => r,
-        Err(e) => return g.refuse(cover, format!("{what}: {e}"), name),
+    let Some(r) = g.read(cover, r, &what, name) else {
+        return;
     };
     let within = p.namespace.as_deref();
     let services: Vec<(String, String)> = r
@@ -553,15 +611,16 @@ fn egress_rule(
     if services.is_empty() {
         return;
     }
+    let applied_to = match rule_targets(r, applied, within, &what) {
+        Ok(a) => a,
+        Err(e) => return g.refuse(cover, e, name),
+    };
     cover.enforced.push(short);
     let rule = EgressRule {
         counter: g.counter(&what, r.action),
         action: action(r.action),
         baseline,
-        applied_to: r
-            .applied_to
-            .as_deref()
-            .map_or_else(|| applied.to_vec(), |a| applied_to(a, within)),
+        applied_to,
         services,
     };
     g.egress.push(rule);
@@ -1291,10 +1350,30 @@ mod tests {
         let (_, reason, message) = c.coverage[&(None, "half-bad".to_owned())].condition();
         assert_eq!(reason, "PartlyEnforced", "{message}");
         assert!(
-            message.contains("ingress[0]: matchLabels.app must be a string"),
+            message.contains("ingress[0] from[0]: matchLabels.app must be a string"),
             "{message}"
         );
         assert!(!c.protected.is_empty());
+        // What the cluster's policy engine reads is not Strait's to refuse (an in-cluster peer's
+        // selector); a list written `null` is an absent one; a port written `null` is unreadable.
+        let c = compile_in(
+            &w,
+            &[policy(
+                None,
+                "lenient",
+                json!({"priority": 1, "appliedTo": [{"podSelector": {}}],
+                       "ingress": [{"action": "Drop", "from": [{"podSelector": null}, {"scope": "ClusterSet", "podSelector": {}}]},
+                                   {"action": "Drop", "from": null, "ports": null},
+                                   {"action": "Drop", "ports": [{"port": null}]}]}),
+            )],
+        );
+        let cover = &c.coverage[&(None, "lenient".to_owned())];
+        assert_eq!(cover.enforced, ["ingress[0]", "ingress[1]"], "{cover:?}");
+        assert_eq!(cover.not_enforced.len(), 1, "{cover:?}");
+        assert!(
+            cover.not_enforced[0].starts_with("ingress[2].ports[0]: port "),
+            "{cover:?}"
+        );
     }
 
     #[test]

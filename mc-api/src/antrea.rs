@@ -8,7 +8,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{parsed::Parsed, selector::Selector};
+use crate::{
+    parsed::{OrWhy, Parsed, null_as_empty, present},
+    selector::Selector,
+};
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -67,16 +70,17 @@ pub struct Rule {
     pub action: RuleAction,
     #[serde(default)]
     pub name: Option<String>,
-    /// The sources of an ingress rule; none: every source.
-    #[serde(default)]
+    /// The sources of an ingress rule; none: every source. (Lists written `null` read as empty,
+    /// as absent ones.)
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub from: Vec<Peer>,
     /// The destinations of an egress rule (besides `toServices`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub to: Vec<Peer>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub to_services: Vec<PeerService>,
     /// None: every port.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub ports: Vec<RulePort>,
     /// The rule's own targets; `None`: the policy's `appliedTo`.
     #[serde(default)]
@@ -108,14 +112,16 @@ pub const SCOPE_CLUSTERSET: &str = "ClusterSet";
 
 /// A source or destination of a rule: Pods by Namespace and Pod labels, in this cluster or,
 /// with `scope: ClusterSet`, in every cluster of the ClusterSet. (Peers by `ipBlock`, `group`,
-/// `fqdn`... read as neither selector: all Pods the other selector leaves.)
+/// `fqdn`... read as neither selector: all Pods the other selector leaves.) A selector that
+/// cannot be read (`null` included) keeps why: it refuses the rule only where Strait enforces
+/// the peer (one of ClusterSet scope), not where the cluster's policy engine does.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Peer {
-    #[serde(default)]
-    pub pod_selector: Option<Selector>,
-    #[serde(default)]
-    pub namespace_selector: Option<Selector>,
+    #[serde(default, deserialize_with = "present")]
+    pub pod_selector: Option<OrWhy<Selector>>,
+    #[serde(default, deserialize_with = "present")]
+    pub namespace_selector: Option<OrWhy<Selector>>,
     /// `Cluster` (the default) or `ClusterSet`.
     #[serde(default)]
     pub scope: Option<String>,
@@ -127,14 +133,14 @@ impl Peer {
     }
 }
 
-/// The Pods a policy or a rule applies to.
+/// The Pods a policy or a rule applies to (a selector written `null` cannot be read).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedTo {
-    #[serde(default)]
-    pub pod_selector: Option<Selector>,
-    #[serde(default)]
-    pub namespace_selector: Option<Selector>,
+    #[serde(default, deserialize_with = "present")]
+    pub pod_selector: Option<OrWhy<Selector>>,
+    #[serde(default, deserialize_with = "present")]
+    pub namespace_selector: Option<OrWhy<Selector>>,
 }
 
 /// A Service an egress rule names (`toServices`); with `scope: ClusterSet`, the multi-cluster
@@ -164,8 +170,9 @@ impl PeerService {
 pub struct RulePort {
     #[serde(default)]
     pub protocol: Option<String>,
-    #[serde(default)]
-    pub port: Option<PortRef>,
+    /// Absent: every port of the protocol (`null` cannot be read).
+    #[serde(default, deserialize_with = "present")]
+    pub port: Option<OrWhy<PortRef>>,
     #[serde(default)]
     pub end_port: Option<i64>,
 }

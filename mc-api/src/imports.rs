@@ -14,7 +14,7 @@ use crate::{
     conditions::Condition,
     exports::{EndpointsExport, RawResource},
     mcs::ServiceImportSpec,
-    parsed::Parsed,
+    parsed::{OrWhy, Parsed},
 };
 
 /// The ServiceImport a Service's ResourceImport carries: in Antrea's format a whole
@@ -114,7 +114,7 @@ pub struct ResourceImportSpec {
     /// annotations and spec are used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::open_object")]
-    pub service_import: Option<ImportedService>,
+    pub service_import: Option<OrWhy<ImportedService>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<EndpointsExport>,
     #[serde(

@@ -62,13 +62,61 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for Parsed<T> {
     }
 }
 
+/// An embedded object Strait writes itself and reads back (the ServiceImport a ResourceImport
+/// carries), read as `T` without keeping it as written: one that cannot be read keeps why, so the
+/// object that carries it is reported alone instead of failing the list of every object of its
+/// kind (one unreadable ResourceImport would stop the leader's loop and every member's imports).
+/// Writing an unreadable one is an error: Strait only writes what it built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrWhy<T>(pub Result<T, String>);
+
+impl<T> OrWhy<T> {
+    pub fn ok(&self) -> Option<&T> {
+        self.0.as_ref().ok()
+    }
+}
+
+impl<T: Serialize> Serialize for OrWhy<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Ok(t) => t.serialize(s),
+            Err(why) => Err(serde::ser::Error::custom(format!(
+                "an object that could not be read is not written back: {why}"
+            ))),
+        }
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for OrWhy<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Ok(OrWhy(T::deserialize(&v).map_err(|e| e.to_string())))
+    }
+}
+
+/// For a field that may be absent: present, even as `null`, it is read (so `null` is an error
+/// the field's type names, not "absent"). Use with `#[serde(default, deserialize_with)]`.
+pub fn present<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+    d: D,
+) -> Result<Option<OrWhy<T>>, D::Error> {
+    OrWhy::deserialize(d).map(Some)
+}
+
+/// For a list that may be written `null`: read as empty, as an absent one. Use with
+/// `#[serde(default, deserialize_with)]`.
+pub fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
 
-    #[derive(Debug, PartialEq, Deserialize)]
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Port {
         port: u16,
     }
@@ -79,6 +127,15 @@ mod tests {
         let p: Parsed<Port> = serde_json::from_value(raw.clone()).unwrap();
         assert_eq!(p.get(), Ok(&Port { port: 80 }));
         assert_eq!(serde_json::to_value(&p).unwrap(), raw);
+    }
+
+    #[test]
+    fn or_why_reads_or_says_why_and_writes_only_what_it_read() {
+        let list: Vec<OrWhy<Port>> =
+            serde_json::from_value(json!([{"port": 1}, {"port": null}])).unwrap();
+        assert_eq!(list[0].ok(), Some(&Port { port: 1 }));
+        assert!(list[1].0.as_ref().unwrap_err().contains("invalid type"));
+        assert!(serde_json::to_value(&list[1]).is_err());
     }
 
     #[test]

@@ -28,28 +28,31 @@ struct Missing {
 /// ends this test binary successfully after saying why on stderr, or panics where
 /// [`REQUIRE_VAR`] names what is missing. Checked once per process.
 pub fn require() {
-    static MISSING: OnceLock<Option<Missing>> = OnceLock::new();
-    let Some(missing) = MISSING.get_or_init(missing) else {
+    static MISSING: OnceLock<Vec<Missing>> = OnceLock::new();
+    let missing = MISSING.get_or_init(missing);
+    let Some(first) = missing.first() else {
         return;
     };
-    if required(missing.name) {
-        panic!("{}; {REQUIRE_VAR} names {}", missing.reason, missing.name);
+    // Every missing one is weighed: a required one fails even when another is missing too.
+    if let Some(m) = missing.iter().find(|m| required(m.name)) {
+        panic!("{}; {REQUIRE_VAR} names {}", m.reason, m.name);
     }
     // Straight to stderr: the harness captures `eprintln!` and shows it only for failed tests.
     let _ = writeln!(
         std::io::stderr(),
         "skipped: every test of {}: {}",
         binary_name(),
-        missing.reason
+        first.reason
     );
     std::process::exit(0);
 }
 
-/// The first prerequisite missing: the testbed's env file (readable), then root.
-fn missing() -> Option<Missing> {
+/// The prerequisites missing: the testbed's env file (readable), root.
+fn missing() -> Vec<Missing> {
+    let mut missing = Vec::new();
     let env = testbed::paths::testbed_dir().join("env");
     if let Err(e) = std::fs::File::open(&env) {
-        return Some(Missing {
+        missing.push(Missing {
             name: "testbed",
             reason: format!(
                 "no testbed (start it with `cargo xtask testbed up`): {}: {e}",
@@ -59,14 +62,14 @@ fn missing() -> Option<Missing> {
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Some(Missing {
+        missing.push(Missing {
             name: "root",
             reason: "needs root (the tests enter the testbed's network namespaces, signal its \
                      processes and run `cargo xtask testbed` commands)"
                 .to_owned(),
         });
     }
-    None
+    missing
 }
 
 /// Whether [`REQUIRE_VAR`] names `prerequisite`; panics on a name it does not know (a typo

@@ -70,6 +70,7 @@ pub fn pending(
 pub async fn bind(api: &Api<ServiceAccount>, pending: Vec<(String, String, String)>) -> usize {
     let mut failures = 0;
     for (sa, version, id) in pending {
+        // A merge-patch body: generic JSON by nature.
         let patch = json!({"metadata": {
             "annotations": {annotations::CLUSTER_ID: id},
             "resourceVersion": version,

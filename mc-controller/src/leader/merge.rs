@@ -29,7 +29,7 @@ use mc_api::{
     },
     mcs::{self, ServiceImportSpec, ServiceImportType},
     names,
-    parsed::Parsed,
+    parsed::{OrWhy, Parsed},
 };
 
 use super::announce::{self, Announcement};
@@ -471,7 +471,8 @@ impl Shape {
     /// order the import lists them (the claims keep that order, so a merge over its own output
     /// writes nothing new).
     fn imported(ri: &ResourceImport) -> Option<Shape> {
-        let si = &ri.spec.service_import.as_ref()?.spec;
+        // One that cannot be read is not kept: the merge writes the import anew.
+        let si = &ri.spec.service_import.as_ref()?.ok()?.spec;
         Some(Shape {
             headless: si.type_ == ServiceImportType::Headless,
             ports: si
@@ -555,7 +556,7 @@ fn service(
     imported: Option<&ResourceImport>,
     service_ok: &mut Accepted,
     out: &mut Merged,
-) -> Option<ImportedService> {
+) -> Option<OrWhy<ImportedService>> {
     let exporters = exporters(tuple, out);
     let oldest = exporters.first()?;
     let imported = imported
@@ -658,7 +659,7 @@ fn service(
         };
         out.verdicts.insert(e.re.name_any(), verdict);
     }
-    Some(service_import(tuple, &claimed, headless, chosen))
+    Some(OrWhy(Ok(service_import(tuple, &claimed, headless, chosen))))
 }
 
 /// The exports of `tuple` that carry a Service spec with ports, oldest first; the others are

@@ -579,6 +579,7 @@ impl Leader {
                 group_of_export(re),
                 name.clone(),
                 Box::pin(async move {
+                    // A merge-patch body: generic JSON by nature (the conditions are typed).
                     w.patch_status(&api, &name, json!({"conditions": want}))
                         .await
                 }) as Op,
@@ -729,6 +730,7 @@ impl Leader {
         if issued > marked {
             let written = match set {
                 Some(set) => {
+                    // A merge-patch body: generic JSON by nature.
                     let patch = json!({"metadata": {"annotations": {
                         annotations::LABEL_IDS_ISSUED: issued.to_string()}}});
                     self.cs_api
@@ -788,6 +790,7 @@ impl Leader {
             .filter(|f| !ours.contains(&f.as_str()))
             .collect();
         let patch =
+            // A merge-patch body (with the resourceVersion it was computed against): generic JSON.
             json!({"metadata": {"finalizers": keep, "resourceVersion": re.resource_version()}});
         let (api, name) = (self.re_api.clone(), re.name_any());
         Some((
@@ -880,6 +883,7 @@ impl Leader {
                 && let Some(id) = &claim
             {
                 // As Antrea: the ID from the ClusterClaim is written into the ClusterSet.
+                // A merge-patch body: generic JSON by nature.
                 let patch = json!({"spec": {"clusterID": id}});
                 if let Err(e) = self
                     .cs_api
@@ -913,6 +917,7 @@ impl Leader {
             }
             let mut value = serde_json::to_value(&status).unwrap_or_default();
             // A merge patch leaves out keys alone: an emptied list must be sent as empty.
+            // An empty list is written as one (the typed status omits it), so that stale entries go.
             value["clusterStatuses"] = json!(status.cluster_statuses);
             if let Err(e) = self.writer.patch_status(&self.cs_api, &name, value).await {
                 tracing::warn!(clusterset = name, error = %e, "writing ClusterSet status");

@@ -300,6 +300,9 @@ fn ipv4_cidr(c: &str) -> bool {
     c.contains('.') && Prefix::parse(c).is_ok()
 }
 
+// Calico's IPPools and Cilium's CiliumNodes are read as dynamic objects (their CRDs have no Rust
+// types here and only these fields are read): JSON by nature.
+
 /// An IPPool's `spec.cidr` when Pods take addresses from it (`allowedUses` absent or naming
 /// `Workload`; a pool only for LoadBalancer addresses is not a Pod CIDR). A disabled pool still
 /// counts: its Pods keep their addresses until they go.

@@ -149,7 +149,7 @@ fn describe(e: &kube::Error, id: &Identity) -> String {
 /// rest of an Antrea leader's object is not kept), and its name and namespace, which repeat the
 /// import's own, are dropped.
 fn trim_import(ri: &mut ResourceImport) {
-    if let Some(si) = ri.spec.service_import.as_mut() {
+    if let Some(Ok(si)) = ri.spec.service_import.as_mut().map(|si| &mut si.0) {
         si.metadata.name = None;
         si.metadata.namespace = None;
     }
@@ -295,6 +295,7 @@ async fn beat_once(api: &Api<MemberClusterAnnounce>, id: &Identity) -> kube::Res
     };
     match api.get_opt(&name).await? {
         Some(existing) if existing.spec == fields => {
+            // A merge-patch body: generic JSON by nature.
             let patch = json!({"metadata": {"annotations": {annotations::TOUCH_TS: now}}});
             api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                 .await?;

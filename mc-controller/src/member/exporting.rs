@@ -194,6 +194,7 @@ impl Member {
             ops.push((
                 format!("{ns}/{name}"),
                 Box::pin(async move {
+                    // A merge-patch body: generic JSON by nature (the conditions are typed).
                     w.patch_status(&api, &name, json!({"conditions": want}))
                         .await
                 }),

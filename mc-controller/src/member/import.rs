@@ -19,11 +19,12 @@ use kube::{ResourceExt as _, api::ObjectMeta};
 use mc_api::{
     antrea::{ClusterNetworkPolicy, ClusterNetworkPolicySpec},
     clusterinfo::{ClusterInfoImport, ClusterInfoImportSpec},
-    imports::{ResourceImport, kinds},
+    imports::{ImportedService, ResourceImport, kinds},
     labelidentity::{self, LabelIdentity, LabelIdentitySpec},
     mcs::{self, ServiceImport, ServiceImportSpec, ServiceImportType},
     names::{self, annotations},
     net::Prefix,
+    parsed::OrWhy,
 };
 
 use mc_kube::{is_managed, managed_labels};
@@ -303,6 +304,7 @@ fn headless(ri: &ResourceImport) -> bool {
     ri.spec
         .service_import
         .as_ref()
+        .and_then(OrWhy::ok)
         .is_some_and(|si| si.spec.type_ == ServiceImportType::Headless)
 }
 
@@ -492,7 +494,16 @@ fn service_import(plan: &mut Plan, local: &Local, ns: &str, name: &str, ri: &Res
     if !importable(plan, local, ns, name) {
         return;
     }
-    let imported = ri.spec.service_import.clone().unwrap_or_default();
+    let imported = match ri.spec.service_import.as_ref().map(|si| &si.0) {
+        Some(Ok(si)) => si.clone(),
+        Some(Err(why)) => {
+            plan.skipped.push(format!(
+                "{ns}/{name}: the leader's ServiceImport cannot be read ({why}); it is not imported"
+            ));
+            return;
+        }
+        None => ImportedService::default(),
+    };
     let headless = imported.spec.type_ == ServiceImportType::Headless;
     // The leader's spec, with this cluster's IP (below) and family.
     let mut spec = ServiceImportSpec {
@@ -777,6 +788,24 @@ mod tests {
             Some("antrea-mc-strict")
         );
         assert!(p.acnp_failures.is_empty());
+        // A ServiceImport the leader wrote that cannot be read (an Antrea leader's `ports: null`)
+        // is not imported, and says why; the other imports are made as before.
+        let mut bad = imports();
+        bad.push(ri(
+            "default-broken-service",
+            serde_json::from_value(json!({"name": "broken", "namespace": "default",
+                "kind": "ServiceImport", "serviceImport": {"spec": {"ports": null, "type": "ClusterSetIP"}}}))
+            .unwrap(),
+        ));
+        let q = plan(&bad, &local);
+        assert_eq!(q.services, p.services);
+        assert!(
+            q.skipped
+                .iter()
+                .any(|s| s.starts_with("default/broken: the leader's ServiceImport cannot be read")),
+            "{:?}",
+            q.skipped
+        );
     }
 
     /// A Service import (headless or not, with marks) and its Endpoints import from west (two

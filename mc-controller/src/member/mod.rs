@@ -535,6 +535,7 @@ impl Member {
                     )
                 })?;
                 let api: Api<ClusterSet> = Api::namespaced(self.client.clone(), &self.ns);
+                // A merge-patch body: generic JSON by nature.
                 let patch = json!({"spec": {"clusterID": id}});
                 if let Err(e) = api
                     .patch(&name, &Default::default(), &kube::api::Patch::Merge(patch))

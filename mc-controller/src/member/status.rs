@@ -164,6 +164,7 @@ impl Member {
             return 0;
         }
         let mut value = serde_json::to_value(&status).unwrap_or_default();
+        // An empty list is written as one (the typed status omits it), so that stale entries go.
         value["clusterStatuses"] = json!(status.cluster_statuses);
         let api: Api<ClusterSet> = Api::namespaced(self.client.clone(), &self.ns);
         match self.writer.patch_status(&api, &set.name_any(), value).await {

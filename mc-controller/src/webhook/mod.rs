@@ -145,6 +145,7 @@ async fn load_ca(client: &Client, ns: &str) -> anyhow::Result<tls::Authority> {
             return Ok(ca);
         }
         let ca = tls::Authority::generate(ns)?;
+        // A core object built from its JSON: no contract type involved.
         let mut secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": CA_SECRET, "namespace": ns},
             "type": "Opaque",
@@ -421,6 +422,7 @@ struct Publisher {
 impl Publisher {
     async fn publish(&self) -> anyhow::Result<()> {
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+        // A core object built from its JSON: no contract type involved.
         let cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": CA_CONFIGMAP, "namespace": self.ns},
@@ -547,12 +549,13 @@ struct Request {
 type Objects<K> = (Option<K>, Option<K>);
 
 impl Request {
-    /// The request's objects read as the rules read them. One that cannot be read (a field of
-    /// an open schema with the wrong shape, say) is refused, naming why, for a member or a user;
-    /// for an administrator or this controller it reads as absent (they may repair or remove
-    /// it, and the rules allow them).
+    /// The request's objects read as the rules read them. A request whose object cannot be read
+    /// (a field of an open schema with the wrong shape, say) is refused, naming why; only an
+    /// administrator or this controller may still delete a stored one that cannot be read (it
+    /// reads as absent), so that it can be removed.
     fn objects<K: DeserializeOwned>(&self, kind: &str) -> Result<Objects<K>, Verdict> {
-        let trusted = matches!(self.caller, Caller::Admin | Caller::Controller);
+        let trusted =
+            matches!(self.caller, Caller::Admin | Caller::Controller) && self.op == Op::Delete;
         let read = |o: &Option<DynamicObject>, which: &str| -> Result<Option<K>, Verdict> {
             let Some(o) = o else { return Ok(None) };
             match serde_json::to_value(o).and_then(serde_json::from_value::<K>) {

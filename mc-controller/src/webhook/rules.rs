@@ -705,9 +705,10 @@ pub fn gateway(
 
 /// The top-level fields (and `metadata.labels`, `metadata.annotations`, ...) that differ
 /// between `old` and `new`, other than `allowed` and the metadata the API server keeps
-/// (resourceVersion, managedFields, generation, ...). Over the objects as written (JSON) on
-/// purpose: a field added to the Gateway later is covered without a change here, so the agents
-/// never gain a field to write by omission.
+/// (resourceVersion, managedFields, generation, ...). Over every top-level field of the Gateway
+/// as JSON, on purpose: a field added to the type later is covered without a change here, so the
+/// agents never gain a field to write by omission. (The CRD is generated from the type and
+/// drift-checked, and its schema prunes unknown fields, so the type holds all a Gateway can.)
 fn changed_fields(old: &Gateway, new: &Gateway, allowed: &[&str]) -> Vec<String> {
     const SERVER_METADATA: [&str; 6] = [
         "resourceVersion",
