@@ -902,6 +902,7 @@ pub(crate) async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
     }
     println!("targets: p99 <= 1 s at 1000 Services; <= 50 MiB resident per controller");
     gateways.abort();
+    crate::gateways::remove(&[east.clone(), west.clone()]).await;
     Ok(())
 }
 

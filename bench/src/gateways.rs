@@ -79,3 +79,18 @@ pub async fn start(
         }
     }))
 }
+
+/// Removes the gateway Nodes and their Leases (what [`start`] made; its task aborted first).
+pub async fn remove(members: &[Client]) {
+    for c in members {
+        let nodes: Api<Node> = Api::all(c.clone());
+        let leases: Api<Lease> = Api::namespaced(c.clone(), LEASE_NS);
+        let dp = kube::api::DeleteParams::default();
+        if let Err(e) = nodes.delete(NAME, &dp).await {
+            eprintln!("bench: removing the gateway Node: {e}");
+        }
+        if let Err(e) = leases.delete(NAME, &dp).await {
+            eprintln!("bench: removing the gateway Node's Lease: {e}");
+        }
+    }
+}
