@@ -17,6 +17,7 @@ pub mod bpf;
 pub mod net;
 pub mod pods;
 pub mod prerequisites;
+pub mod require;
 pub mod services;
 
 /// The testbed's clusters, by name (north, the leader, east and west): the testbed's own list.

@@ -14,9 +14,8 @@
 
 use std::{io::Write as _, path::Path, sync::OnceLock};
 
-/// The environment variable that turns a skip into a failure: a comma-separated list of the
-/// prerequisites (`root`, `testbed`) whose absence must fail the tests.
-pub const REQUIRE_VAR: &str = "STRAIT_TEST_REQUIRE";
+pub use crate::require::REQUIRE_VAR;
+use crate::require::required;
 
 /// A prerequisite that is not there: its name in [`REQUIRE_VAR`] and what to tell the user.
 struct Missing {
@@ -70,21 +69,6 @@ fn missing() -> Vec<Missing> {
         });
     }
     missing
-}
-
-/// Whether [`REQUIRE_VAR`] names `prerequisite`; panics on a name it does not know (a typo
-/// would otherwise let the tests skip silently).
-fn required(prerequisite: &str) -> bool {
-    let value = std::env::var(REQUIRE_VAR).unwrap_or_default();
-    let names: Vec<&str> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .collect();
-    if let Some(unknown) = names.iter().find(|n| !["root", "testbed"].contains(n)) {
-        panic!("{REQUIRE_VAR}={value}: unknown prerequisite {unknown:?} (known: root, testbed)");
-    }
-    names.contains(&prerequisite)
 }
 
 /// This test binary's name as cargo shows it (`crds` for `crds-0123456789abcdef`).

@@ -13,11 +13,11 @@ use std::{
     process::{Command, Output},
 };
 
-/// The environment variable that turns a skipped test into a failed one: a comma-separated list
-/// of prerequisites (`root`, `testbed`) a missing one of which must fail the test. The test
-/// command (scripts/test.sh) sets `root,testbed`, so in CI nothing is skipped silently. The
-/// testbed's tests (mc-integration) read the same variable.
-pub const REQUIRE_VAR: &str = "STRAIT_TEST_REQUIRE";
+// The variable and its reading, shared with the testbed's tests.
+#[path = "../../../tests/src/require.rs"]
+mod require;
+pub use require::REQUIRE_VAR;
+use require::required;
 
 /// Whether a test that needs root must return at once, skipped: true when this process is not
 /// root. Every such test starts with `if lacks_root("<what it does>") { return; }`, so a plain
@@ -38,21 +38,6 @@ pub fn lacks_root(why: &str) -> bool {
     // Not `eprintln!`: the harness captures that and shows it only for a failed test.
     let _ = writeln!(std::io::stderr(), "skipped: {test}: {reason}");
     true
-}
-
-/// Whether [`REQUIRE_VAR`] names `prerequisite`; panics on a name it does not know (a typo
-/// would otherwise let the tests skip silently).
-fn required(prerequisite: &str) -> bool {
-    let value = std::env::var(REQUIRE_VAR).unwrap_or_default();
-    let names: Vec<&str> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .collect();
-    if let Some(unknown) = names.iter().find(|n| !["root", "testbed"].contains(n)) {
-        panic!("{REQUIRE_VAR}={value}: unknown prerequisite {unknown:?} (known: root, testbed)");
-    }
-    names.contains(&prerequisite)
 }
 
 /// Panics unless this process is root: the fixtures' own check, behind each test's
