@@ -43,7 +43,7 @@ use testbed::{
     topology::{CLUSTERS, TestNode},
 };
 
-async fn client(cluster: &str) -> anyhow::Result<Client> {
+pub(crate) async fn client(cluster: &str) -> anyhow::Result<Client> {
     let c = CLUSTERS
         .iter()
         .find(|c| c.name == cluster)
@@ -63,7 +63,7 @@ type FirstSeen = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Watches `api` and records when each Service's object first appeared, keyed by what `key`
 /// makes of the object (`None`: not one of ours, or not complete yet).
-fn first_seen<K>(
+pub(crate) fn first_seen<K>(
     api: Api<K>,
     key: impl Fn(&K) -> Option<String> + Send + 'static,
 ) -> (FirstSeen, tokio::task::JoinHandle<()>)
@@ -184,7 +184,7 @@ fn imported(seen: &Seen, slices: &FirstSeen, created: &HashMap<String, Instant>)
 }
 
 /// CPU time used so far by the testbed's processes (and their finished children), by kind.
-fn testbed_cpu() -> BTreeMap<&'static str, Duration> {
+pub(crate) fn testbed_cpu() -> BTreeMap<&'static str, Duration> {
     let mut by_kind = BTreeMap::new();
     let procs = testbed::proc::Procs::new(&testbed_dir()).ok();
     let files = std::fs::read_dir(testbed_dir().join("pids"))
@@ -463,7 +463,7 @@ fn cpu_line(
     )
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -471,7 +471,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-async fn for_all<F, Fut>(n: usize, f: F) -> anyhow::Result<()>
+pub(crate) async fn for_all<F, Fut>(n: usize, f: F) -> anyhow::Result<()>
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = kube::Result<()>>,
@@ -514,11 +514,13 @@ async fn namespaces_gone(ns: &str, clients: &[&Client]) {
     }
 }
 
-pub(crate) async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
-    let west = client("west").await?;
-    let east = client("east").await?;
-    let north = client("north").await?;
-    // Without Nodes, gateway Nodes the bench keeps Ready: the members announce their clusters.
+/// Gateway Nodes the bench keeps Ready in east and west (the bench's testbed has no Nodes), so
+/// that the members announce their clusters; waits until west's ClusterInfo reached east. The
+/// returned task renews the Nodes' Leases until it is aborted.
+pub(crate) async fn announce_members(
+    east: &Client,
+    west: &Client,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let gateways = crate::gateways::start(
         &[("east", east.clone()), ("west", west.clone())],
         |cluster| {
@@ -553,6 +555,14 @@ pub(crate) async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
         "west's ClusterInfo reached east {:.1} s after the gateway Nodes",
         announced.elapsed().as_secs_f64()
     );
+    Ok(gateways)
+}
+
+pub(crate) async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
+    let west = client("west").await?;
+    let east = client("east").await?;
+    let north = client("north").await?;
+    let gateways = announce_members(&east, &west).await?;
     let mut rows = Vec::new();
     for (size_index, &n) in sizes.iter().enumerate() {
         let ns = format!("bench-{n}-{}", std::process::id());

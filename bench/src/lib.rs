@@ -7,6 +7,7 @@
 mod control_plane;
 mod dataplane;
 mod gateways;
+mod scale;
 
 use testbed::paths::testbed_dir;
 
@@ -17,6 +18,25 @@ pub enum BenchCommand {
         /// Service counts to measure.
         #[arg(long, value_delimiter = ',', default_values_t = [1, 100, 1000])]
         sizes: Vec<usize>,
+    },
+    /// The leader and two real members with K simulated members (their own tokens, heartbeats,
+    /// ClusterInfo, S Services of E endpoints each, the member's watches): time until every
+    /// member is Ready, a burst, one-by-one exports from a real member, memory, CPU, request
+    /// rates, a member's death. Each K on a fresh testbed.
+    Scale {
+        /// Simulated member counts (K).
+        #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 500])]
+        members: Vec<usize>,
+        /// Services each simulated member exports (S).
+        #[arg(long, default_value_t = 10)]
+        services: usize,
+        /// Ready endpoints of each of those Services (E).
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// Then east's agents with this many remote clusters, on a fresh testbed with kubelet
+        /// Nodes (0: skipped).
+        #[arg(long, default_value_t = 500)]
+        agent_clusters: usize,
     },
     /// Plain routing vs the kernel's VXLAN+SNAT vs Strait through copies of one namespace topology:
     /// TCP throughput (1 and 4 streams), request/response, small-packet rate, CPU per packet.
@@ -41,22 +61,49 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::ControlPlane { sizes } => {
-            // Every run on a fresh testbed: on one kept up, each run left etcd larger (thousands
-            // of objects created and deleted) and the next was slower (all 1000 imported in
-            // 31.5, 32.8, 35.9, then 41.7, 36.5, 35.1 s over six runs on one testbed).
-            if testbed_running() {
-                eprintln!(
-                    "note: taking the running testbed down: the bench starts from a fresh one"
-                );
-                testbed::run(testbed::TestbedCommand::Down)?;
-            }
-            testbed::run(testbed::TestbedCommand::Up {
-                join: true,
-                no_nodes: true,
-                release: true,
-                processes: true,
-            })?;
+            fresh_testbed()?;
             tokio::runtime::Runtime::new()?.block_on(control_plane::control_plane(sizes))
+        }
+        BenchCommand::Scale {
+            members,
+            services,
+            endpoints,
+            agent_clusters,
+        } => {
+            let mut done = Vec::new();
+            for k in members {
+                fresh_testbed()?;
+                let plan = scale::Plan {
+                    members: k,
+                    services,
+                    endpoints,
+                };
+                let figures = tokio::runtime::Runtime::new()?.block_on(scale::scale(plan));
+                match figures {
+                    Ok(f) => done.push(f),
+                    Err(e) => {
+                        print_scale(&done);
+                        return Err(e.context(format!("the scale bench at K = {k}")));
+                    }
+                }
+            }
+            print_scale(&done);
+            if agent_clusters > 0 {
+                testbed::run(testbed::TestbedCommand::Down)?;
+                testbed::run(testbed::TestbedCommand::Up {
+                    join: true,
+                    no_nodes: false,
+                    release: true,
+                    processes: true,
+                })?;
+                let lines =
+                    tokio::runtime::Runtime::new()?.block_on(scale::agent(agent_clusters))?;
+                println!("\nscale: east's agents with {agent_clusters} remote clusters");
+                for line in lines {
+                    println!("  {line}");
+                }
+            }
+            Ok(())
         }
         BenchCommand::Dataplane {
             runs,
@@ -93,6 +140,39 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             measured
         }
     }
+}
+
+/// A fresh Node-less testbed with release controllers, joined. Every run on a fresh one: on one
+/// kept up, each run left etcd larger (thousands of objects created and deleted) and the next was
+/// slower (all 1000 imported in 31.5, 32.8, 35.9, then 41.7, 36.5, 35.1 s over six runs on one
+/// testbed).
+fn fresh_testbed() -> anyhow::Result<()> {
+    if testbed_running() {
+        eprintln!("note: taking the running testbed down: the bench starts from a fresh one");
+        testbed::run(testbed::TestbedCommand::Down)?;
+    }
+    testbed::run(testbed::TestbedCommand::Up {
+        join: true,
+        no_nodes: true,
+        release: true,
+        processes: true,
+    })
+}
+
+fn print_scale(done: &[scale::Figures]) {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    for f in done {
+        println!(
+            "\nscale: K = {} simulated members, S = {} Services each, E = {} endpoints each ({cores} cores)",
+            f.plan.members, f.plan.services, f.plan.endpoints
+        );
+        for line in &f.lines {
+            println!("  {line}");
+        }
+    }
+    println!(
+        "targets at K = 500: one export p99 <= 1 s; leader resident <= 256 MiB; every member Ready within 5 min; a dead member withdrawn within its bound"
+    );
 }
 
 /// Whether a testbed is up (its etcd runs).
