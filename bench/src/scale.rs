@@ -500,6 +500,8 @@ fn cpu() -> BTreeMap<String, Duration> {
         ("leader API server", "north-apiserver"),
         ("east API server", "east-apiserver"),
         ("etcd", "etcd"),
+        ("leader controller-manager", "north-controller-manager"),
+        ("east controller-manager", "east-controller-manager"),
     ]
     .into_iter()
     .map(|(what, name)| {

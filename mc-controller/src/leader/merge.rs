@@ -102,7 +102,8 @@ fn spec_or_label(value: &Option<String>, re: &ResourceExport, label: &str) -> St
         .unwrap_or_default()
 }
 
-fn cluster_of(re: &ResourceExport) -> String {
+/// The cluster an export comes from (its spec's, else its label's).
+pub(crate) fn cluster_of(re: &ResourceExport) -> String {
     spec_or_label(&re.spec.cluster_id, re, names::labels::SOURCE_CLUSTER_ID)
 }
 

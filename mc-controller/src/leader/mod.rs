@@ -286,6 +286,19 @@ impl Reconciler for Leader {
     }
 }
 
+/// The keys whose values differ between two maps (present in one only, or different).
+fn differing<'a, V: PartialEq>(
+    a: &'a BTreeMap<String, V>,
+    b: &'a BTreeMap<String, V>,
+) -> impl Iterator<Item = String> + 'a {
+    let only_b = b.keys().filter(|k| !a.contains_key(*k));
+    a.iter()
+        .filter(|(k, v)| b.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .chain(only_b)
+        .cloned()
+}
+
 /// What the leader keeps of a Node: its addresses.
 fn trim_node(node: &mut Node) {
     node.spec = None;
@@ -418,9 +431,23 @@ impl Leader {
             .map(|(c, _)| c.to_owned())
             .collect();
         let members = (known, withdrawn);
+        // Clusters whose standing changed in this pass: the groups they export to are merged
+        // again (their endpoints come or go), not every group of the ClusterSet.
+        let mut changed: BTreeSet<String> = BTreeSet::new();
         if members != self.members_seen {
-            // A member came, went or was withdrawn: every group may change.
-            work = Work::All;
+            // A member came, went or was withdrawn.
+            changed.extend(
+                members
+                    .0
+                    .symmetric_difference(&self.members_seen.0)
+                    .cloned(),
+            );
+            changed.extend(
+                members
+                    .1
+                    .symmetric_difference(&self.members_seen.1)
+                    .cloned(),
+            );
             self.members_seen = members.clone();
         }
         let (known, withdrawn) = members;
@@ -469,11 +496,16 @@ impl Leader {
             self.over_quota = over_quota;
         }
         if announced.accepted != self.accepted_seen {
-            // Which endpoints may be imported changed with them.
-            work = Work::All;
+            // Which endpoints of those clusters may be imported changed with them.
+            changed.extend(differing(&announced.accepted, &self.accepted_seen));
             self.accepted_seen = announced.accepted.clone();
         }
-        if work == Work::All {
+        if !changed.is_empty() && !work.is_all() {
+            for group in self.groups_of(&changed) {
+                work.add(group);
+            }
+        }
+        if work.is_all() || !changed.is_empty() {
             exports = self.exports.covered(&work);
             imports = self.imports.covered(&work);
         }
@@ -515,6 +547,16 @@ impl Leader {
         failures += run_all("ResourceExport", ops).await;
         failures += self.clusterset_status(now, &withdrawn).await;
         failures
+    }
+
+    /// The groups the exports of `clusters` feed.
+    fn groups_of(&self, clusters: &BTreeSet<String>) -> BTreeSet<String> {
+        self.exports
+            .all()
+            .iter()
+            .filter(|re| clusters.contains(&merge::cluster_of(re)))
+            .map(|re| group_of_export(re))
+            .collect()
     }
 
     /// The writes about the exports of this pass: finalizers released (their imports no longer

@@ -727,12 +727,8 @@ async fn account(ctx: &Ctx, r: &Request) -> Result<(Account, Option<ServiceAccou
     ))
 }
 
-async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
-    let (old, new) = match r.objects::<MemberClusterAnnounce>("MemberClusterAnnounce") {
-        Ok(objects) => objects,
-        Err(refused) => return Ok(refused),
-    };
-    let (account, sa) = account(ctx, r).await?;
+/// The namespace's ClusterSet (the oldest) for a new announce: its name and leader's ID.
+async fn announce_clusterset(ctx: &Ctx) -> Result<Option<(String, String)>, String> {
     let sets: Api<ClusterSet> = Api::namespaced(ctx.client.clone(), &ctx.ns);
     let mut sets = sets
         .list(&ListParams::default())
@@ -740,7 +736,7 @@ async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
         .map_err(|e| err("the ClusterSets", e))?
         .items;
     mc_api::clusterset::oldest_first(&mut sets);
-    let clusterset = sets.first().map(|s| {
+    Ok(sets.first().map(|s| {
         (
             s.name_any(),
             s.spec
@@ -749,19 +745,40 @@ async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
                 .and_then(|l| l.cluster_id.clone())
                 .unwrap_or_default(),
         )
-    });
-    let me = sa.as_ref().map(|s| s.name_any());
-    let bound = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &ctx.ns)
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(|e| err("the ServiceAccounts", e))?
-        .into_iter()
-        .filter(|m| Some(m.name_any()) != me)
-        .filter_map(|m| {
-            let id = m.annotations().get(annotations::CLUSTER_ID)?.clone();
-            (!id.is_empty()).then(|| (m.name_any(), id))
-        })
-        .collect();
+    }))
+}
+
+async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
+    let (old, new) = match r.objects::<MemberClusterAnnounce>("MemberClusterAnnounce") {
+        Ok(objects) => objects,
+        Err(refused) => return Ok(refused),
+    };
+    let (account, sa) = account(ctx, r).await?;
+    // The rules read the ClusterSet only for a new announce, and the other ServiceAccounts'
+    // bindings only for a new announce or a caller not bound yet: a bound member's heartbeat (an update every 10 s
+    // from every member) lists neither, or each beat would cost the API server a list of every
+    // member's ServiceAccount (K² objects per heartbeat interval; the scale bench).
+    let clusterset = if r.op == Op::Create {
+        announce_clusterset(ctx).await?
+    } else {
+        None
+    };
+    let bound = if r.op == Op::Create || account.cluster_id.is_none() {
+        let me = sa.as_ref().map(|s| s.name_any());
+        Api::<ServiceAccount>::namespaced(ctx.client.clone(), &ctx.ns)
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(|e| err("the ServiceAccounts", e))?
+            .into_iter()
+            .filter(|m| Some(m.name_any()) != me)
+            .filter_map(|m| {
+                let id = m.annotations().get(annotations::CLUSTER_ID)?.clone();
+                (!id.is_empty()).then(|| (m.name_any(), id))
+            })
+            .collect()
+    } else {
+        Default::default()
+    };
     let facts = AnnounceFacts {
         leader_ns: &ctx.ns,
         account,
