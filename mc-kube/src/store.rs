@@ -95,6 +95,8 @@ struct Content<K> {
     objects: HashSet<Stored<K>>,
     /// The objects by key, when the store is indexed.
     index: HashMap<String, HashSet<Stored<K>>>,
+    /// Counts the changes applied (see [`ObjectStore::generation`]).
+    generation: u64,
 }
 
 impl<K> Default for Content<K> {
@@ -102,6 +104,7 @@ impl<K> Default for Content<K> {
         Self {
             objects: HashSet::new(),
             index: HashMap::new(),
+            generation: 0,
         }
     }
 }
@@ -159,6 +162,12 @@ impl<K: Resource> ObjectStore<K> {
             .objects
             .get(&key as &dyn Key)
             .map(|stored| stored.0.clone())
+    }
+
+    /// A number that changes whenever the stored objects do (an object added, changed or
+    /// removed, a re-list): what a reader computed from them may be kept while it stays the same.
+    pub fn generation(&self) -> u64 {
+        self.content.read().expect("object store").generation
     }
 
     pub fn all(&self) -> Vec<Arc<K>> {
@@ -249,13 +258,16 @@ impl<K: Resource + Clone> StoreWriter<K> {
                 let mut new = Content {
                     objects: HashSet::new(),
                     index: HashMap::new(),
+                    generation: 0,
                 };
                 for obj in &listed {
                     new.index_add(self.store.keys, obj);
                 }
                 new.objects = listed;
-                let old =
-                    std::mem::replace(&mut *self.store.content.write().expect("object store"), new);
+                let mut content = self.store.content.write().expect("object store");
+                new.generation = content.generation + 1;
+                let old = std::mem::replace(&mut *content, new);
+                drop(content);
                 // (Freed after the lock is released.)
                 drop(old);
             }
@@ -263,6 +275,7 @@ impl<K: Resource + Clone> StoreWriter<K> {
                 let new = stored(&obj);
                 let keys = self.store.keys;
                 let mut content = self.store.content.write().expect("object store");
+                content.generation += 1;
                 let old = content.objects.replace(new.clone());
                 if let Some(old) = &old {
                     content.index_remove(keys, old);
@@ -279,6 +292,7 @@ impl<K: Resource + Clone> StoreWriter<K> {
                 );
                 let keys = self.store.keys;
                 let mut content = self.store.content.write().expect("object store");
+                content.generation += 1;
                 let old = content.objects.take(&key as &dyn Key);
                 if let Some(old) = &old {
                     content.index_remove(keys, old);
@@ -313,6 +327,24 @@ mod tests {
         store
             .get(Some(ns), name)
             .and_then(|c| c.data.as_ref()?.get("v").cloned())
+    }
+
+    #[test]
+    fn the_generation_moves_with_every_change_and_only_then() {
+        let (store, mut w) = StoreWriter::new();
+        let g0 = store.generation();
+        w.apply(watcher::Event::Apply(cm("a", "x", "1")));
+        let g1 = store.generation();
+        assert_ne!(g0, g1);
+        assert_eq!(store.generation(), g1, "reading changes nothing");
+        w.apply(watcher::Event::Delete(cm("a", "x", "1")));
+        let g2 = store.generation();
+        assert_ne!(g1, g2);
+        // A re-list, even of the same objects, is a change.
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm("a", "x", "1")));
+        w.apply(watcher::Event::InitDone);
+        assert_ne!(store.generation(), g2);
     }
 
     #[test]

@@ -374,6 +374,11 @@ where
         self.store.all()
     }
 
+    /// See [`ObjectStore::generation`].
+    pub fn generation(&self) -> u64 {
+        self.store.generation()
+    }
+
     /// The keys of the stored objects (see [`ObjectStore::keys`]).
     pub fn keys(&self) -> Vec<String> {
         self.store.keys()

@@ -91,7 +91,7 @@ pub struct Verdicts {
 /// What every announcement is weighed against besides the others: the floor on prefix length
 /// and addresses no announced prefix may hold (the leader cluster's Nodes and API server: a
 /// member routing them into a tunnel would lose its leader).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Rules {
     pub min_len: u8,
     pub reserved: Vec<(Ipv4Addr, String)>,

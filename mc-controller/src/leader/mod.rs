@@ -4,8 +4,9 @@
 //! ResourceExport or ResourceImport marks its group (`group_of_export`, `group_of_import`), and a
 //! pass merges and writes only the marked groups; the members' state and the ClusterSet status
 //! (a handful of objects) are recomputed on every pass, and a 2 s tick catches heartbeat
-//! timeouts. Everything is recomputed when the members' state changes, after a failed write, and
-//! every `FULL_RESYNC`.
+//! timeouts. A cluster that comes, goes, is withdrawn or has a new accepted ClusterInfo
+//! re-merges the groups it exports to; everything is recomputed after a failed write, when the
+//! quota refusals change, and every `FULL_RESYNC`.
 
 pub mod announce;
 pub mod binding;
@@ -96,9 +97,15 @@ struct Leader {
     pending: Work,
     /// The members as the last pass saw them (known, withdrawn): a change re-merges everything.
     members_seen: (BTreeSet<String>, BTreeSet<String>),
-    /// The ClusterInfos the last pass accepted: a change re-merges everything (endpoints are
-    /// imported only inside their exporter's accepted CIDRs).
+    /// The ClusterInfos the last pass accepted: a change re-merges the groups of the clusters
+    /// it is about (endpoints are imported only inside their exporter's accepted CIDRs).
     accepted_seen: BTreeMap<String, announce::Accepted>,
+    /// The last weighing of the announcements, with what it was made from (the exports' and
+    /// imports' store generations, the rules): a pass that changed none of them (a heartbeat:
+    /// every member's, every 10 s) does not weigh every ClusterInfo against every other again.
+    weighed: Option<((u64, u64, announce::Rules), Arc<announce::Verdicts>)>,
+    /// The exports' store generation the quotas were last counted at.
+    quota_counted: Option<u64>,
     /// Members whose ClusterInfo is refused, with why (their ClusterSet status says so).
     refused_infos: BTreeMap<String, members::Announced>,
     min_prefix_len: u8,
@@ -228,6 +235,8 @@ pub async fn run(client: Client, opts: LeaderOptions, metrics: Metrics) -> anyho
         pending: Work::default(),
         members_seen: Default::default(),
         accepted_seen: BTreeMap::new(),
+        weighed: None,
+        quota_counted: None,
         refused_infos: BTreeMap::new(),
         min_prefix_len: opts.min_prefix_len,
         quota: opts.quota,
@@ -453,10 +462,20 @@ impl Leader {
         let (known, withdrawn) = members;
         // The groups' own objects, found by key (every ClusterInfo export and import is in
         // every pass: they are about no key).
+        // (The generations first: an event that lands after them makes the next pass weigh.)
+        let generations = (self.exports.generation(), self.imports.generation());
         let mut exports = self.exports.covered(&work);
         let mut imports = self.imports.covered(&work);
         let infos = merge::announcements(&exports, &imports);
-        let announced = announce::weigh(&infos, &self.rules().await);
+        let inputs = (generations.0, generations.1, self.rules().await);
+        let announced = match &self.weighed {
+            Some((made_of, verdicts)) if *made_of == inputs => verdicts.clone(),
+            _ => {
+                let verdicts = Arc::new(announce::weigh(&infos, &inputs.2));
+                self.weighed = Some((inputs, verdicts.clone()));
+                verdicts
+            }
+        };
         // A member whose announcement is refused is not Ready; one accepted with Pod CIDRs
         // left out is, and its status says which.
         let refused: BTreeMap<String, members::Announced> = infos
@@ -484,8 +503,14 @@ impl Leader {
             }
         }
         self.refused_infos = refused;
-        // Quotas count every export (a few thousand Arcs: cheap beside a pass's writes).
-        let over_quota = merge::over_quota(&self.exports.all(), self.quota);
+        // Quotas count every export, again only when an export changed.
+        let generation = self.exports.generation();
+        let over_quota = if self.quota_counted == Some(generation) {
+            self.over_quota.clone()
+        } else {
+            self.quota_counted = Some(generation);
+            merge::over_quota(&self.exports.all(), self.quota)
+        };
         if over_quota != self.over_quota {
             for (name, why) in &over_quota {
                 if !self.over_quota.contains_key(name) {
@@ -967,5 +992,27 @@ impl Leader {
             }
         }
         failures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differing;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn differing_names_the_clusters_added_removed_or_changed_and_no_other() {
+        let a: BTreeMap<String, u8> = [("same", 1), ("changed", 2), ("gone", 3)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let b: BTreeMap<String, u8> = [("same", 1), ("changed", 9), ("new", 4)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let mut got: Vec<String> = differing(&b, &a).collect();
+        got.sort();
+        assert_eq!(got, ["changed", "gone", "new"]);
+        assert_eq!(differing(&a, &a).count(), 0);
     }
 }
