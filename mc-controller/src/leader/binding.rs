@@ -9,6 +9,8 @@
 //! again under the same name is bound again. From then on the webhooks treat the ServiceAccount
 //! like one created annotated.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::{
     Api, ResourceExt as _,
@@ -23,14 +25,19 @@ pub fn pending(
     announces: &[std::sync::Arc<MemberClusterAnnounce>],
     accounts: &[std::sync::Arc<ServiceAccount>],
 ) -> Vec<(String, String, String)> {
-    let held = |id: &str| {
-        accounts.iter().find(|a| {
-            a.annotations()
-                .get(annotations::CLUSTER_ID)
-                .map(String::as_str)
-                == Some(id)
-        })
-    };
+    // By name and by the cluster ID they hold, once: every pass (each member's heartbeat sets
+    // one off) looks up every announce's ServiceAccount.
+    let mut by_name: HashMap<&str, &ServiceAccount> = HashMap::new();
+    let mut holders: HashMap<&str, &ServiceAccount> = HashMap::new();
+    for account in accounts {
+        if let Some(name) = account.metadata.name.as_deref() {
+            by_name.insert(name, account);
+        }
+        if let Some(id) = account.annotations().get(annotations::CLUSTER_ID) {
+            holders.entry(id.as_str()).or_insert(account);
+        }
+    }
+    let held = |id: &str| holders.get(id).copied();
     let mut out = Vec::new();
     for a in announces {
         let (Some(sa), Some(id)) = (
@@ -42,7 +49,7 @@ pub fn pending(
         if a.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let Some(account) = accounts.iter().find(|x| x.name_any() == *sa) else {
+        let Some(account) = by_name.get(sa.as_str()) else {
             continue;
         };
         if account.annotations().contains_key(annotations::CLUSTER_ID) {

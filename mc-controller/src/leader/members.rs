@@ -104,13 +104,13 @@ pub fn leader_status(
     refused: &BTreeMap<String, Announced>,
     old: Option<&ClusterSetStatus>,
 ) -> ClusterSetStatus {
-    let old_member = |id: &str| {
-        old.and_then(|o| {
-            o.cluster_statuses
-                .iter()
-                .find(|s| s.cluster_id.as_deref() == Some(id))
-        })
-    };
+    // By cluster ID, once: a lookup per member (not a scan of every member for each).
+    let old_by_id: std::collections::HashMap<&str, &ClusterStatus> = old
+        .iter()
+        .flat_map(|o| &o.cluster_statuses)
+        .filter_map(|s| Some((s.cluster_id.as_deref()?, s)))
+        .collect();
+    let old_member = |id: &str| old_by_id.get(id).copied();
     let mut statuses = Vec::new();
     let mut ready = 0;
     for (cluster, at) in tracker.last_seen() {
