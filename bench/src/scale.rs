@@ -843,9 +843,10 @@ pub async fn scale(plan: Plan) -> anyhow::Result<Figures> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     say(format!(
-        "{id}'s heartbeats stopped: Disconnected in the leader after {:.1} s, its endpoints gone from east after {:.1} s (bound: member timeout {MEMBER_TIMEOUT_SECS} s + withdraw after {WITHDRAW_AFTER_SECS} s + one heartbeat {} s); back (Ready, endpoints in east) {:.1} s after its heartbeats resumed",
+        "{id}'s heartbeats stopped: Disconnected in the leader after {:.1} s, its endpoints gone from east after {:.1} s (bound: {} s after its last heartbeat, up to {} s before they stopped: member timeout {MEMBER_TIMEOUT_SECS} s + withdraw after {WITHDRAW_AFTER_SECS} s, plus the leader's 2 s tick); back (Ready, endpoints in east) {:.1} s after its heartbeats resumed",
         disconnected.unwrap_or(withdrawn).as_secs_f64(),
         withdrawn.as_secs_f64(),
+        MEMBER_TIMEOUT_SECS + u64::from(WITHDRAW_AFTER_SECS),
         HEARTBEAT.as_secs(),
         returned.as_secs_f64()
     ));

@@ -490,6 +490,28 @@ fn routes_are_strait_s_own_and_replace_no_one_else_s() {
     assert!(show(&ns, "route get 10.97.1.1").contains("via 198.18.40.2"));
     assert!(show(&ns, "route get 10.97.5.1").contains("via 198.18.40.4"));
     assert!(show(&ns, "route get 10.98.1.1").contains("via 198.18.40.3"));
+    // The second sync found every route in place: nothing added (and no `ip` run for them).
+    assert_eq!(reports[0].added.len(), 3, "{:?}", reports[0].added);
+    assert!(reports[1].added.is_empty(), "{:?}", reports[1].added);
+
+    // A new next hop (the gateway moved): Strait's routes move with it, none is "added".
+    let p = prefixes.clone();
+    let moved = in_netns(&ns, move || {
+        routes::sync("up0", &p, Some(Ipv4Addr::new(198, 18, 40, 6)))
+    })
+    .join()
+    .unwrap()
+    .expect("route sync");
+    assert!(moved.added.is_empty(), "{:?}", moved.added);
+    let main = show(&ns, "route show table main");
+    for ours in ["10.98.0.0/16", "10.97.0.0/16", "10.94.0.0/16"] {
+        assert!(
+            main.contains(&format!(
+                "{ours} via 198.18.40.6 dev up0 proto 167 metric 1167"
+            )),
+            "{main}"
+        );
+    }
 
     // No prefixes: Strait's go, the others stay.
     in_netns(&ns, || routes::sync("up0", &BTreeSet::new(), None))
