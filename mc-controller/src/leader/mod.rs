@@ -100,10 +100,11 @@ struct Leader {
     /// The ClusterInfos the last pass accepted: a change re-merges the groups of the clusters
     /// it is about (endpoints are imported only inside their exporter's accepted CIDRs).
     accepted_seen: BTreeMap<String, announce::Accepted>,
-    /// The last weighing of the announcements, with what it was made from (the exports' and
-    /// imports' store generations, the rules): a pass that changed none of them (a heartbeat:
-    /// every member's, every 10 s) does not weigh every ClusterInfo against every other again.
-    weighed: Option<((u64, u64, announce::Rules), Arc<announce::Verdicts>)>,
+    /// The last weighing of the announcements, with what it was made from (the ClusterInfo
+    /// exports' and imports' versions, `cluster_infos_fingerprint`, and the rules): a pass that
+    /// changed neither (a heartbeat, every member's every 10 s; another kind of export) does not
+    /// weigh every ClusterInfo against every other again.
+    weighed: Option<((u64, announce::Rules), Arc<announce::Verdicts>)>,
     /// The exports' store generation the quotas were last counted at.
     quota_counted: Option<u64>,
     /// Members whose ClusterInfo is refused, with why (their ClusterSet status says so).
@@ -295,6 +296,39 @@ impl Reconciler for Leader {
     }
 }
 
+/// What the ClusterInfo exports and imports among `exports` and `imports` are, as one number:
+/// their names and resourceVersions (and whether an export is being deleted), in any order.
+fn cluster_infos_fingerprint(
+    exports: &[Arc<ResourceExport>],
+    imports: &[Arc<ResourceImport>],
+) -> u64 {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let infos = exports
+        .iter()
+        .filter(|re| re.spec.kind() == Kind::ClusterInfo)
+        .map(|re| {
+            let m = &re.metadata;
+            hasher.hash_one((
+                "export",
+                m.name.as_deref(),
+                m.resource_version.as_deref(),
+                m.deletion_timestamp.is_some(),
+            ))
+        });
+    let imported = imports
+        .iter()
+        .filter(|ri| ri.spec.kind.as_deref() == Some(ri_kinds::CLUSTER_INFO))
+        .map(|ri| {
+            let m = &ri.metadata;
+            hasher.hash_one(("import", m.name.as_deref(), m.resource_version.as_deref()))
+        });
+    // A sum: the stores give their objects in no particular order.
+    infos
+        .chain(imported)
+        .fold(0u64, |sum, h| sum.wrapping_add(h))
+}
+
 /// The keys whose values differ between two maps (present in one only, or different).
 fn differing<'a, V: PartialEq>(
     a: &'a BTreeMap<String, V>,
@@ -462,18 +496,19 @@ impl Leader {
         let (known, withdrawn) = members;
         // The groups' own objects, found by key (every ClusterInfo export and import is in
         // every pass: they are about no key).
-        // (The generations first: an event that lands after them makes the next pass weigh.)
-        let generations = (self.exports.generation(), self.imports.generation());
         let mut exports = self.exports.covered(&work);
         let mut imports = self.imports.covered(&work);
         let infos = merge::announcements(&exports, &imports);
-        let inputs = (generations.0, generations.1, self.rules().await);
-        let announced = match &self.weighed {
-            Some((made_of, verdicts)) if *made_of == inputs => verdicts.clone(),
+        let inputs = (
+            cluster_infos_fingerprint(&exports, &imports),
+            self.rules().await,
+        );
+        let (announced, weighed_now) = match &self.weighed {
+            Some((made_of, verdicts)) if *made_of == inputs => (verdicts.clone(), false),
             _ => {
-                let verdicts = Arc::new(announce::weigh(&infos, &inputs.2));
+                let verdicts = Arc::new(announce::weigh(&infos, &inputs.1));
                 self.weighed = Some((inputs, verdicts.clone()));
-                verdicts
+                (verdicts, true)
             }
         };
         // A member whose announcement is refused is not Ready; one accepted with Pod CIDRs
@@ -533,6 +568,14 @@ impl Leader {
         if work.is_all() || !changed.is_empty() {
             exports = self.exports.covered(&work);
             imports = self.imports.covered(&work);
+        }
+        if !weighed_now && changed.is_empty() && !work.is_all() && !work.covers("") {
+            // Nothing about the ClusterInfos changed (no event about one, nothing left over for
+            // them, the same weighing): their imports and statuses stand as the pass that wrote
+            // them left them, and merging and comparing them (K of them) is skipped, as in the
+            // pass every heartbeat sets off.
+            exports.retain(|re| re.spec.kind() != Kind::ClusterInfo);
+            imports.retain(|ri| ri.spec.kind.as_deref() != Some(ri_kinds::CLUSTER_INFO));
         }
         let mut merged = merge::merge(
             &self.ns,
@@ -997,8 +1040,38 @@ impl Leader {
 
 #[cfg(test)]
 mod tests {
-    use super::differing;
-    use std::collections::BTreeMap;
+    use super::{cluster_infos_fingerprint, differing};
+    use mc_api::exports::{ResourceExport, ResourceExportSpec};
+    use std::{collections::BTreeMap, sync::Arc};
+
+    fn export(name: &str, kind: &str, rv: &str) -> Arc<ResourceExport> {
+        let mut re = ResourceExport::new(
+            name,
+            ResourceExportSpec {
+                kind: Some(kind.into()),
+                ..Default::default()
+            },
+        );
+        re.metadata.resource_version = Some(rv.into());
+        Arc::new(re)
+    }
+
+    #[test]
+    fn the_cluster_infos_fingerprint_follows_their_versions_in_any_order_and_nothing_else() {
+        let a = export("a-clusterinfo", "ClusterInfo", "1");
+        let b = export("b-clusterinfo", "ClusterInfo", "2");
+        let svc = export("a-ns-svc-service", "Service", "3");
+        let one = cluster_infos_fingerprint(&[a.clone(), b.clone(), svc], &[]);
+        assert_eq!(one, cluster_infos_fingerprint(&[b.clone(), a.clone()], &[]));
+        let svc2 = export("a-ns-svc-service", "Service", "4");
+        assert_eq!(
+            one,
+            cluster_infos_fingerprint(&[a.clone(), b.clone(), svc2], &[])
+        );
+        let b2 = export("b-clusterinfo", "ClusterInfo", "5");
+        assert_ne!(one, cluster_infos_fingerprint(&[a.clone(), b2], &[]));
+        assert_ne!(one, cluster_infos_fingerprint(&[a], &[]));
+    }
 
     #[test]
     fn differing_names_the_clusters_added_removed_or_changed_and_no_other() {
