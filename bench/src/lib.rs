@@ -24,7 +24,7 @@ pub enum BenchCommand {
     /// member is Ready, a burst, one-by-one exports from a real member, memory, CPU, request
     /// rates, a member's death. Each K on a fresh testbed.
     Scale {
-        /// Simulated member counts (K).
+        /// Simulated member counts (K); 0 measures only the agents.
         #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 500])]
         members: Vec<usize>,
         /// Services each simulated member exports (S). At K = 500 with S = 10 this machine's 2
@@ -73,7 +73,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             agent_clusters,
         } => {
             let mut done = Vec::new();
-            for k in members {
+            // (`--members 0`: the agents only.)
+            for k in members.into_iter().filter(|k| *k > 0) {
                 fresh_testbed()?;
                 let plan = scale::Plan {
                     members: k,

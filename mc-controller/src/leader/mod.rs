@@ -467,93 +467,14 @@ impl Leader {
     async fn sync(&mut self, mut work: Work) -> usize {
         let now = Timestamp::now();
         let mut failures = self.members(now).await;
-        let withdrawn = self.tracker.withdrawn(self.liveness, now);
-        let known: BTreeSet<String> = self
-            .tracker
-            .last_seen()
-            .map(|(c, _)| c.to_owned())
-            .collect();
-        let members = (known, withdrawn);
-        // Clusters whose standing changed in this pass: the groups they export to are merged
-        // again (their endpoints come or go), not every group of the ClusterSet.
-        let mut changed: BTreeSet<String> = BTreeSet::new();
-        if members != self.members_seen {
-            // A member came, went or was withdrawn.
-            changed.extend(
-                members
-                    .0
-                    .symmetric_difference(&self.members_seen.0)
-                    .cloned(),
-            );
-            changed.extend(
-                members
-                    .1
-                    .symmetric_difference(&self.members_seen.1)
-                    .cloned(),
-            );
-            self.members_seen = members.clone();
-        }
-        let (known, withdrawn) = members;
+        let (known, withdrawn, mut changed) = self.standing(now);
         // The groups' own objects, found by key (every ClusterInfo export and import is in
         // every pass: they are about no key).
         let mut exports = self.exports.covered(&work);
         let mut imports = self.imports.covered(&work);
-        let infos = merge::announcements(&exports, &imports);
-        let inputs = (
-            cluster_infos_fingerprint(&exports, &imports),
-            self.rules().await,
-        );
-        let (announced, weighed_now) = match &self.weighed {
-            Some((made_of, verdicts)) if *made_of == inputs => (verdicts.clone(), false),
-            _ => {
-                let verdicts = Arc::new(announce::weigh(&infos, &inputs.1));
-                self.weighed = Some((inputs, verdicts.clone()));
-                (verdicts, true)
-            }
-        };
-        // A member whose announcement is refused is not Ready; one accepted with Pod CIDRs
-        // left out is, and its status says which.
-        let refused: BTreeMap<String, members::Announced> = infos
-            .iter()
-            .filter_map(|a| {
-                let refused = announced.refused.get(&a.export).cloned();
-                let why = refused.map(members::Announced::Refused).or_else(|| {
-                    let partly = announced.partly.get(&a.export).cloned();
-                    partly.map(members::Announced::Partly)
-                })?;
-                Some((a.cluster.clone(), why))
-            })
-            .collect();
-        drop(infos);
-        for (cluster, why) in &refused {
-            if self.refused_infos.get(cluster) != Some(why) {
-                match why {
-                    members::Announced::Refused(w) => {
-                        tracing::warn!(cluster, "ClusterInfo refused: {w}")
-                    }
-                    members::Announced::Partly(w) => {
-                        tracing::warn!(cluster, "ClusterInfo accepted, but {w}")
-                    }
-                }
-            }
-        }
-        self.refused_infos = refused;
-        // Quotas count every export, again only when an export changed.
-        let generation = self.exports.generation();
-        let over_quota = if self.quota_counted == Some(generation) {
-            self.over_quota.clone()
-        } else {
-            self.quota_counted = Some(generation);
-            merge::over_quota(&self.exports.all(), self.quota)
-        };
-        if over_quota != self.over_quota {
-            for (name, why) in &over_quota {
-                if !self.over_quota.contains_key(name) {
-                    tracing::warn!(export = name, "refused: {why}");
-                }
-            }
+        let (announced, weighed_now) = self.announcements(&exports, &imports).await;
+        if self.count_quotas() {
             work = Work::All;
-            self.over_quota = over_quota;
         }
         if announced.accepted != self.accepted_seen {
             // Which endpoints of those clusters may be imported changed with them.
@@ -615,6 +536,104 @@ impl Leader {
         failures += run_all("ResourceExport", ops).await;
         failures += self.clusterset_status(now, &withdrawn).await;
         failures
+    }
+
+    /// The members known and withdrawn now, and the clusters whose standing changed since the
+    /// last pass (came, went, withdrawn or restored): the groups they export to are merged again
+    /// (their endpoints come or go), not every group of the ClusterSet.
+    fn standing(
+        &mut self,
+        now: Timestamp,
+    ) -> (BTreeSet<String>, BTreeSet<String>, BTreeSet<String>) {
+        let withdrawn = self.tracker.withdrawn(self.liveness, now);
+        let known: BTreeSet<String> = self
+            .tracker
+            .last_seen()
+            .map(|(c, _)| c.to_owned())
+            .collect();
+        let mut changed = BTreeSet::new();
+        if (&known, &withdrawn) != (&self.members_seen.0, &self.members_seen.1) {
+            changed.extend(known.symmetric_difference(&self.members_seen.0).cloned());
+            changed.extend(
+                withdrawn
+                    .symmetric_difference(&self.members_seen.1)
+                    .cloned(),
+            );
+            self.members_seen = (known.clone(), withdrawn.clone());
+        }
+        (known, withdrawn, changed)
+    }
+
+    /// The verdicts on every announcement (kept from the last pass while the ClusterInfos and
+    /// the rules are the same; `true` when weighed now), and the members it leaves not Ready
+    /// or partly routed, said once each.
+    async fn announcements(
+        &mut self,
+        exports: &[Arc<ResourceExport>],
+        imports: &[Arc<ResourceImport>],
+    ) -> (Arc<announce::Verdicts>, bool) {
+        let infos = merge::announcements(exports, imports);
+        let inputs = (
+            cluster_infos_fingerprint(exports, imports),
+            self.rules().await,
+        );
+        let (announced, weighed_now) = match &self.weighed {
+            Some((made_of, verdicts)) if *made_of == inputs => (verdicts.clone(), false),
+            _ => {
+                let verdicts = Arc::new(announce::weigh(&infos, &inputs.1));
+                self.weighed = Some((inputs, verdicts.clone()));
+                (verdicts, true)
+            }
+        };
+        // A member whose announcement is refused is not Ready; one accepted with Pod CIDRs
+        // left out is, and its status says which.
+        let refused: BTreeMap<String, members::Announced> = infos
+            .iter()
+            .filter_map(|a| {
+                let refused = announced.refused.get(&a.export).cloned();
+                let why = refused.map(members::Announced::Refused).or_else(|| {
+                    let partly = announced.partly.get(&a.export).cloned();
+                    partly.map(members::Announced::Partly)
+                })?;
+                Some((a.cluster.clone(), why))
+            })
+            .collect();
+        for (cluster, why) in &refused {
+            if self.refused_infos.get(cluster) != Some(why) {
+                match why {
+                    members::Announced::Refused(w) => {
+                        tracing::warn!(cluster, "ClusterInfo refused: {w}")
+                    }
+                    members::Announced::Partly(w) => {
+                        tracing::warn!(cluster, "ClusterInfo accepted, but {w}")
+                    }
+                }
+            }
+        }
+        self.refused_infos = refused;
+        (announced, weighed_now)
+    }
+
+    /// Counts every member's exports against the quotas (again only when an export changed);
+    /// `true` when the exports refused for them changed (one freed slot admits another member's
+    /// export in another group: everything is merged again).
+    fn count_quotas(&mut self) -> bool {
+        let generation = self.exports.generation();
+        if self.quota_counted == Some(generation) {
+            return false;
+        }
+        self.quota_counted = Some(generation);
+        let over_quota = merge::over_quota(&self.exports.all(), self.quota);
+        if over_quota == self.over_quota {
+            return false;
+        }
+        for (name, why) in &over_quota {
+            if !self.over_quota.contains_key(name) {
+                tracing::warn!(export = name, "refused: {why}");
+            }
+        }
+        self.over_quota = over_quota;
+        true
     }
 
     /// The groups the exports of `clusters` feed.
