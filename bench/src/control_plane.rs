@@ -28,14 +28,12 @@ use kube::{
     api::{DeleteParams, PostParams},
     runtime::watcher,
 };
-use mc_agent::{bpffs::PinLayout, dataplane::DataplaneMaps};
 use mc_api::{
-    clusterinfo::{ClusterInfo, ClusterInfoImport, ClusterInfoImportSpec, GatewayInfo},
+    clusterinfo::ClusterInfoImport,
     exports::ResourceExport,
     imports::ResourceImport,
     mcs::{ServiceExport, ServiceImport},
 };
-use mc_common::dataplane::PEER_REMOTE_GATEWAY;
 use serde_json::json;
 
 use testbed::{
@@ -87,6 +85,69 @@ where
         }
     });
     (seen, task)
+}
+
+/// Creates `count` Services `<prefix>-<i>` in `ns` of `cluster`, each with one ready endpoint
+/// (Endpoints, which Kubernetes mirrors into an EndpointSlice) in 10.244.`<third>`+ .0/24s.
+pub(crate) async fn services_with_endpoints(
+    cluster: &Client,
+    ns: &str,
+    prefix: &str,
+    count: usize,
+    third: usize,
+) -> anyhow::Result<()> {
+    let svcs: Api<Service> = Api::namespaced(cluster.clone(), ns);
+    let eps: Api<Endpoints> = Api::namespaced(cluster.clone(), ns);
+    for_all(count, |i| {
+        let (svcs, eps) = (svcs.clone(), eps.clone());
+        async move {
+            let name = format!("{prefix}-{i}");
+            let svc: Service = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+            }))
+            .expect("Service");
+            svcs.create(&PostParams::default(), &svc).await?;
+            let ip = format!("10.244.{}.{}", third + i / 250, 1 + i % 250);
+            let ep: Endpoints = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "subsets": [{"addresses": [{"ip": ip}],
+                             "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]
+            }))
+            .expect("Endpoints");
+            eps.create(&PostParams::default(), &ep).await?;
+            Ok(())
+        }
+    })
+    .await
+    .context("creating the Services")
+}
+
+/// When each import's ServiceImport in `ns` of `cluster` first had an IP.
+pub(crate) fn service_imports_with_ip(
+    cluster: &Client,
+    ns: &str,
+) -> (FirstSeen, tokio::task::JoinHandle<()>) {
+    first_seen(Api::<ServiceImport>::namespaced(cluster.clone(), ns), |o| {
+        (!o.spec.ips.is_empty()).then(|| o.name_any())
+    })
+}
+
+/// When each import's Endpoints `antrea-mc-<name>` in `ns` of `cluster` first held an address
+/// (keyed by `<name>`).
+pub(crate) fn imported_endpoints(
+    cluster: &Client,
+    ns: &str,
+) -> (FirstSeen, tokio::task::JoinHandle<()>) {
+    first_seen(Api::<Endpoints>::namespaced(cluster.clone(), ns), |o| {
+        let has = o
+            .subsets
+            .iter()
+            .flatten()
+            .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()));
+        has.then(|| o.name_any().strip_prefix("antrea-mc-").map(str::to_owned))
+            .flatten()
+    })
 }
 
 /// The hops of one export, in order: the leader's two ResourceExports and two ResourceImports,
@@ -571,30 +632,7 @@ pub(crate) async fn control_plane(sizes: Vec<usize>) -> anyhow::Result<()> {
             let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
             api.create(&PostParams::default(), &nsobj).await?;
         }
-        let svcs: Api<Service> = Api::namespaced(west.clone(), &ns);
-        let eps: Api<Endpoints> = Api::namespaced(west.clone(), &ns);
-        for_all(n + STEADY, |i| {
-            let (svcs, eps) = (svcs.clone(), eps.clone());
-            async move {
-                let name = format!("svc-{i}");
-                let svc: Service = serde_json::from_value(json!({
-                    "metadata": {"name": name},
-                    "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
-                }))
-                .expect("Service");
-                svcs.create(&PostParams::default(), &svc).await?;
-                let ep: Endpoints = serde_json::from_value(json!({
-                    "metadata": {"name": name},
-                    "subsets": [{"addresses": [{"ip": format!("10.244.{}.{}", 100 + i / 250, 1 + i % 250)}],
-                                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]
-                }))
-                .expect("Endpoints");
-                eps.create(&PostParams::default(), &ep).await?;
-                Ok(())
-            }
-        })
-        .await
-        .context("creating the Services in west")?;
+        services_with_endpoints(&west, &ns, "svc", n + STEADY, 100).await?;
         // Let the endpoint-slice mirroring catch up before timing anything.
         tokio::time::sleep(Duration::from_secs(2 + (n + STEADY) as u64 / 200)).await;
 
@@ -923,98 +961,4 @@ fn controller_mem_kib(name: &str) -> (u64, u64) {
         .ok()
         .and_then(|p| p.running(name))
         .map_or((0, 0), testbed::proc::rss_kib)
-}
-
-/// Remote clusters in the agents' maps for the memory measurement (the figure).
-pub(crate) const AGENT_REMOTE_CLUSTERS: usize = 100;
-
-/// Gives east's agents `n` remote clusters (ClusterInfoImports made here, unmanaged, so the
-/// member controller leaves them alone), waits until every agent's maps hold all of them, prints
-/// each agent's resident memory and removes the objects again.
-pub(crate) async fn agent_memory(n: usize) -> anyhow::Result<()> {
-    let east = CLUSTERS
-        .iter()
-        .find(|c| c.name == "east")
-        .context("no east cluster")?;
-    let api: Api<ClusterInfoImport> = Api::namespaced(client("east").await?, "kube-system");
-    let name = |i: usize| format!("bench-{i}-clusterinfo");
-    for_all(n, |i| {
-        let api = api.clone();
-        async move {
-            // Addresses inside 198.18.0.0/15 for the gateways; prefixes no testbed cluster uses.
-            let info = ClusterInfo {
-                cluster_id: Some(format!("bench-{i}")),
-                service_cidr: Some(format!("172.16.{i}.0/24")),
-                gateway_infos: vec![GatewayInfo {
-                    gateway_ip: Some(format!("198.19.{i}.1")),
-                }],
-                pod_cidrs: vec![format!("172.17.{i}.0/24")],
-                ..Default::default()
-            };
-            let cii = ClusterInfoImport::new(&name(i), ClusterInfoImportSpec(info));
-            match api.create(&PostParams::default(), &cii).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                Err(e) => Err(e),
-            }
-        }
-    })
-    .await?;
-    let nodes: Vec<_> = TestNode::all()
-        .filter(|t| t.cluster.name == east.name)
-        .collect();
-    let procs = testbed::proc::Procs::new(&testbed_dir())?;
-    let agent = |t: &TestNode| format!("{}-{}-mc-agent", t.cluster.name, t.name);
-    let started = Instant::now();
-    let mut rows = Vec::new();
-    for t in &nodes {
-        let pid = procs
-            .running(&agent(t))
-            .with_context(|| format!("{} is not running", agent(t)))?;
-        // The agent's pins, seen through its own mount namespace.
-        let layout = PinLayout::new(format!("/proc/{pid}/root/sys/fs/bpf/mc/v1"));
-        loop {
-            let clusters = DataplaneMaps::open_pinned(&layout)
-                .ok()
-                .map(|maps| {
-                    maps.peers
-                        .iter()
-                        .filter_map(Result::ok)
-                        .filter(|(_, p)| p.kind == PEER_REMOTE_GATEWAY)
-                        .count()
-                })
-                .unwrap_or(0);
-            if clusters >= n {
-                break;
-            }
-            if started.elapsed() > Duration::from_secs(120) {
-                bail!(
-                    "{}: {clusters} of {n} remote clusters in its maps after 120 s",
-                    agent(t)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        rows.push((agent(t), pid));
-    }
-    // Let the passes that follow the last object settle.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    println!("\nmc-agent resident memory with {n} remote clusters in its maps (peak so far), MiB:");
-    for (name, pid) in rows {
-        let (now, peak) = testbed::proc::rss_kib(pid);
-        println!(
-            "  {name:<24} {:>6.1} ({:.1})",
-            now as f64 / 1024.0,
-            peak as f64 / 1024.0
-        );
-    }
-    println!("target: < 30 MiB");
-    for_all(n, |i| {
-        let api = api.clone();
-        async move {
-            api.delete(&name(i), &DeleteParams::default()).await?;
-            Ok(())
-        }
-    })
-    .await
 }

@@ -1,8 +1,9 @@
-//! `cargo xtask bench control-plane|dataplane`: benchmarks on the testbed (they print numbers;
-//! they assert nothing). `control_plane`: export→import latency and the controllers' memory
-//! (and the agents' memory with many remote clusters, on the testbed's clients); `dataplane`:
-//! throughput and cost through copies of one namespace topology. This module is the subcommands
-//! and their dispatch; neither benchmark uses it.
+//! `cargo xtask bench control-plane|scale|dataplane`: benchmarks on the testbed (they print
+//! numbers; they assert nothing). `control_plane`: export→import latency and the controllers'
+//! memory; `scale`: hundreds of simulated members against the real leader and members, and the
+//! agents with as many remote clusters (also the dataplane bench's agent memory figure);
+//! `dataplane`: throughput and cost through copies of one namespace topology. This module is the
+//! subcommands and their dispatch; no benchmark uses it.
 
 mod control_plane;
 mod dataplane;
@@ -63,7 +64,7 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::ControlPlane { sizes } => {
-            fresh_testbed()?;
+            fresh_testbed(false)?;
             tokio::runtime::Runtime::new()?.block_on(control_plane::control_plane(sizes))
         }
         BenchCommand::Scale {
@@ -75,7 +76,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             let mut done = Vec::new();
             // (`--members 0`: the agents only.)
             for k in members.into_iter().filter(|k| *k > 0) {
-                fresh_testbed()?;
+                fresh_testbed(false)?;
                 let plan = scale::Plan {
                     members: k,
                     services,
@@ -92,13 +93,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
             }
             print_scale(&done);
             if agent_clusters > 0 {
-                testbed::run(testbed::TestbedCommand::Down)?;
-                testbed::run(testbed::TestbedCommand::Up {
-                    join: true,
-                    no_nodes: false,
-                    release: true,
-                    processes: true,
-                })?;
+                fresh_testbed(true)?;
                 let lines =
                     tokio::runtime::Runtime::new()?.block_on(scale::agent(agent_clusters))?;
                 println!("\nscale: east's agents with {agent_clusters} remote clusters");
@@ -134,29 +129,37 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
                 release: true,
                 processes: true,
             })?;
-            let measured = tokio::runtime::Runtime::new()?.block_on(control_plane::agent_memory(
-                control_plane::AGENT_REMOTE_CLUSTERS,
-            ));
+            let measured =
+                tokio::runtime::Runtime::new()?.block_on(scale::agent(AGENT_REMOTE_CLUSTERS));
             if !testbed_was_up {
                 testbed::run(testbed::TestbedCommand::Down)?;
             }
-            measured
+            println!(
+                "\nmc-agent with {AGENT_REMOTE_CLUSTERS} remote clusters in its maps (target: < 30 MiB)"
+            );
+            for line in measured? {
+                println!("  {line}");
+            }
+            Ok(())
         }
     }
 }
 
-/// A fresh Node-less testbed with release controllers, joined. Every run on a fresh one: on one
+/// Remote clusters in the agents' maps for the dataplane bench's memory figure.
+const AGENT_REMOTE_CLUSTERS: usize = 100;
+
+/// A fresh testbed (Node-less unless `nodes`) with release controllers, joined. Every run on a fresh one: on one
 /// kept up, each run left etcd larger (thousands of objects created and deleted) and the next was
 /// slower (all 1000 imported in 31.5, 32.8, 35.9, then 41.7, 36.5, 35.1 s over six runs on one
 /// testbed).
-fn fresh_testbed() -> anyhow::Result<()> {
+fn fresh_testbed(nodes: bool) -> anyhow::Result<()> {
     if testbed_running() {
         eprintln!("note: taking the running testbed down: the bench starts from a fresh one");
         testbed::run(testbed::TestbedCommand::Down)?;
     }
     testbed::run(testbed::TestbedCommand::Up {
         join: true,
-        no_nodes: true,
+        no_nodes: !nodes,
         release: true,
         processes: true,
     })

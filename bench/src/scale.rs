@@ -56,7 +56,7 @@ use mc_api::{
     exports::ResourceExport,
     gateway::{Gateway, GatewayFields},
     imports::ResourceImport,
-    mcs::{ServiceExport, ServiceImport},
+    mcs::ServiceExport,
     memberclusterannounce::{MemberClusterAnnounce, MemberClusterAnnounceFields},
     names::{self, annotations, labels},
 };
@@ -70,7 +70,10 @@ use testbed::{
 };
 use tokio::sync::watch;
 
-use crate::control_plane::{client, first_seen, for_all, percentile, testbed_cpu};
+use crate::control_plane::{
+    client, first_seen, for_all, imported_endpoints, percentile, service_imports_with_ip,
+    services_with_endpoints, testbed_cpu,
+};
 
 /// What each simulated member exports.
 #[derive(Clone, Copy, Debug)]
@@ -719,18 +722,8 @@ pub async fn scale(plan: Plan) -> anyhow::Result<Figures> {
 
     // The burst: every member exports its Services at once.
     let total = plan.members * plan.services;
-    let (imports, si_task) = first_seen(Api::<ServiceImport>::namespaced(east.clone(), NS), |o| {
-        (!o.spec.ips.is_empty()).then(|| o.name_any())
-    });
-    let (eps, ep_task) = first_seen(Api::<Endpoints>::namespaced(east.clone(), NS), |o| {
-        let has = o
-            .subsets
-            .iter()
-            .flatten()
-            .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()));
-        has.then(|| o.name_any().strip_prefix("antrea-mc-").map(str::to_owned))
-            .flatten()
-    });
+    let (imports, si_task) = service_imports_with_ip(&east, NS);
+    let (eps, ep_task) = imported_endpoints(&east, NS);
     let (req0, _) = leader_requests(&north).await?;
     let cpu0 = cpu();
     let burst = Instant::now();
@@ -940,44 +933,10 @@ async fn gateway_moves(
 /// previous): p50 and p99 of export→import (ServiceImport with an IP, Endpoints with an address
 /// and kube-proxy's EndpointSlice in east), and the CPU over the phase.
 async fn one_by_one(east: &Client, west: &Client) -> anyhow::Result<(Duration, Duration, String)> {
-    let svcs: Api<Service> = Api::namespaced(west.clone(), STEADY_NS);
-    let eps: Api<Endpoints> = Api::namespaced(west.clone(), STEADY_NS);
-    for_all(STEADY, |i| {
-        let (svcs, eps) = (svcs.clone(), eps.clone());
-        async move {
-            let name = format!("one-{i}");
-            let svc: Service = serde_json::from_value(json!({
-                "metadata": {"name": name},
-                "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
-            }))
-            .expect("Service");
-            svcs.create(&PostParams::default(), &svc).await?;
-            let ep: Endpoints = serde_json::from_value(json!({
-                "metadata": {"name": name},
-                "subsets": [{"addresses": [{"ip": format!("10.244.200.{}", 1 + i)}],
-                             "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]
-            }))
-            .expect("Endpoints");
-            eps.create(&PostParams::default(), &ep).await?;
-            Ok(())
-        }
-    })
-    .await
-    .context("creating the Services in west")?;
+    services_with_endpoints(west, STEADY_NS, "one", STEADY, 200).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (si, t1) = first_seen(
-        Api::<ServiceImport>::namespaced(east.clone(), STEADY_NS),
-        |o| (!o.spec.ips.is_empty()).then(|| o.name_any()),
-    );
-    let (ep, t2) = first_seen(Api::<Endpoints>::namespaced(east.clone(), STEADY_NS), |o| {
-        let has = o
-            .subsets
-            .iter()
-            .flatten()
-            .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()));
-        has.then(|| o.name_any().strip_prefix("antrea-mc-").map(str::to_owned))
-            .flatten()
-    });
+    let (si, t1) = service_imports_with_ip(east, STEADY_NS);
+    let (ep, t2) = imported_endpoints(east, STEADY_NS);
     let (sl, t3) = first_seen(
         Api::<EndpointSlice>::namespaced(east.clone(), STEADY_NS),
         |o| {
