@@ -755,9 +755,10 @@ async fn announce_verdict(ctx: &Ctx, r: &Request) -> Result<Verdict, String> {
     };
     let (account, sa) = account(ctx, r).await?;
     // The rules read the ClusterSet only for a new announce, and the other ServiceAccounts'
-    // bindings only for a new announce or a caller not bound yet: a bound member's heartbeat (an update every 10 s
-    // from every member) lists neither, or each beat would cost the API server a list of every
-    // member's ServiceAccount (K² objects per heartbeat interval; the scale bench).
+    // bindings only for a new announce or a caller not bound yet: a bound member's heartbeat
+    // (an update every 10 s from every member) lists neither, or each beat would cost the API
+    // server a list of every member's ServiceAccount (K² objects per heartbeat interval; the
+    // scale bench).
     let clusterset = if r.op == Op::Create {
         announce_clusterset(ctx).await?
     } else {
