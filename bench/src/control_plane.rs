@@ -202,23 +202,27 @@ fn hop_watches(
         ),
         (
             "east ServiceImport with an IP",
-            first_seen(Api::<ServiceImport>::namespaced(east.clone(), ns), |o| {
-                (!o.spec.ips.is_empty()).then(|| o.name_any())
-            }),
+            service_imports_with_ip(east, ns),
         ),
-        (
-            KUBE_PROXY_HOP,
-            first_seen(Api::<EndpointSlice>::namespaced(east.clone(), ns), |o| {
-                if o.endpoints.as_ref().is_none_or(Vec::is_empty) {
-                    return None;
-                }
-                o.labels()
-                    .get(mc_api::mcs::labels::KUBE_SERVICE_NAME)?
-                    .strip_prefix("antrea-mc-")
-                    .map(str::to_owned)
-            }),
-        ),
+        (KUBE_PROXY_HOP, kube_proxy_slices(east, ns)),
     ]
+}
+
+/// When kube-proxy's EndpointSlice of each import `antrea-mc-<name>` in `ns` of `cluster` first
+/// held an endpoint (keyed by `<name>`).
+pub(crate) fn kube_proxy_slices(
+    cluster: &Client,
+    ns: &str,
+) -> (FirstSeen, tokio::task::JoinHandle<()>) {
+    first_seen(Api::<EndpointSlice>::namespaced(cluster.clone(), ns), |o| {
+        if o.endpoints.as_ref().is_none_or(Vec::is_empty) {
+            return None;
+        }
+        o.labels()
+            .get(mc_api::mcs::labels::KUBE_SERVICE_NAME)?
+            .strip_prefix("antrea-mc-")
+            .map(str::to_owned)
+    })
 }
 
 /// Services exported one at a time after each burst.

@@ -71,8 +71,8 @@ use testbed::{
 use tokio::sync::watch;
 
 use crate::control_plane::{
-    client, first_seen, for_all, imported_endpoints, percentile, service_imports_with_ip,
-    services_with_endpoints, testbed_cpu,
+    client, first_seen, for_all, imported_endpoints, kube_proxy_slices, percentile,
+    service_imports_with_ip, services_with_endpoints, testbed_cpu,
 };
 
 /// What each simulated member exports.
@@ -937,18 +937,7 @@ async fn one_by_one(east: &Client, west: &Client) -> anyhow::Result<(Duration, D
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (si, t1) = service_imports_with_ip(east, STEADY_NS);
     let (ep, t2) = imported_endpoints(east, STEADY_NS);
-    let (sl, t3) = first_seen(
-        Api::<EndpointSlice>::namespaced(east.clone(), STEADY_NS),
-        |o| {
-            if o.endpoints.as_ref().is_none_or(Vec::is_empty) {
-                return None;
-            }
-            o.labels()
-                .get(mc_api::mcs::labels::KUBE_SERVICE_NAME)?
-                .strip_prefix("antrea-mc-")
-                .map(str::to_owned)
-        },
-    );
+    let (sl, t3) = kube_proxy_slices(east, STEADY_NS);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let se: Api<ServiceExport> = Api::namespaced(west.clone(), STEADY_NS);
     let mut took = Vec::new();
