@@ -299,10 +299,11 @@ where
     })
 }
 
-/// Simulated member `sim`'s exports: its ClusterInfo, and each Service's two exports as the
+/// Simulated member `index`'s exports: its ClusterInfo, and each Service's two exports as the
 /// member controller builds them from a Service with `endpoints` ready Pod addresses.
-fn exports(sim: &Sim, plan: Plan) -> (ResourceExport, Vec<ResourceExport>) {
-    let (service_cidr, pod_cidr, gateway_ip) = cidrs(sim.index);
+fn exports(index: usize, plan: Plan) -> (ResourceExport, Vec<ResourceExport>) {
+    let id = cluster_id(index);
+    let (service_cidr, pod_cidr, gateway_ip) = cidrs(index);
     let gateway = Gateway::new(
         "gateway",
         GatewayFields {
@@ -313,7 +314,7 @@ fn exports(sim: &Sim, plan: Plan) -> (ResourceExport, Vec<ResourceExport>) {
         },
     );
     let info = member_export::cluster_info_export(
-        &sim.id,
+        &id,
         LEADER_NS,
         "kube-system",
         &gateway,
@@ -331,7 +332,7 @@ fn exports(sim: &Sim, plan: Plan) -> (ResourceExport, Vec<ResourceExport>) {
         .expect("a Service CIDR");
     let mut services = Vec::new();
     for s in 0..plan.services {
-        let name = format!("{}-svc-{s}", sim.id);
+        let name = format!("{}-svc-{s}", id);
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": NS},
             "spec": {"clusterIP": std::net::Ipv4Addr::from(u32::from(svc_base) + 10 + s as u32).to_string(),
@@ -355,7 +356,7 @@ fn exports(sim: &Sim, plan: Plan) -> (ResourceExport, Vec<ResourceExport>) {
         let exported = member_export::decide(Some(&svc), &[&slice], EndpointIpType::PodIP)
             .expect("a valid export");
         services.extend(member_export::exports_for(
-            &sim.id, LEADER_NS, NS, &name, &exported, None,
+            &id, LEADER_NS, NS, &name, &exported, None,
         ));
     }
     (info, services)
@@ -400,7 +401,7 @@ async fn run_member(sim: Sim, plan: Plan, mut go: watch::Receiver<bool>, counter
         }
     }));
     let res: Api<ResourceExport> = Api::namespaced(sim.client.clone(), LEADER_NS);
-    let (info, services) = exports(&sim, plan);
+    let (info, services) = exports(sim.index, plan);
     apply_export(&res, &info, &counters).await;
     if go.wait_for(|go| *go).await.is_ok() {
         futures::stream::iter(services.iter())
@@ -884,20 +885,14 @@ async fn gateway_moves(
                 .flatten()
         },
     );
-    let res: Api<ResourceExport> = Api::namespaced(client.clone(), LEADER_NS);
-    let sim = Sim {
-        index,
-        id: id.clone(),
-        client,
-        alive: Arc::new(AtomicBool::new(true)),
-    };
+    let res: Api<ResourceExport> = Api::namespaced(client, LEADER_NS);
     let counters = Counters::default();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut took = Vec::new();
     for m in 0..MOVES {
         let gateway = format!("198.19.{}.{}", 240 + m / 250, 1 + m % 250);
         let (mut info, _) = exports(
-            &sim,
+            index,
             Plan {
                 services: 0,
                 ..plan

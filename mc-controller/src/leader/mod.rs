@@ -95,7 +95,8 @@ struct Leader {
     statuses: StatusPacer,
     /// Work left over for the next pass: deferred statuses, young orphans, failed writes.
     pending: Work,
-    /// The members as the last pass saw them (known, withdrawn): a change re-merges everything.
+    /// The members as the last pass saw them (known, withdrawn): a change re-merges the groups
+    /// of the clusters it is about.
     members_seen: (BTreeSet<String>, BTreeSet<String>),
     /// The ClusterInfos the last pass accepted: a change re-merges the groups of the clusters
     /// it is about (endpoints are imported only inside their exporter's accepted CIDRs).
@@ -551,14 +552,13 @@ impl Leader {
             .last_seen()
             .map(|(c, _)| c.to_owned())
             .collect();
-        let mut changed = BTreeSet::new();
-        if (&known, &withdrawn) != (&self.members_seen.0, &self.members_seen.1) {
-            changed.extend(known.symmetric_difference(&self.members_seen.0).cloned());
-            changed.extend(
-                withdrawn
-                    .symmetric_difference(&self.members_seen.1)
-                    .cloned(),
-            );
+        let (seen_known, seen_withdrawn) = &self.members_seen;
+        let changed: BTreeSet<String> = known
+            .symmetric_difference(seen_known)
+            .chain(withdrawn.symmetric_difference(seen_withdrawn))
+            .cloned()
+            .collect();
+        if !changed.is_empty() {
             self.members_seen = (known.clone(), withdrawn.clone());
         }
         (known, withdrawn, changed)
